@@ -1,0 +1,20 @@
+PY ?= python3
+
+.PHONY: install test demo mutation bench
+
+install:
+	$(PY) -m pip install -q -e '.[test,torch]'
+
+test: install
+	$(PY) -m pytest -q tests
+
+demo:
+	$(PY) -m pip install -q -e . && beamsearch demo
+
+mutation:
+	$(PY) -m pip install -q -e '.[test,torch,mutation]'
+	$(PY) tools/pitfall_mutants.py
+	$(PY) tools/mutation_score.py
+
+bench:
+	$(PY) benchmarks/bench_search.py

@@ -1,0 +1,25 @@
+"""beamsearch: beam search decoding of any sequence model given as a step function.
+
+``step_fn(state, y_prev) -> (logits, new_state)``; see SPEC sections 1-8 and README.
+"""
+
+from beamsearch._hypothesis import Hypothesis
+from beamsearch._penalties import length_power, length_wu
+from beamsearch._results import BatchArrays, BatchResults, TokenLogprobHypothesis
+from beamsearch._search import beam_search, beam_search_batch, greedy_decode
+from beamsearch._state import select_state
+
+__all__ = [
+    "BatchArrays",
+    "BatchResults",
+    "Hypothesis",
+    "TokenLogprobHypothesis",
+    "beam_search",
+    "beam_search_batch",
+    "greedy_decode",
+    "length_power",
+    "length_wu",
+    "select_state",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,134 @@
+"""Bad input: ValueError / TypeError naming the parameter and the value (SPEC section 7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beamsearch import beam_search, beam_search_batch, greedy_decode
+from models import PrefixModel, random_table
+
+
+def never_called(state, y_prev):
+    raise AssertionError("the model must not be called for invalid arguments")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, pattern",
+    [
+        (dict(beam_size=0), ValueError, "beam_size.*0"),
+        (dict(beam_size=-2), ValueError, "beam_size.*-2"),
+        (dict(max_len=0), ValueError, "max_len.*0"),
+        (dict(length_penalty=-0.5), ValueError, "length_penalty.*-0.5"),
+        (dict(length_penalty=float("nan")), ValueError, "length_penalty.*nan"),
+        (dict(beam_size=2.0), TypeError, "beam_size.*2.0"),
+        (dict(beam_size=True), TypeError, "beam_size.*True"),
+        (dict(max_len=None), TypeError, "max_len.*None"),
+        (dict(eos="0"), TypeError, "eos.*'0'"),
+        (dict(bos=1.5), TypeError, "bos.*1.5"),
+        (dict(eos=-1), ValueError, "eos.*-1"),
+        (dict(length_penalty="1"), TypeError, "length_penalty"),
+    ],
+)
+def test_beam_search_arguments(kwargs, error, pattern):
+    args = dict(bos=0, eos=0, beam_size=2, max_len=3, length_penalty=1.0) | kwargs
+    with pytest.raises(error, match=pattern):
+        beam_search(never_called, np.zeros(1), **args)
+
+
+def test_numpy_integers_are_accepted():
+    model = PrefixModel(random_table(3, 0))
+    out = beam_search(model.step, model.init_state(), np.int64(0), np.int32(0), np.int16(2), np.uint8(2))
+    assert len(out) >= 1
+
+
+def test_greedy_arguments():
+    with pytest.raises(ValueError, match="max_len.*0"):
+        greedy_decode(never_called, None, 0, 0, 0)
+
+
+def test_token_ids_outside_vocabulary():
+    model = PrefixModel(random_table(3, 0))
+    with pytest.raises(ValueError, match=r"eos.*V\) with V=3.*got 3"):
+        beam_search(model.step, model.init_state(), 0, 3, 2, 3)
+    with pytest.raises(ValueError, match=r"bos.*V=3.*got 7"):
+        beam_search(model.step, model.init_state(), 7, 0, 2, 3)
+
+
+def fixed(logits_per_call):
+    calls = iter(logits_per_call)
+
+    def step(state, y_prev):
+        return next(calls), state
+
+    return step
+
+
+@pytest.mark.parametrize(
+    "logits, pattern",
+    [
+        ([np.zeros(3)], r"2-D.*\(3,\)"),
+        ([np.zeros((1, 3, 1))], r"2-D.*\(1, 3, 1\)"),
+        ([np.zeros((2, 3))], r"k=1.*\(2, 3\)"),
+        ([np.array([[0.0, np.nan, 1.0]])], "row 0 contains NaN"),
+        ([np.array([[-np.inf, -np.inf]])], "row 0 has no finite entry"),
+        ([np.array([[np.inf, 0.0]])], r"row 0 contains \+inf"),
+        ([np.zeros((1, 3)), np.zeros((2, 4))], r"V changed.*was 3.*\(2, 4\)"),
+        ([np.zeros((1, 0))], "V >= 1"),
+    ],
+)
+def test_bad_logits(logits, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        beam_search(fixed(logits), np.zeros(1), 0, 0, 3, 3)
+
+
+def test_bad_logits_row_is_named():
+    calls = [np.zeros((1, 3)), np.array([[0.0, 1.0, 2.0], [0.0, np.nan, 1.0]])]
+    with pytest.raises(ValueError, match="row 1 contains NaN"):
+        beam_search(fixed(calls), np.zeros(1), 1, 0, 3, 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, pattern",
+    [
+        (dict(beam_size=0), ValueError, "beam_size.*0"),
+        (dict(max_steps=0), ValueError, "max_steps.*0"),
+        (dict(n_best=0), ValueError, "n_best.*0"),
+        (dict(n_best=3), ValueError, "n_best.*beam_size=2.*3"),
+        (dict(alpha=-1.0), ValueError, "alpha.*-1.0"),
+        (dict(alpha=float("nan")), ValueError, "alpha.*nan"),
+        (dict(temperature=0.0), ValueError, "temperature.*0.0"),
+        (dict(temperature=-1.0), ValueError, "temperature.*-1.0"),
+        (dict(temperature=float("nan")), ValueError, "temperature.*nan"),
+        (dict(top_k=0), ValueError, "top_k.*0"),
+        (dict(no_repeat_ngram_size=-1), ValueError, "no_repeat_ngram_size.*-1"),
+        (dict(eos_token_id=None), TypeError, "eos_token_id.*None"),
+        (dict(eos_token_id=1.0), TypeError, "eos_token_id.*1.0"),
+        (dict(top_k=2.5), TypeError, "top_k.*2.5"),
+        (dict(bos_token_id="a"), TypeError, "bos_token_id.*'a'"),
+        (dict(prompts=[[]]), ValueError, r"prompts\[0\] is empty and bos_token_id is None"),
+        (dict(prompts=[[1], [2, "x"]]), TypeError, r"prompts\[1\]\[1\].*'x'"),
+        (dict(prompts=[[1], [-3]]), ValueError, r"prompts\[1\]\[0\].*-3"),
+        (dict(prompts="abc"), TypeError, "prompts"),
+        (dict(length_penalty="wu"), ValueError, "length_penalty.*'wu'"),
+        (dict(early_stop=None), TypeError, "early_stop.*None"),
+        (dict(logits_processors=[3]), TypeError, r"logits_processors\[0\].*3"),
+    ],
+)
+def test_beam_search_batch_arguments(kwargs, error, pattern):
+    args = dict(prompts=[[1]], eos_token_id=0, max_steps=3, beam_size=2) | kwargs
+    prompts = args.pop("prompts")
+    with pytest.raises(error, match=pattern):
+        beam_search_batch(never_called, np.zeros(1), prompts, **args)
+
+
+def test_batch_token_ids_outside_vocabulary():
+    model = PrefixModel(random_table(3, 0))
+    with pytest.raises(ValueError, match=r"eos_token_id.*V=3.*got 5"):
+        beam_search_batch(model.step, model.init_state(), [[0]], eos_token_id=5, max_steps=2, beam_size=2)
+    with pytest.raises(ValueError, match=r"prompts\[0\]\[1\].*V=3.*got 4"):
+        beam_search_batch(model.step, model.init_state(), [[0, 4]], eos_token_id=0, max_steps=2, beam_size=2)
+
+
+def test_no_inputs_makes_no_call():
+    assert beam_search_batch(never_called, None, [], eos_token_id=0, max_steps=2, beam_size=2) == []
