@@ -154,3 +154,114 @@ def greedy_oracle(table: Callable[[tuple], Sequence[float]], eos: int, max_len: 
         if best == eos:
             break
     return tokens, total
+
+
+class SequenceModel(PrefixModel):
+    """A :class:`PrefixModel` for batched search: ``table`` sees prompt + generated tokens.
+
+    ``init_state(prompts)`` holds each prompt without its last token (the first ``y_prev``).
+    """
+
+    def init_state(self, prompts: Sequence[Sequence[int]]) -> PrefixState:  # type: ignore[override]
+        prefixes = [tuple(p[:-1]) for p in prompts]
+        return PrefixState(object_rows(prefixes), np.array([prefix_check(p) for p in prefixes]))
+
+    def step(self, state: PrefixState, y_prev: Any) -> tuple[Any, PrefixState]:
+        for p, c in zip(state.prefix, state.check):
+            assert prefix_check(p) == c, "state leaves were gathered with different rows"
+        prefixes = [p + (int(t),) for p, t in zip(state.prefix, y_prev)]
+        self.calls.append(prefixes)
+        logits = np.stack([np.asarray(self.table(p), dtype=np.float64) for p in prefixes]).astype(self.dtype)
+        if self.backend == "torch":
+            logits = torch.from_numpy(logits)
+        return logits, PrefixState(object_rows(prefixes), np.array([prefix_check(p) for p in prefixes]))
+
+
+def gnmt(length: int, alpha: float) -> float:
+    return ((5 + length) / 6) ** alpha
+
+
+def processed_logprobs(logits: Sequence[float], sequence: Sequence[int], *, temperature: float = 1.0,
+                       top_k: int | None = None, ngram: int = 0) -> list[float]:
+    """SPEC section 6 processing of one row, as a plain loop: the reference's own."""
+    x = [v / temperature for v in logits]
+    if top_k is not None and top_k < len(x):
+        threshold = sorted(x, reverse=True)[top_k - 1]
+        x = [v if v >= threshold else -math.inf for v in x]
+    if ngram > 0 and len(sequence) >= ngram - 1:
+        tail = tuple(sequence[len(sequence) - (ngram - 1):])
+        for i in range(len(sequence) - ngram + 1):
+            if tuple(sequence[i:i + ngram - 1]) == tail:
+                x[sequence[i + ngram - 1]] = -math.inf
+    if not any(math.isfinite(v) for v in x):
+        return [-math.inf] * len(x)
+    return list(log_softmax(x))
+
+
+def reference_batch(table: Callable[[tuple], Sequence[float]], prompts: Sequence[Sequence[int]], *,
+                    eos: int, max_steps: int, beam: int, n_best: int = 1, alpha: float = 0.6,
+                    ngram: int = 0, temperature: float = 1.0, top_k: int | None = None,
+                    early_stop: bool = True, penalty: Callable[[int, float], float] = gnmt,
+                    ) -> list[list[tuple[tuple, float, float, bool]]]:
+    """SPEC section 6, one input at a time, one hypothesis at a time: the test oracle.
+
+    Returns per input ``(tokens, logprob, score, finished)`` best first.
+    """
+    results = []
+    for prompt in prompts:
+        live: list[tuple[tuple, float]] = [((), 0.0)]
+        finished: list[tuple[tuple, float]] = []
+        for _ in range(max_steps):
+            grow = []
+            for r, (tokens, lp) in enumerate(live):
+                row = processed_logprobs(table(tuple(prompt) + tokens), tuple(prompt) + tokens,
+                                         temperature=temperature, top_k=top_k, ngram=ngram)
+                for v, logp in enumerate(row):
+                    if not math.isfinite(logp):
+                        continue
+                    if v == eos:
+                        finished.append((tokens + (v,), lp + logp))
+                    else:
+                        grow.append((lp + logp, r, v))
+            grow.sort(key=lambda c: (-c[0], c[1], c[2]))
+            live = [(live[r][0] + (v,), s) for s, r, v in grow[:beam]]
+            if not live:
+                break
+            if early_stop and len(finished) >= n_best:
+                nth = sorted((lp / penalty(len(t), alpha) for t, lp in finished), reverse=True)[n_best - 1]
+                if max(lp for _, lp in live) / penalty(max_steps, alpha) <= nth:
+                    live = []
+                    break
+        done = [(t, lp, lp / penalty(len(t), alpha), True) for t, lp in finished]
+        done.sort(key=lambda h: -h[2])
+        rest = [(t, lp, lp / penalty(len(t), alpha), False) for t, lp in live]
+        rest.sort(key=lambda h: -h[2])
+        results.append((done + rest)[:n_best] if len(done) < n_best else done[:n_best])
+    return results
+
+
+def brute_force_batch(table: Callable[[tuple], Sequence[float]], prompt: Sequence[int], vocab: int, *,
+                      eos: int, max_steps: int, alpha: float, ngram: int = 0, temperature: float = 1.0,
+                      top_k: int | None = None, penalty: Callable[[int, float], float] = gnmt,
+                      ) -> list[tuple[tuple, float, float]]:
+    """Every finished output of at most ``max_steps`` tokens under the processed distribution.
+
+    Returns ``(tokens, logprob, score)`` best first (finite logprob only).
+    """
+    out = []
+
+    def walk(tokens: tuple, lp: float) -> None:
+        seq = tuple(prompt) + tokens
+        row = processed_logprobs(table(seq), seq, temperature=temperature, top_k=top_k, ngram=ngram)
+        for v in range(vocab):
+            if not math.isfinite(row[v]):
+                continue
+            if v == eos:
+                t = tokens + (v,)
+                out.append((t, lp + row[v], (lp + row[v]) / penalty(len(t), alpha)))
+            elif len(tokens) + 1 < max_steps:
+                walk(tokens + (v,), lp + row[v])
+
+    walk((), 0.0)
+    out.sort(key=lambda h: -h[2])
+    return out
