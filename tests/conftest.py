@@ -3,9 +3,16 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 # CI runs the same examples every time; locally, hypothesis explores new ones.
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# Under mutation testing (mutmut sets MUTANT_UNDER_TEST): fewer fixed examples and no shrinking,
+# so a killed mutant is reported in seconds.
+settings.register_profile("mutation", derandomize=True, deadline=None, max_examples=15,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+if os.environ.get("MUTANT_UNDER_TEST"):
+    settings.load_profile("mutation")

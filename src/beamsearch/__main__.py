@@ -1,0 +1,5 @@
+import sys
+
+from beamsearch.cli import main
+
+sys.exit(main())

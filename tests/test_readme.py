@@ -1,0 +1,20 @@
+"""Every python example in README.md runs and its assertions hold."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_has_examples():
+    assert len(BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_example_runs(index):
+    exec(compile(BLOCKS[index], f"README.md[{index}]", "exec"), {})
