@@ -16,3 +16,9 @@ settings.register_profile("mutation", derandomize=True, deadline=None, max_examp
                           phases=[Phase.explicit, Phase.reuse, Phase.generate])
 if os.environ.get("MUTANT_UNDER_TEST"):
     settings.load_profile("mutation")
+    try:  # mutmut forks per mutant; torch's thread pool must not be running in the parent
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass

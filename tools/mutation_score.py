@@ -7,12 +7,15 @@ mutants that time out are counted as killed (the suite did not pass), as mutmut 
 from __future__ import annotations
 
 import collections
+import os
 import subprocess
 import sys
 
 
 def main() -> int:
-    subprocess.run(["mutmut", "run", "--max-children", "2"], check=False,
+    # mutmut forks one child per mutant: torch's thread pool does not survive a fork, so one thread
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    subprocess.run(["mutmut", "run", "--max-children", "2"], check=False, env=env,
                    stdout=subprocess.DEVNULL)
     out = subprocess.run(["mutmut", "results", "--all", "true"], capture_output=True, text=True).stdout
     status = collections.Counter(line.rsplit(":", 1)[1].strip() for line in out.splitlines() if ":" in line)

@@ -1,0 +1,98 @@
+"""The search's own time per step against the floor of one log_softmax and one top-k.
+
+A null model returns precomputed random logits (a slice, no work), so the time spent outside the
+step function is the search's own: processing, log_softmax, ranking, bookkeeping, state reorder.
+Beside each row, the floor measured in the same run on the same machine: a plain log_softmax of
+the [N*beam, V] logits followed by one top-k over [N, beam*V] in the same library.
+
+    python benchmarks/bench_search.py                 # the full grid (a few minutes)
+    python benchmarks/bench_search.py --quick         # a small grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import time
+
+import numpy as np
+
+from beamsearch import beam_search_batch
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+class NullModel:
+    """``step`` returns the first k rows of a fixed random [rows, V] array; times itself."""
+
+    def __init__(self, rows: int, vocab: int, backend: str, seed: int = 0) -> None:
+        logits = np.random.default_rng(seed).normal(size=(rows, vocab)).astype(np.float32) * 3
+        self.logits = torch.from_numpy(logits) if backend == "torch" else logits
+        self.inside = 0.0
+
+    def step(self, state, y_prev):
+        t0 = time.perf_counter()
+        out = self.logits[: len(y_prev)]
+        self.inside += time.perf_counter() - t0
+        return out, state
+
+
+def floor_per_step(x, n: int, beam: int, backend: str, reps: int) -> float:
+    """Seconds for log_softmax([N*beam, V]) then one top-k over [N, beam*V]."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        if backend == "torch":
+            lp = torch.log_softmax(x, dim=1)
+            torch.topk(lp.reshape(n, -1), beam, dim=1)
+        else:
+            m = x.max(axis=1, keepdims=True)
+            lp = x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+            np.argpartition(-lp.reshape(n, -1), beam - 1, axis=1)[:, :beam]
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def search_per_step(n: int, beam: int, vocab: int, backend: str, ngram: int, steps: int, reps: int) -> float:
+    best = float("inf")
+    prompts = [[1, 2, 3, 4]] * n
+    for _ in range(reps):
+        model = NullModel(n * beam, vocab, backend)
+        t0 = time.perf_counter()
+        beam_search_batch(model.step, None, prompts, eos_token_id=0, max_steps=steps, beam_size=beam,
+                          no_repeat_ngram_size=ngram, early_stop=False)
+        total = time.perf_counter() - t0 - model.inside
+        best = min(best, total / steps)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small grid, for a smoke run")
+    parser.add_argument("--steps", type=int, default=64)
+    args = parser.parse_args()
+    backends = ["numpy"] + (["torch"] if torch is not None else [])
+    ns, beams, vocabs = ([1, 8], [1, 4], [1000]) if args.quick else ([1, 8, 64], [1, 4, 8], [1000, 32000])
+    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
+          f"numpy {np.__version__}" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
+                                        if torch is not None else ""))
+    print(f"T = {args.steps} steps, times per step in ms (best of repeats)")
+    print(f"{'backend':<7} {'N':>3} {'beam':>4} {'V':>6} {'search':>9} {'floor':>9} {'ratio':>6} "
+          f"{'+3gram':>9} {'3gram cost':>10}")
+    for backend, vocab, n, beam in itertools.product(backends, vocabs, ns, beams):
+        rows = n * beam
+        x = NullModel(rows, vocab, backend).logits
+        reps = 3 if rows * vocab <= 4_000_000 else 2
+        floor = floor_per_step(x, n, beam, backend, reps=10)
+        plain = search_per_step(n, beam, vocab, backend, 0, args.steps, reps)
+        blocked = search_per_step(n, beam, vocab, backend, 3, args.steps, reps)
+        print(f"{backend:<7} {n:>3} {beam:>4} {vocab:>6} {plain * 1e3:>9.3f} {floor * 1e3:>9.3f} "
+              f"{plain / floor:>6.2f} {blocked * 1e3:>9.3f} {blocked / plain - 1:>+9.0%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
