@@ -321,3 +321,23 @@ def test_ngram_blocker_equals_a_plain_loop(sequences, n):
             if tuple(s[j:j + n - 1]) == tail:
                 expected.add((i, s[j + n - 1]))
     assert got == expected
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + (["torch"] if torch is not None else []))
+def test_fixed_cases_equal_the_plain_reference(backend):
+    """30 fixed tie-heavy cases per backend (the property tests explore more, randomly)."""
+    rng = np.random.default_rng(5)
+    for case in range(30):
+        vocab = int(rng.integers(2, 6))
+        table = random_table(vocab, case, levels=int(rng.integers(1, 3)), eos=0, eos_shift=0.5)
+        prompts = [[int(t) for t in rng.integers(0, vocab, size=rng.integers(1, 4))] for _ in range(3)]
+        beam = int(rng.integers(1, 4))
+        kw = dict(max_steps=int(rng.integers(1, 5)), n_best=int(rng.integers(1, beam + 1)),
+                  alpha=float(rng.choice([0.0, 0.6])), temperature=float(rng.choice([1.0, 0.5])))
+        ngram, top_k = int(rng.choice([0, 2, 3])), [None, 1, 2][case % 3]
+        out, _ = _search(table, prompts, backend, eos_token_id=0, beam_size=beam, no_repeat_ngram_size=ngram,
+                         top_k=top_k, **kw)
+        ref = reference_batch(table, prompts, eos=0, beam=beam, ngram=ngram, top_k=top_k, **kw)
+        assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref], case
+        for hyps, r in zip(out, ref):
+            assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)
