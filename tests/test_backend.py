@@ -70,14 +70,22 @@ def test_log_softmax_and_masks(name):
     be = backend_of(as_backend(x, name))
     out = to_np(be.log_softmax(as_backend(x, name)))
     np.testing.assert_allclose(out[0, :2], [-np.log1p(np.e), 1 - np.log1p(np.e)], atol=1e-12)
-    assert out[0, 2] == -np.inf and (out[1] == -np.inf).all()
+    assert out[0, 2] == -np.inf and np.isnan(out[1]).all()  # a row with no finite entry: NaN
     np.testing.assert_allclose(out[2], [-np.log(3)] * 3, atol=1e-12)
+    for bad in ([np.nan, 0.0, 1.0], [0.0, np.inf, 1.0]):
+        assert np.isnan(to_np(be.log_softmax(as_backend(np.array([bad]), name)))).all()
+    y = as_backend(x, name)
+    same = be.log_softmax(y, inplace=True)
+    assert same is y and np.array_equal(to_np(y), out, equal_nan=True)
+    z = as_backend(np.zeros((2, 3)), name)
+    be.add_rows_(z, np.array([1.5, -2.0]))
+    assert to_np(z).tolist() == [[1.5] * 3, [-2.0] * 3]
+    assert be.column(as_backend(x, name), 1).tolist() == [1.0, -np.inf, 2.0]
     y = as_backend(x, name)
     be.set_neg_inf(y, np.array([0, 2]), np.array([1, 0]))
     assert to_np(y)[0, 1] == -np.inf and to_np(y)[2, 0] == -np.inf and to_np(y)[2, 1] == 2.0
     full = to_np(be.full((2, 3), -np.inf, like=as_backend(x, name)))
     assert full.shape == (2, 3) and (full == -np.inf).all()
-    assert to_np(be.row_max(as_backend(x, name))).tolist() == [1.0, -np.inf, 2.0]
     back = be.from_numpy(np.array([1.5, 2.5]), like=as_backend(x.astype(np.float32), name))
     assert to_np(back).dtype == np.float32 and to_np(back).tolist() == [1.5, 2.5]
     ints = be.from_numpy(np.array([3, 4]), like=as_backend(x.astype(np.float32), name))

@@ -132,3 +132,20 @@ def test_batch_token_ids_outside_vocabulary():
 
 def test_no_inputs_makes_no_call():
     assert beam_search_batch(never_called, None, [], eos_token_id=0, max_steps=2, beam_size=2) == []
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_processor_faults_are_named_and_emptied_rows_are_not():
+    model = PrefixModel(random_table(3, 0))
+
+    def nan_row_1(logits, ctx):
+        logits[ctx.row_input == 1, 0] = np.nan
+        return logits
+
+    with pytest.raises(ValueError, match=r"row 1 contains NaN after logits_processors"):
+        beam_search_batch(model.step, model.init_state(2), [[0], [0]], eos_token_id=0, max_steps=2,
+                          beam_size=2, logits_processors=[nan_row_1])
+    huge = PrefixModel(lambda prefix: np.array([1e308, 0.0, 0.0]))
+    with pytest.raises(ValueError, match=r"row 0 contains \+inf after logits_processors"):
+        beam_search_batch(huge.step, huge.init_state(1), [[0]], eos_token_id=0, max_steps=2, beam_size=2,
+                          temperature=0.5)

@@ -31,19 +31,24 @@ class NumpyBackend:
     def copy(self, x: np.ndarray) -> np.ndarray:
         return x.copy()
 
-    def row_max(self, x: np.ndarray) -> np.ndarray:
-        """``[k, V] -> [k]`` maximum per row, NaN propagating, as numpy."""
-        return np.max(x, axis=1)
+    def log_softmax(self, x: np.ndarray, inplace: bool = False) -> np.ndarray:
+        """``[k, V] -> [k, V]`` (into ``x`` itself when ``inplace``).
 
-    def log_softmax(self, x: np.ndarray) -> np.ndarray:
-        """``[k, V] -> [k, V]``; a row with no finite entry becomes all -inf (not NaN)."""
-        m = np.max(x, axis=1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            shifted = x - m
-            lse = np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
-            out = shifted - lse
-        return np.where(np.isnan(out), NEG_INF, out)
+        A row with NaN, +inf, or no finite entry comes out all NaN: the caller checks column 0.
+        """
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            m = np.max(x, axis=1, keepdims=True)  # NaN propagates
+            out = np.subtract(x, m, out=x if inplace else None)
+            out -= np.log(np.sum(np.exp(out), axis=1, keepdims=True))
+        return out
+
+    def add_rows_(self, x: np.ndarray, offset: np.ndarray) -> None:
+        """In place: ``x[i, :] += offset[i]`` (``offset`` float64 ``[k]`` on the host)."""
+        x += offset.astype(x.dtype, copy=False)[:, None]
+
+    def column(self, x: np.ndarray, j: int) -> np.ndarray:
+        """float64 ``[k]`` on the host: ``x[:, j]``."""
+        return x[:, j].astype(np.float64)
 
     def kth_largest(self, x: np.ndarray, k: int) -> np.ndarray:
         """``[k_rows, V] -> [k_rows, 1]``: the k-th value of each row sorted descending."""
@@ -75,14 +80,13 @@ class NumpyBackend:
         if m >= width:
             idx = np.argsort(-x, axis=1, kind="stable")
             return idx, np.take_along_axis(x, idx, axis=1)
-        neg = -x
-        part = np.argpartition(neg, (m - 1, m), axis=1)
-        idx = part[:, :m]
-        edge = np.take_along_axis(x, part[:, m - 1 : m + 1], axis=1)  # --> [G, 2]
-        tied = edge[:, 0] == edge[:, 1]
+        part = np.argpartition(x, (width - m - 1, width - m), axis=1)  # ascending
+        idx = part[:, width - m :]  # the m largest, unordered
+        edge = np.take_along_axis(x, part[:, width - m - 1 : width - m + 1], axis=1)  # --> [G, 2]
+        tied = edge[:, 0] == edge[:, 1]  # the m-th and (m+1)-th largest are equal
         if tied.any():
             idx = idx.copy()
-            idx[tied] = _take_with_lowest_ties(x[tied], edge[tied, 0], m)
+            idx[tied] = _take_with_lowest_ties(x[tied], edge[tied, 1], m)
         return _order_by_value_then_index(x, idx)
 
     def to_numpy(self, x: np.ndarray) -> np.ndarray:
@@ -129,15 +133,14 @@ class TorchBackend:
     def copy(self, x: Any) -> Any:
         return x.clone()
 
-    def row_max(self, x: Any) -> np.ndarray:
-        return x.max(dim=1).values.cpu().numpy()
+    def log_softmax(self, x: Any, inplace: bool = False) -> Any:
+        return self.torch.log_softmax(x, dim=1, out=x) if inplace else self.torch.log_softmax(x, dim=1)
 
-    def log_softmax(self, x: Any) -> Any:
-        out = self.torch.log_softmax(x, dim=1)
-        dead = self.torch.isnan(out[:, 0])  # a row with no finite entry is NaN everywhere
-        if bool(dead.any()):
-            out[dead] = NEG_INF
-        return out
+    def add_rows_(self, x: Any, offset: np.ndarray) -> None:
+        x += self.torch.as_tensor(offset, device=x.device).to(x.dtype)[:, None]
+
+    def column(self, x: Any, j: int) -> np.ndarray:
+        return x[:, j].cpu().numpy().astype(np.float64)
 
     def kth_largest(self, x: Any, k: int) -> Any:
         return self.torch.topk(x, k, dim=1).values[:, k - 1 : k]

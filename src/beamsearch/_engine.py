@@ -11,7 +11,7 @@ no Python loop runs over rows or tokens until the result is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -97,7 +97,6 @@ class Outcome:
     finished: Rows
     live: Rows
     prompt_width: int
-    calls: list[int] = field(default_factory=list)
 
 
 def _check_logits(logits: Any, k: int, vocab: int | None) -> tuple[Backend, Any]:
@@ -113,15 +112,38 @@ def _check_logits(logits: Any, k: int, vocab: int | None) -> tuple[Backend, Any]
         raise ValueError(f"logits V changed between calls: was {vocab}, got shape {shape}")
     if shape[1] == 0:
         raise ValueError(f"logits must have V >= 1 columns; got shape {shape}")
-    row_max = backend.row_max(x)
-    bad = ~np.isfinite(row_max) | (row_max == np.inf)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        value = row_max[row]
-        what = "contains NaN" if np.isnan(value) else (
-            "contains +inf" if value > 0 else "has no finite entry")
-        raise ValueError(f"logits row {row} {what} (logits shape {shape})")
     return backend, x
+
+
+def _bad_rows(backend: Backend, logp: Any, raw: Any, processors: Sequence[LogitsProcessor],
+              ctx: StepContext | None) -> None:
+    """Handle rows whose log-softmax came out NaN (column 0 tells).
+
+    A row the model returned with NaN, +inf or no finite entry raises; so does a row that a
+    processor made NaN or +inf. A row that processing left with no finite entry has no extension
+    (all -inf). Processors are row-wise, so a flagged row is re-processed alone to tell which.
+    """
+    rows = np.flatnonzero(np.isnan(backend.column(logp, 0)))
+    if rows.size == 0:
+        return
+    shape = tuple(raw.shape)
+    for row in rows.tolist():
+        values = backend.to_numpy(backend.compute(raw[row : row + 1]))
+        where = ""
+        if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
+            x = backend.copy(backend.compute(raw[row : row + 1]))
+            assert ctx is not None and processors, "a valid row cannot give NaN without processing"
+            one = StepContext(ctx.step, ctx.history[row : row + 1], ctx.row_input[row : row + 1], backend)
+            for processor in processors:
+                x = processor(x, one)
+            values, where = backend.to_numpy(x), " after logits_processors"
+        if np.isnan(values).any():
+            raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
+        if (values == np.inf).any():
+            raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
+        if not where:
+            raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
+    logp[backend.from_numpy(rows, like=logp)] = NEG_INF
 
 
 def _group(backend: Backend, cand: Any, row_input: np.ndarray) -> tuple[Any, np.ndarray]:
@@ -205,30 +227,33 @@ def run(
     device = find_torch_device(init_state)
     y_prev: Any = _as_index(first_tokens, device)
     state, vocab, backend = init_state, None, None
-    outcome_calls: list[int] = []
     for step in range(1, max_steps + 1):
         k = live.input.shape[0]
-        outcome_calls.append(k)
         logits, new_state = step_fn(state, y_prev)
         backend, x = _check_logits(logits, k, vocab)
         if vocab is None:
             vocab = int(x.shape[1])
             _check_token_ids(token_ids or {}, prompts, vocab)
+        ctx = None
         if processors:
             x = backend.copy(x) if x is logits else x  # processors may write in place
             ctx = StepContext(step, live.hist, live.input, backend)
             for processor in processors:
                 x = processor(x, ctx)
-        logp = backend.log_softmax(x)  # --> [k, V]
-        cand = logp + backend.from_numpy(live.logprob, like=logp)[:, None]  # --> [k, V]
+        # log_softmax into a buffer the search owns (the processed copy, or a new one)
+        cand = backend.log_softmax(x, inplace=x is not logits)  # --> [k, V]
+        _bad_rows(backend, cand, logits, processors, ctx)
+        if live.logprob.any():
+            backend.add_rows_(cand, live.logprob)  # --> [k, V]: logprob + log-probability
         eos_logprob = None
         if not rule.eos_competes:
-            eos_logprob = backend.to_numpy(cand[:, rule.eos]).astype(np.float64)  # --> [k]
+            eos_logprob = backend.column(cand, rule.eos)  # --> [k]
             cand[:, rule.eos] = NEG_INF
         chosen = _rank(backend, cand, live.input, rule.width())
-        step_lp = _gather(backend, logp, chosen.parent, chosen.token) if token_logprobs else None
+        # per-token log-probabilities (when asked): the step's increase of each row's logprob
+        step_lp = chosen.logprob - live.logprob[chosen.parent] if token_logprobs else None
         new = _extend(live, chosen, step_lp)
-        done = _finished_rows(backend, rule, live, new, chosen, eos_logprob, logp, token_logprobs)
+        done = _finished_rows(rule, live, new, chosen, eos_logprob, token_logprobs)
         if done is not None:
             finished.append(done)
             rule.n_finished += np.bincount(done.input, minlength=rule.n_finished.shape[0])
@@ -247,12 +272,11 @@ def run(
             new_state = select_state(new_state, _as_index(parent, device))
         state = new_state
         y_prev = _as_index(new.hist[:, -1], device)
-    return Outcome(_concat_rows(finished, prompt_width, token_logprobs), live, prompt_width,
-                   outcome_calls)
+    return Outcome(_concat_rows(finished, prompt_width, token_logprobs), live, prompt_width)
 
 
-def _finished_rows(backend: Backend, rule: Rule, live: Rows, new: Rows, chosen: Candidates,
-                   eos_logprob: np.ndarray | None, logp: Any, token_logprobs: bool) -> Rows | None:
+def _finished_rows(rule: Rule, live: Rows, new: Rows, chosen: Candidates,
+                   eos_logprob: np.ndarray | None, token_logprobs: bool) -> Rows | None:
     """The hypotheses that end with eos at this step, in production order."""
     if rule.eos_competes:
         is_eos = chosen.token == rule.eos
@@ -262,14 +286,8 @@ def _finished_rows(backend: Backend, rule: Rule, live: Rows, new: Rows, chosen: 
     if rows.size == 0:
         return None
     tokens = np.full(rows.shape[0], rule.eos, dtype=np.int64)
-    step_lp = _gather(backend, logp, rows, tokens) if token_logprobs else None
+    step_lp = eos_logprob[rows] - live.logprob[rows] if token_logprobs else None
     return _extend(live, Candidates(rows, tokens, eos_logprob[rows]), step_lp)
-
-
-def _gather(backend: Backend, logp: Any, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """float64 ``[j]``: ``logp[rows[i], tokens[i]]``."""
-    flat = backend.from_numpy(rows * logp.shape[1] + tokens, like=logp)
-    return backend.to_numpy(logp.reshape(-1)[flat]).astype(np.float64)
 
 
 def _concat_rows(parts: list[Rows], prompt_width: int, token_logprobs: bool) -> Rows:

@@ -5,7 +5,8 @@
 ``logits_processors``, then log_softmax. A processor is any callable
 ``processor(logits, ctx) -> logits`` where ``logits`` is a ``[k, V]`` float array (numpy, or a
 torch tensor on its device) that the search owns and the processor may change in place, and
-``ctx`` is a :class:`StepContext`. To mask a token, set its logit to ``-inf``.
+``ctx`` is a :class:`StepContext`. To mask a token, set its logit to ``-inf``. Processors work row
+by row: a row's output depends only on that row and its ``ctx`` entries, never on other rows.
 
 A processor that reads ``ctx.history`` must say so with a class attribute ``needs_history = True``;
 otherwise the search does not keep the prompt tokens in the history, and ``ctx.history`` holds only
