@@ -80,9 +80,10 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
           f"numpy {np.__version__}" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
                                         if torch is not None else ""))
-    print(f"T = {args.steps} steps, times per step in ms (best of repeats)")
+    print(f"T = {args.steps} steps, times per step in ms (best of repeats); ns/elem = search time per "
+          "step / (N * beam * V), flat when time grows linearly in N * beam * V")
     print(f"{'backend':<7} {'N':>3} {'beam':>4} {'V':>6} {'search':>9} {'floor':>9} {'ratio':>6} "
-          f"{'+3gram':>9} {'3gram cost':>10}")
+          f"{'+3gram':>9} {'3gram cost':>10} {'ns/elem':>8}")
     for backend, vocab, n, beam in itertools.product(backends, vocabs, ns, beams):
         rows = n * beam
         x = NullModel(rows, vocab, backend).logits
@@ -91,7 +92,8 @@ def main() -> None:
         plain = search_per_step(n, beam, vocab, backend, 0, args.steps, reps)
         blocked = search_per_step(n, beam, vocab, backend, 3, args.steps, reps)
         print(f"{backend:<7} {n:>3} {beam:>4} {vocab:>6} {plain * 1e3:>9.3f} {floor * 1e3:>9.3f} "
-              f"{plain / floor:>6.2f} {blocked * 1e3:>9.3f} {blocked / plain - 1:>+9.0%}", flush=True)
+              f"{plain / floor:>6.2f} {blocked * 1e3:>9.3f} {blocked / plain - 1:>+10.0%} "
+              f"{plain / (rows * vocab) * 1e9:>8.3f}", flush=True)
 
 
 if __name__ == "__main__":

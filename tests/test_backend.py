@@ -68,7 +68,9 @@ def test_processors_equal_plain_loops(name):
 def test_log_softmax_and_masks(name):
     x = np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf], [2.0, 2.0, 2.0]])
     be = backend_of(as_backend(x, name))
-    out = to_np(be.log_softmax(as_backend(x, name)))
+    xb = as_backend(x, name)
+    out = to_np(be.log_softmax(xb))
+    assert np.array_equal(to_np(xb), x)  # not in place unless asked
     np.testing.assert_allclose(out[0, :2], [-np.log1p(np.e), 1 - np.log1p(np.e)], atol=1e-12)
     assert out[0, 2] == -np.inf and np.isnan(out[1]).all()  # a row with no finite entry: NaN
     np.testing.assert_allclose(out[2], [-np.log(3)] * 3, atol=1e-12)

@@ -10,6 +10,11 @@ import pytest
 from beamsearch import Hypothesis, beam_search, greedy_decode
 from models import PrefixModel, brute_force, dict_table, greedy_oracle, path_logprob, random_table
 
+try:
+    import torch
+except ImportError:
+    torch = None
+
 EOS, A, B = 0, 1, 2
 # Seed 000 section 3: next-token probabilities after each prefix (eos, a, b).
 HAND = {(): [0.1, 0.5, 0.4], (A,): [0.2, 0.1, 0.7], (B,): [0.9, 0.05, 0.05]}
@@ -235,3 +240,27 @@ def test_state_follows_parents_in_a_real_search():
         assert h.logprob == pytest.approx(path_logprob(table, h.tokens), abs=1e-9)
         for t in range(len(h.tokens) - 1):
             assert tuple(h.tokens[: t + 1]) in model.calls[t + 1]
+
+
+def test_default_length_penalty_is_one():
+    table = random_table(4, 3, eos=0, eos_shift=1.0)
+    run = lambda *alpha: beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, 3, 5, *alpha)
+    default, one, two = run(), run(1.0), run(2.0)
+    assert [(h.tokens, h.score) for h in default] == [(h.tokens, h.score) for h in one]
+    assert [h.score for h in default] != [h.score for h in two]
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + (["torch"] if torch is not None else []))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_models_logits_are_never_written(backend, dtype):
+    """The search owns its buffers: a model may return the same logits array every step."""
+    from beamsearch import beam_search_batch
+
+    base = np.random.default_rng(0).normal(size=(6, 5)).astype(dtype)
+    fixed = torch.from_numpy(base.copy()) if backend == "torch" else base.copy()
+    step = lambda state, y: (fixed[: len(y)], state)
+    beam_search(step, None, 0, 0, 3, 4)
+    beam_search_batch(step, None, [[1], [2]], eos_token_id=0, max_steps=4, beam_size=3,
+                      no_repeat_ngram_size=2, top_k=3)
+    beam_search_batch(step, None, [[1], [2]], eos_token_id=0, max_steps=4, beam_size=3)
+    assert np.array_equal(np.asarray(fixed), base)
