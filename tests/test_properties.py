@@ -98,3 +98,22 @@ def test_numpy_and_torch_agree_including_ties(search, dtype):
     tol = 1e-9 if dtype == np.float64 else 1e-5
     assert [h.logprob for h in a] == pytest.approx([h.logprob for h in b], abs=tol)
     assert [h.finished for h in a] == [h.finished for h in b]
+
+
+@settings(max_examples=40, deadline=None)
+@given(models, st.integers(1, 4), st.integers(1, 5), st.sampled_from([0.0, 1.0]), st.integers(1, 5))
+def test_beam_search_each_equals_each_input_alone(model_spec, beam, max_len, alpha, n):
+    from beamsearch import beam_search_each
+    from models import SequenceModel
+
+    _, table = model_spec
+    prompts = [[i, 0] for i in range(n)]  # the input id, then bos: each input its own model
+    model = SequenceModel(table)
+    together = beam_search_each(model.step, model.init_state(prompts), n, 0, 0, beam, max_len, alpha)
+    assert len(together) == n
+    for prompt, hyps in zip(prompts, together):
+        alone_model = SequenceModel(table)
+        alone = beam_search(alone_model.step, alone_model.init_state([prompt]), 0, 0, beam, max_len, alpha)
+        assert [(h.tokens, h.finished) for h in hyps] == [(h.tokens, h.finished) for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-12)
+    assert all(len(call) <= beam * n for call in model.calls)

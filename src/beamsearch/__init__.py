@@ -6,7 +6,7 @@
 from beamsearch._hypothesis import Hypothesis
 from beamsearch._penalties import length_power, length_wu
 from beamsearch._results import BatchArrays, BatchResults, TokenLogprobHypothesis
-from beamsearch._search import beam_search, beam_search_batch, greedy_decode
+from beamsearch._search import beam_search, beam_search_batch, beam_search_each, greedy_decode
 from beamsearch._state import select_state
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "TokenLogprobHypothesis",
     "beam_search",
     "beam_search_batch",
+    "beam_search_each",
     "greedy_decode",
     "length_power",
     "length_wu",

@@ -75,8 +75,8 @@ class Rule:
         self.eos = eos
         self.n_finished = np.zeros(n_inputs, dtype=np.int64)
 
-    def width(self) -> int:
-        """How many candidates each input keeps this step (``m`` of the top-m)."""
+    def width(self) -> np.ndarray:
+        """int64 ``[N]``: how many candidates each input keeps this step."""
         raise NotImplementedError
 
     def stopped(self, live: Rows, step: int, finished: Rows | None) -> np.ndarray:
@@ -166,15 +166,16 @@ def _group(backend: Backend, cand: Any, row_input: np.ndarray) -> tuple[Any, np.
     return padded.reshape(start.shape[0], width * vocab), start  # --> [G, r*V]
 
 
-def _rank(backend: Backend, cand: Any, row_input: np.ndarray, m: int) -> Candidates:
-    """Keep each input's ``m`` best finite candidates, ties to the lower flat index."""
+def _rank(backend: Backend, cand: Any, row_input: np.ndarray, width: np.ndarray) -> Candidates:
+    """Keep input i's ``width[i]`` best finite candidates, ties to the lower flat index."""
     vocab = cand.shape[1]
     grouped, start = _group(backend, cand, row_input)
-    m = min(m, grouped.shape[1])
+    keep = width[row_input[start]]  # --> [G], per live input
+    m = min(int(keep.max()), grouped.shape[1])
     idx, val = backend.topk_stable(grouped, m)  # --> [G, m] each
     idx = backend.to_numpy(idx)
     val = backend.to_numpy(val).astype(np.float64)
-    g, rank = np.nonzero(np.isfinite(val))
+    g, rank = np.nonzero(np.isfinite(val) & (np.arange(m) < keep[:, None]))
     flat = idx[g, rank]
     return Candidates(start[g] + flat // vocab, flat % vocab, val[g, rank])
 

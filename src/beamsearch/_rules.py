@@ -15,12 +15,14 @@ from beamsearch._penalties import LengthPenalty
 
 
 class SingleRule(Rule):
-    """Rank all ``k*V`` candidates; keep ``beam_size - finished so far``; eos finishes a slot."""
+    """Per input, rank all its ``k*V`` candidates; keep ``beam_size - finished so far``; a kept
+    eos finishes and keeps its slot. Inputs are independent: N inputs at once give what each
+    gives alone."""
 
     eos_competes = True
 
-    def width(self) -> int:
-        return self.beam_size - int(self.n_finished[0])
+    def width(self) -> np.ndarray:
+        return self.beam_size - self.n_finished
 
 
 class BatchRule(Rule):
@@ -41,8 +43,8 @@ class BatchRule(Rule):
         self.bound_divisor = float(penalty(np.asarray(max_steps), alpha))
         self.top = np.full((n_inputs, n_best), -np.inf)  # --> [N, n_best]
 
-    def width(self) -> int:
-        return self.beam_size
+    def width(self) -> np.ndarray:
+        return np.full(self.n_finished.shape[0], self.beam_size)
 
     def stopped(self, live: Rows, step: int, finished: Rows | None) -> np.ndarray:
         """An input stops when it has n_best finished and ``s / lp(max_steps)`` cannot beat them."""

@@ -18,7 +18,7 @@ from beamsearch._results import BatchResults, TokenLogprobHypothesis
 from beamsearch._rules import BatchRule, SingleRule
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
-__all__ = ["beam_search", "beam_search_batch", "greedy_decode"]
+__all__ = ["beam_search", "beam_search_batch", "beam_search_each", "greedy_decode"]
 
 
 def beam_search(
@@ -51,18 +51,45 @@ def beam_search(
         Every finished hypothesis and the rows live at ``max_len`` (unfinished), sorted by score,
         highest first (stable: ties keep production order, finished before unfinished).
     """
+    return beam_search_each(step_fn, init_state, 1, bos, eos, beam_size, max_len, length_penalty)[0]
+
+
+def beam_search_each(
+    step_fn: StepFn,
+    init_state: Any,
+    n_inputs: int,
+    bos: int,
+    eos: int,
+    beam_size: int,
+    max_len: int,
+    length_penalty: float = 1.0,
+) -> list[list[Hypothesis]]:
+    """:func:`beam_search` for ``n_inputs`` inputs at once: one model call per step for the live
+    rows of every input (input 0's rows first). Result i equals ``beam_search`` on input i alone.
+
+    Args:
+        init_state: one row per input (axis 0 of every array leaf).
+        n_inputs: N >= 0; the first call passes N rows, each with ``y_prev = bos``.
+        step_fn, bos, eos, beam_size, max_len, length_penalty: as for :func:`beam_search`.
+
+    Returns:
+        Per input, its hypotheses sorted by score as :func:`beam_search` returns them.
+    """
+    n = check.at_least("n_inputs", n_inputs, 0)
     bos = check.token("bos", bos)
     eos = check.token("eos", eos)
     beam_size = check.at_least("beam_size", beam_size, 1)
     max_len = check.at_least("max_len", max_len, 1)
     alpha = check.real("length_penalty", length_penalty)
-    rule = SingleRule(beam_size, eos, n_inputs=1)
-    outcome = run(step_fn, init_state, np.array([bos]), rule, max_len,
-                  token_ids={"bos": bos, "eos": eos})
+    if n == 0:
+        return []
+    rule = SingleRule(beam_size, eos, n_inputs=n)
+    outcome = run(step_fn, init_state, np.full(n, bos), rule, max_len, token_ids={"bos": bos, "eos": eos})
     fin, fin_scores = _hypotheses(outcome.finished, 0, True, length_power, alpha)
     live, live_scores = _hypotheses(outcome.live, 0, False, length_power, alpha)
     hyps, scores = fin + live, np.concatenate([fin_scores, live_scores])
-    return _best_of(hyps, scores, np.ones(len(hyps), dtype=bool), len(hyps))
+    owner = np.concatenate([outcome.finished.input, outcome.live.input])
+    return [_best_of(hyps, scores, owner == i, len(hyps)) for i in range(n)]
 
 
 def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int) -> Hypothesis:
