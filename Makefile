@@ -3,7 +3,7 @@ PY ?= python3
 .PHONY: install test demo mutation bench
 
 install:
-	$(PY) -m pip install -q -e '.[test,torch]'
+	$(PY) -m pip install -q -e '.[test,zoo]'
 
 test: install
 	$(PY) -m pytest -q tests
@@ -12,7 +12,7 @@ demo:
 	$(PY) -m pip install -q -e . && beamsearch demo
 
 mutation:
-	$(PY) -m pip install -q -e '.[test,torch,mutation]'
+	$(PY) -m pip install -q -e '.[test,zoo,mutation]'
 	$(PY) tools/pitfall_mutants.py
 	$(PY) tools/mutation_score.py
 

@@ -85,11 +85,16 @@ def beam_search_each(
         return []
     rule = SingleRule(beam_size, eos, n_inputs=n)
     outcome = run(step_fn, init_state, np.full(n, bos), rule, max_len, token_ids={"bos": bos, "eos": eos})
-    fin, fin_scores = _hypotheses(outcome.finished, 0, True, length_power, alpha)
-    live, live_scores = _hypotheses(outcome.live, 0, False, length_power, alpha)
-    hyps, scores = fin + live, np.concatenate([fin_scores, live_scores])
-    owner = np.concatenate([outcome.finished.input, outcome.live.input])
-    return [_best_of(hyps, scores, owner == i, len(hyps)) for i in range(n)]
+    fin = _Scored(outcome.finished, 0, True, length_power, alpha)
+    live = _Scored(outcome.live, 0, False, length_power, alpha)
+    results = []
+    for i in range(n):  # finished then live, one stable sort: ties keep production order
+        mine_f, mine_l = np.flatnonzero(fin.rows.input == i), np.flatnonzero(live.rows.input == i)
+        scores = np.concatenate([fin.scores[mine_f], live.scores[mine_l]])
+        order = np.argsort(-scores, kind="stable")
+        results.append([fin.hypothesis(mine_f[j]) if j < len(mine_f) else live.hypothesis(mine_l[j - len(mine_f)])
+                        for j in order.tolist()])
+    return results
 
 
 def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int) -> Hypothesis:
@@ -208,37 +213,38 @@ def beam_search_batch(
 def _per_input(outcome: Outcome, n: int, n_best: int, penalty: LengthPenalty,
                alpha: float) -> list[list[Hypothesis]]:
     """Each input's finished hypotheses by score, cut to n_best, filled from its live rows."""
-    fin, fin_scores = _hypotheses(outcome.finished, outcome.prompt_width, True, penalty, alpha)
-    live, live_scores = _hypotheses(outcome.live, outcome.prompt_width, False, penalty, alpha)
+    fin = _Scored(outcome.finished, outcome.prompt_width, True, penalty, alpha)
+    live = _Scored(outcome.live, outcome.prompt_width, False, penalty, alpha)
     out = []
     for i in range(n):
-        best = _best_of(fin, fin_scores, outcome.finished.input == i, n_best)
+        best = fin.best(fin.rows.input == i, n_best)
         if len(best) < n_best:
-            best += _best_of(live, live_scores, outcome.live.input == i, n_best - len(best))
+            best += live.best(live.rows.input == i, n_best - len(best))
         out.append(best)
     return out
 
 
-def _best_of(hyps: list[Hypothesis], scores: np.ndarray, mask: np.ndarray, count: int) -> list[Hypothesis]:
-    """The ``count`` best of ``hyps[mask]`` by score, highest first, ties in production order."""
-    idx = np.flatnonzero(mask)
-    order = idx[np.argsort(-scores[idx], kind="stable")][:count]
-    return [hyps[i] for i in order]
+class _Scored:
+    """Rows of one kind (finished or live) with their lengths and scores; Hypothesis objects
+    are built only for the rows a result returns."""
 
+    def __init__(self, rows: Rows, prompt_width: int, finished: bool, penalty: LengthPenalty,
+                 alpha: float) -> None:
+        self.rows = rows
+        self.finished = finished
+        self.tokens = rows.hist[:, prompt_width:]  # --> [j, t], right-padded with -1
+        self.lengths = (self.tokens >= 0).sum(axis=1)
+        self.scores = rows.logprob / penalty(self.lengths, alpha)  # --> [j]
 
-def _hypotheses(rows: Rows, prompt_width: int, finished: bool, penalty: LengthPenalty,
-                alpha: float) -> tuple[list[Hypothesis], np.ndarray]:
-    """Hypothesis objects for ``rows`` and their scores, float64 ``[j]``."""
-    tokens = rows.hist[:, prompt_width:]  # --> [j, t], right-padded with -1
-    lengths = (tokens >= 0).sum(axis=1)
-    scores = rows.logprob / penalty(lengths, alpha)
-    hyps: list[Hypothesis] = []
-    for i in range(tokens.shape[0]):
-        seq = tokens[i, : lengths[i]].tolist()
-        if rows.token_logprobs is None:
-            hyps.append(Hypothesis(seq, float(rows.logprob[i]), float(scores[i]), finished))
-        else:
-            per_token = rows.token_logprobs[i, : lengths[i]].tolist()
-            hyps.append(TokenLogprobHypothesis(seq, float(rows.logprob[i]), float(scores[i]),
-                                               finished, per_token))
-    return hyps, scores
+    def best(self, mask: np.ndarray, count: int) -> list[Hypothesis]:
+        """The ``count`` best rows of ``mask`` by score, highest first, ties in production order."""
+        idx = np.flatnonzero(mask)
+        return [self.hypothesis(i) for i in idx[np.argsort(-self.scores[idx], kind="stable")][:count]]
+
+    def hypothesis(self, i: int) -> Hypothesis:
+        n = int(self.lengths[i])
+        tokens, logprob, score = self.tokens[i, :n].tolist(), float(self.rows.logprob[i]), float(self.scores[i])
+        if self.rows.token_logprobs is None:
+            return Hypothesis(tokens, logprob, score, self.finished)
+        per_token = self.rows.token_logprobs[i, :n].tolist()
+        return TokenLogprobHypothesis(tokens, logprob, score, self.finished, per_token)

@@ -44,6 +44,75 @@ def demo(beam: int, max_len: int, seeds: int) -> None:
         wins += best.logprob > g.logprob + 1e-12
         print(f"{seed:<6} {g.logprob:>15.4f} {best.logprob:>13.4f} {str(best.logprob > g.logprob + 1e-12):>10}")
     print(f"beam found a more likely output than greedy on {wins} of {seeds} models")
+    try:
+        from beamsearch.zoo.translator import Translator
+
+        translator = Translator.load("seq2seq")
+    except (ImportError, FileNotFoundError):
+        print("\n(install the zoo extra, pip install -e '.[zoo]', to see the shipped dates model)")
+        return
+    texts = ["march 3rd 87", "7 DEC '53", "12/25/99", "june 14 '13", "3rd of March 1987"]
+    print("\nThe shipped Seq2Seq dates model: a two-digit year is 18xx, 19xx or 20xx with probability "
+          "0.3, 0.3, 0.4,\nso greedy commits to '1' (0.6) while the most likely date starts with '20':")
+    print(f"{'source':<20} {'greedy':<12} {'logprob':>8}   {'beam 5':<12} {'logprob':>8}")
+    for text, g, b in zip(texts, translator.greedy(texts), translator.beam(texts, beam=5)):
+        print(f"{text:<20} {g.text:<12} {g.hypothesis.logprob:>8.4f}   {b[0].text:<12} {b[0].hypothesis.logprob:>8.4f}")
+
+
+def _positive(args: argparse.Namespace, *flags: str) -> None:
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value < 1:
+            raise _CliError(f"beamsearch: error: {flag} must be >= 1; got {value}", 2)
+
+
+def _texts(args: argparse.Namespace) -> list[str]:
+    if args.text:
+        return list(args.text)
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    if not lines:
+        raise _CliError("beamsearch: error: no text given (pass TEXT arguments or lines on stdin)", 2)
+    return lines
+
+
+def translate(args: argparse.Namespace) -> None:
+    from beamsearch.zoo.translator import Translator
+
+    _positive(args, "--beam", "--n-best")
+    if args.n_best > args.beam:
+        raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
+    translator = Translator.load(args.model)
+    texts = _texts(args)
+    for text, outputs in zip(texts, translator.decode(texts, args.beam, args.n_best, args.alpha)):
+        if args.n_best == 1:
+            print(outputs[0].text if outputs else "")
+            continue
+        print(text)
+        for rank, o in enumerate(outputs, 1):
+            h = o.hypothesis
+            print(f"  {rank}\t{o.text}\tlogprob {h.logprob:.4f}\tscore {h.score:.4f}")
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    from beamsearch.zoo.evaluate import evaluate_model
+
+    try:
+        beams = [int(b) for b in args.beams.split(",")]
+    except ValueError:
+        raise _CliError(f"beamsearch: error: --beams must be integers separated by commas; got {args.beams!r}", 2)
+    if any(b < 1 for b in beams):
+        raise _CliError(f"beamsearch: error: --beams must be >= 1; got {args.beams!r}", 2)
+    _positive(args, "--limit")
+    print(evaluate_model(args.model, beams, alpha=args.alpha, limit=args.limit))
+
+
+def train_command(args: argparse.Namespace) -> None:
+    from beamsearch.zoo.train import train
+
+    _positive(args, "--epochs")
+    meta = train(args.model, args.out, seed=args.seed, epochs=args.epochs, minutes=args.minutes)
+    print(f"{args.model}: best valid exact match {meta['valid_exact_match']:.4f} at epoch {meta['epoch']}, "
+          f"written to {args.out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,14 +122,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--max-len", type=int, default=5)
     p.add_argument("--models", type=int, default=8)
+    models = ("seq2seq", "transformer")
+    p = sub.add_parser("translate", help="dates to ISO 8601 with a shipped model")
+    p.add_argument("--model", choices=models, default="seq2seq")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--n-best", type=int, default=1)
+    p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("text", nargs="*", help="dates to translate (default: lines on stdin)")
+    p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set")
+    p.add_argument("--model", choices=models, default="seq2seq")
+    p.add_argument("--beams", default="1,5,10", help="comma-separated beam sizes; 1 is greedy")
+    p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--limit", type=int, default=2000, help="the first LIMIT test examples")
+    p = sub.add_parser("train", help="train a dates model (CPU, deterministic given --seed)")
+    p.add_argument("--model", choices=models, default="seq2seq")
+    p.add_argument("--out", default="checkpoints")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=14)
+    p.add_argument("--minutes", type=float, default=14.0)
+    commands = {"demo": lambda a: (_positive(a, "--beam", "--max-len", "--models"),
+                                   demo(a.beam, a.max_len, a.models)),
+                "translate": translate, "evaluate": evaluate, "train": train_command}
     try:
         args = parser.parse_args(argv)
-        if args.command == "demo":
-            for flag, value in (("--beam", args.beam), ("--max-len", args.max_len), ("--models", args.models)):
-                if value < 1:
-                    raise _CliError(f"beamsearch: error: {flag} must be >= 1; got {value}", 2)
-            demo(args.beam, args.max_len, args.models)
+        commands[args.command](args)
         return 0
+    except ImportError as e:
+        print(f"beamsearch: error: {e.name or e} is not installed: pip install 'beamsearch[zoo]'", file=sys.stderr)
+        return 2
     except _CliError as e:
         print(str(e), file=sys.stderr)
         return e.code

@@ -1,0 +1,210 @@
+"""The model zoo: the dates data, both models' step functions, the shipped checkpoints, the CLI."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+from beamsearch import beam_search, beam_search_batch, beam_search_each, greedy_decode  # noqa: E402
+from beamsearch.zoo.dates import (  # noqa: E402
+    CENTURY_WEIGHTS, SOURCE_VOCAB, TARGET_VOCAB, make_example, make_splits, number_words, ordinal_words,
+    year_words,
+)
+from beamsearch.zoo.models import ModelConfig, build_model  # noqa: E402
+from beamsearch.zoo.translator import CHECKPOINTS, MODELS, Translator  # noqa: E402
+
+SHIPPED = [m for m in MODELS if (CHECKPOINTS / f"{m}.safetensors").exists()]
+TEXTS = ["march 3rd 87", "3rd of March 1987", "Tue, Mar 3 1987", "1987.3.3", "12/25/1999",
+         "march third nineteen eighty-seven", "the first of june two thousand five", "7 DEC '53"]
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+def test_number_words_by_hand():
+    assert [number_words(n) for n in (0, 7, 13, 20, 42, 99)] == [
+        "zero", "seven", "thirteen", "twenty", "forty-two", "ninety-nine"]
+    assert [ordinal_words(n) for n in (1, 2, 3, 12, 20, 21, 30, 31)] == [
+        "first", "second", "third", "twelfth", "twentieth", "twenty-first", "thirtieth", "thirty-first"]
+    rng = random.Random(0)
+    assert year_words(1987, rng) == "nineteen eighty-seven"
+    assert year_words(1805, rng) == "eighteen oh five"
+    assert year_words(1900, rng) == "nineteen hundred"
+    assert year_words(2003, rng) in ("two thousand three", "two thousand and three")
+
+
+def test_splits_are_deterministic_disjoint_and_valid():
+    a, b = make_splits(train=3000, seed=5), make_splits(train=3000, seed=5)
+    assert a == b and len(a["test"]) == 2000
+    train_sources = {e.source for e in a["train"]}
+    assert not train_sources & {e.source for e in a["test"]}
+    assert not train_sources & {e.source for e in a["valid"]}
+    import datetime as dt
+
+    for e in a["test"]:
+        dt.date.fromisoformat(e.target)  # a real date
+        assert not SOURCE_VOCAB.unknown(e.source) and len(e.source) <= 80
+
+
+def test_two_digit_years_have_the_stated_century_mix():
+    rng = random.Random(1)
+    two = [e for e in (make_example(rng, two_digit_share=1.0) for _ in range(6000))]
+    counts = {c: sum(e.target.startswith(str(c)[:2]) for e in two) / len(two) for c in CENTURY_WEIGHTS}
+    for century, weight in CENTURY_WEIGHTS.items():
+        assert abs(counts[century] - weight) < 0.03
+    # the source never names a weekday or a four-digit year, so the century is not written
+    assert not any(str(e.target[:4]) in e.source for e in two)
+
+
+# ---- models (random weights) -------------------------------------------------------------------
+
+def random_model(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(kind, len(SOURCE_VOCAB), len(TARGET_VOCAB), hidden=32, layers=2, heads=4, ff=64)
+    return build_model(cfg).eval()
+
+
+def sources(texts):
+    return Translator(random_model("seq2seq")).encode(texts)
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "transformer"])
+def test_a_cached_step_equals_full_recomputation(kind):
+    model = random_model(kind, seed=3)
+    src = sources(["march 3 87", "1999.12.31 x", "3rd of may 2001"])
+    tokens = torch.randint(3, len(TARGET_VOCAB), (3, 9))
+    tokens[:, 0] = TARGET_VOCAB.bos
+    with torch.no_grad():
+        full = model(src, tokens)  # teacher forcing in one pass (transformer: causal mask)
+        state, steps = model.init_state(src), []
+        for t in range(tokens.shape[1]):
+            logits, state = model.step(state, tokens[:, t])
+            steps.append(logits)
+    assert torch.allclose(torch.stack(steps, dim=1), full, atol=1e-5)
+
+
+class PrefixChecked:
+    """Wraps a model: the state also carries each row's prefix, and every step checks that the
+    row's logits equal a from-scratch recomputation on that prefix (state follows parents)."""
+
+    def __init__(self, model, src):
+        self.model, self.src, self.calls = model, src, 0
+
+    def init_state(self):
+        rows = torch.arange(self.src.shape[0])
+        return (self.model.init_state(self.src), rows, torch.zeros(self.src.shape[0], 0, dtype=torch.int64))
+
+    def step(self, state, y_prev):
+        inner, rows, prefix = state
+        prefix = torch.cat([prefix, y_prev[:, None]], dim=1)  # the row's tokens, bos first
+        logits, inner = self.model.step(inner, y_prev)
+        full = self.model(self.src[rows], prefix)[:, -1]
+        assert torch.allclose(logits, full, atol=1e-4), "a state row does not belong to its prefix"
+        self.calls += 1
+        return logits, (inner, rows, prefix)
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "transformer"])
+def test_state_follows_parents_in_both_models(kind):
+    model = random_model(kind, seed=4)
+    src = sources(["march 3 87", "12/25/99", "1987.3.3"])
+    checked = PrefixChecked(model, src)
+    with torch.no_grad():
+        beam_search_batch(checked.step, checked.init_state(), [[TARGET_VOCAB.bos]] * 3,
+                          eos_token_id=TARGET_VOCAB.eos, max_steps=6, beam_size=3, n_best=2)
+    assert checked.calls >= 2
+
+
+# ---- the shipped checkpoints ---------------------------------------------------------------------
+
+needs_checkpoints = pytest.mark.skipif(len(SHIPPED) < 2, reason="the trained checkpoints are not shipped")
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("name", MODELS)
+def test_shipped_beam_one_is_greedy_and_logprobs_rescore(name):
+    tr = Translator.load(name)
+    batched_greedy = tr.greedy(TEXTS)
+    beams = tr.beam(TEXTS, beam=5, n_best=3)
+    with torch.no_grad():
+        for text, g, outs in zip(TEXTS, batched_greedy, beams):
+            state = tr.model.init_state(tr.encode([text]))
+            alone = greedy_decode(tr.model.step, state, tr.cfg.bos, tr.cfg.eos, tr.max_steps)
+            (one,) = beam_search(tr.model.step, state, tr.cfg.bos, tr.cfg.eos, 1, tr.max_steps)
+            assert one.tokens == alone.tokens == g.hypothesis.tokens
+            assert g.hypothesis.logprob == pytest.approx(alone.logprob, abs=1e-4)
+            for o in outs + [g]:
+                assert o.hypothesis.logprob == pytest.approx(tr.rescore(text, o.hypothesis.tokens), abs=1e-4)
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("name", MODELS)
+def test_shipped_batch_equals_each_alone(name):
+    tr = Translator.load(name)
+    together = tr.beam(TEXTS, beam=4, n_best=2)
+    for text, outs in zip(TEXTS, together):
+        alone = tr.beam([text], beam=4, n_best=2)[0]
+        assert [o.text for o in alone] == [o.text for o in outs]
+        assert [o.hypothesis.logprob for o in alone] == pytest.approx([o.hypothesis.logprob for o in outs], abs=1e-4)
+
+
+# Outputs recorded from the shipped checkpoints when they were trained (a regression check on
+# loading; the oracles above are what tell the decoding is right).
+RECORDED_OUTPUTS: dict[str, dict[str, str]] = {}  # filled in once the checkpoints are trained
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("name", MODELS)
+def test_shipped_checkpoints_reproduce_recorded_outputs(name):
+    expected = RECORDED_OUTPUTS[name]
+    got = [o[0].text for o in Translator.load(name).beam(list(expected), beam=5)]
+    assert got == list(expected.values())
+
+
+# ---- the command line -------------------------------------------------------------------------------
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "beamsearch", *args], capture_output=True, text=True,
+                          input=stdin, timeout=300)
+
+
+@needs_checkpoints
+def test_cli_translate_end_to_end():
+    r = cli("translate", "--beam", "5", "3rd of March 1987", "12/25/1999")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["1987-03-03", "1999-12-25"]
+    r = cli("translate", "--model", "transformer", "--beam", "3", "--n-best", "2", stdin="1987.3.3\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1987.3.3" and lines[1].split("\t")[1] == "1987-03-03" and len(lines) == 3
+    assert "logprob" in lines[1] and "score" in lines[2]
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("args, message", [
+    (("translate", ""), "text 1 is empty"),
+    (("translate", "march 3 1987 ☃"), "outside the vocabulary: '☃'"),
+    (("translate", "1" * 200), "the model reads at most 80"),
+    (("translate", "--model", "gpt", "x"), "invalid choice: 'gpt'"),
+    (("translate", "--beam", "0", "march 3 1987"), "--beam must be >= 1; got 0"),
+    (("translate", "--beam", "2", "--n-best", "3", "march 3 1987"), "--n-best must be <= --beam=2; got 3"),
+    (("evaluate", "--beams", "1,x"), "--beams must be integers"),
+    (("evaluate", "--beams", "0,5"), "--beams must be >= 1"),
+])
+def test_cli_bad_input_is_one_line_and_nonzero(args, message):
+    r = cli(*args)
+    assert r.returncode != 0 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+@needs_checkpoints
+def test_cli_evaluate_on_a_slice():
+    r = cli("evaluate", "--beams", "1,3", "--limit", "40")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "greedy" in out and "beam 3" in out and "vs greedy" in out
