@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from beamsearch import Hypothesis, beam_search, greedy_decode
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise _CliError(f"{self.prog}: error: {message}", 2)
 
 
@@ -55,8 +55,15 @@ def demo(beam: int, max_len: int, seeds: int) -> None:
     print("\nThe shipped Seq2Seq dates model: a two-digit year is 18xx, 19xx or 20xx with probability "
           "0.3, 0.3, 0.4,\nso greedy commits to '1' (0.6) while the most likely date starts with '20':")
     print(f"{'source':<20} {'greedy':<12} {'logprob':>8}   {'beam 5':<12} {'logprob':>8}")
-    for text, g, b in zip(texts, translator.greedy(texts), translator.beam(texts, beam=5)):
-        print(f"{text:<20} {g.text:<12} {g.hypothesis.logprob:>8.4f}   {b[0].text:<12} {b[0].hypothesis.logprob:>8.4f}")
+    for text, greedy_out, beam_out in zip(texts, translator.greedy(texts), translator.beam(texts, beam=5)):
+        top = beam_out[0]
+        print(f"{text:<20} {greedy_out.text:<12} {greedy_out.hypothesis.logprob:>8.4f}   "
+              f"{top.text:<12} {top.hypothesis.logprob:>8.4f}")
+
+
+def demo_command(args: argparse.Namespace) -> None:
+    _positive(args, "--beam", "--max-len", "--models")
+    demo(args.beam, args.max_len, args.models)
 
 
 def _positive(args: argparse.Namespace, *flags: str) -> None:
@@ -140,9 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=14)
     p.add_argument("--minutes", type=float, default=14.0)
-    commands = {"demo": lambda a: (_positive(a, "--beam", "--max-len", "--models"),
-                                   demo(a.beam, a.max_len, a.models)),
-                "translate": translate, "evaluate": evaluate, "train": train_command}
+    commands = {"demo": demo_command, "translate": translate, "evaluate": evaluate, "train": train_command}
     try:
         args = parser.parse_args(argv)
         commands[args.command](args)

@@ -111,6 +111,7 @@ def banned_ngram_tokens(history: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
         return np.empty(0, np.int64), np.empty(0, np.int64)
     suffix = history[:, width - (n - 1) :]  # --> [k, n-1], the prefix the next token extends
     windows = sliding_window_view(history[:, :-1], n - 1, axis=1)  # --> [k, H-n+1, n-1]
-    match = (windows == suffix[:, None, :]).all(axis=2) & (suffix >= 0).all(axis=1)[:, None]
+    complete = np.all(suffix >= 0, axis=1, keepdims=True)  # --> [k, 1]: the row has n-1 tokens
+    match = np.all(windows == suffix[:, None, :], axis=2) & complete  # --> [k, H-n+1]
     rows, starts = np.nonzero(match)
     return rows, history[rows, starts + n - 1]

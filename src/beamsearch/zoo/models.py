@@ -200,10 +200,13 @@ class Transformer(nn.Module):
     def init_state(self, sources: Tensor) -> TransformerState:
         """``sources`` int64 ``[N, S]`` -> the state before the first step (empty self cache)."""
         memory, pad = self.encode(sources)
-        cross = [layer.cross_kv(memory) for layer in self.decoder]
+        cross = [layer.cross_kv(memory) for layer in self._layers()]
         n, heads, dh = sources.shape[0], self.cfg.heads, self.cfg.hidden // self.cfg.heads
         empty = tuple(memory.new_zeros(n, heads, 0, dh) for _ in self.decoder)
         return TransformerState(tuple(c[0] for c in cross), tuple(c[1] for c in cross), pad, empty, empty)
+
+    def _layers(self) -> list[_DecoderLayer]:
+        return list(self.decoder)  # type: ignore[arg-type]
 
     def _decode(self, state: TransformerState, tokens: Tensor, causal: Tensor | None
                 ) -> tuple[Tensor, TransformerState]:

@@ -59,7 +59,7 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
                                                    pct_start=0.05)
     loss_fn = nn.CrossEntropyLoss(ignore_index=cfg.pad)
     translator = Translator(model)
-    best = {"valid_exact_match": -1.0}
+    best_accuracy, best_epoch, best_state = -1.0, 0, {}
     start = time.monotonic()
     train_set = list(splits["train"])
     for epoch in range(1, epochs + 1):
@@ -84,16 +84,17 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
         elapsed = time.monotonic() - start
         log(f"{kind} epoch {epoch}: loss {total / steps_per_epoch:.4f}, valid exact match {accuracy:.4f}, "
             f"{elapsed / 60:.1f} min")
-        if accuracy > best["valid_exact_match"]:
-            best = {"valid_exact_match": accuracy, "epoch": epoch,
-                    "state": {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}}
+        if accuracy > best_accuracy:
+            best_accuracy, best_epoch = accuracy, epoch
+            best_state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
         if elapsed > minutes * 60:
             log(f"{kind}: time budget of {minutes} min reached after epoch {epoch}")
             break
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(best.pop("state"), str(out / f"{kind}.safetensors"))
+    save_file(best_state, str(out / f"{kind}.safetensors"))
     meta = {"config": cfg.to_dict(), "seed": seed, "data_seed": DATA_SEED, "train_size": train_size,
-            "epochs_run": epoch, "minutes": round((time.monotonic() - start) / 60, 2), **best}
+            "epochs_run": epoch, "minutes": round((time.monotonic() - start) / 60, 2),
+            "valid_exact_match": best_accuracy, "epoch": best_epoch}
     (out / f"{kind}.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta

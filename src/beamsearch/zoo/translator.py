@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -34,7 +34,7 @@ class Translator:
     """
 
     def __init__(self, model: Seq2Seq | Transformer, chunk: int = 512) -> None:
-        self.model = model.eval()
+        self.model: Any = model.eval()  # Seq2Seq or Transformer: the same step protocol
         self.cfg: ModelConfig = model.cfg
         self.chunk = chunk
         self.max_steps = self.cfg.max_target - 1  # positions: bos + up to max_target - 1 tokens
