@@ -1,0 +1,220 @@
+"""Decode Hugging Face ``transformers`` models with beamsearch (``pip install 'beamsearch[hf]'``).
+
+Importing this module registers ``select_state`` for the library's cache classes
+(``DynamicCache``, ``EncoderDecoderCache``), so the search reorders a model's KV cache row by
+row like any other state, and rows of inputs that have stopped simply leave the cache.
+
+``causal_lm(model, prompts)`` and ``seq2seq_lm(model, sources)`` return a :class:`Prepared`: the
+``init_state``, ``step`` and ``prompts`` that :func:`beamsearch.beam_search_batch` takes, and the
+``eos_token_id`` to search with::
+
+    dec = causal_lm(model, [[5, 6, 7], [8]])
+    results = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                max_steps=32, beam_size=4)
+
+The prompt (all of it) is run through the model once, in ``causal_lm``, exactly as
+``generate`` runs it: the first ``step`` returns the logits of the prompt's last position, and
+every later step feeds one token per row with the growing attention mask and the positions
+that left padding implies.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+from beamsearch._state import select_state
+
+__all__ = ["Prepared", "causal_lm", "seq2seq_lm"]
+
+
+@select_state.register(DynamicCache)
+def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
+    """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        if getattr(layer, "keys", None) is not None and layer.keys.dim() > 0:
+            new.keys = select_state(layer.keys, idx)
+            new.values = select_state(layer.values, idx)
+        out.layers.append(new)
+    return out
+
+
+@select_state.register(EncoderDecoderCache)
+def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> EncoderDecoderCache:
+    out = copy.copy(cache)
+    out.self_attention_cache = select_state(cache.self_attention_cache, idx)
+    out.cross_attention_cache = select_state(cache.cross_attention_cache, idx)
+    out.is_updated = dict(cache.is_updated)
+    return out
+
+
+@dataclass
+class Prepared:
+    """What ``beam_search_batch`` takes to decode a batch with a ``transformers`` model.
+
+    Attributes:
+        init_state: one row per input.
+        step: ``step(state, y_prev [k]) -> (logits [k, V'], new state)``, V' = V, or V + 1 when
+            the search is given an eos the model never produces (``eos_token_id=None``).
+        prompts: the ``prompts`` argument: each input's prompt tokens (causal LM), or
+            ``[decoder_start_token_id]`` (encoder-decoder).
+        eos_token_id: the eos to search with.
+        forward_seconds: time spent inside the model's forward so far (prefill included).
+        forward_calls: model forward calls so far.
+    """
+
+    init_state: Any
+    step: Any
+    prompts: list[list[int]]
+    eos_token_id: int
+    forward_seconds: float = 0.0
+    forward_calls: int = 0
+    _extra: dict = field(default_factory=dict, repr=False)
+
+
+class CausalState(NamedTuple):
+    cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]
+    mask: torch.Tensor  # int64 [k, t]: 1 for real tokens (left padding is 0)
+    first: torch.Tensor | None  # float [k, V]: logits of the prompt's last position, until used
+
+
+class Seq2SeqState(NamedTuple):
+    cache: EncoderDecoderCache
+    encoder_hidden: torch.Tensor  # float [k, S, d]
+    encoder_mask: torch.Tensor  # int64 [k, S]
+
+
+def _ids(prompts: Sequence[Sequence[int]] | Sequence[str], tokenizer: Any) -> list[list[int]]:
+    if prompts and isinstance(prompts[0], str):
+        if tokenizer is None:
+            raise ValueError("prompts are strings: pass the model's tokenizer")
+        return [list(tokenizer(text)["input_ids"]) for text in prompts]
+    return [[int(t) for t in p] for p in prompts]
+
+
+def _left_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> ids int64 ``[N, P]`` left-padded, mask ``[N, P]``."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    return ids, mask
+
+
+def _eos(model: Any, eos_token_id: Any) -> tuple[int, bool]:
+    """(the eos id to search with, whether the adapter adds a never-produced eos column)."""
+    if eos_token_id == "model":
+        eos_token_id = model.generation_config.eos_token_id
+        if isinstance(eos_token_id, list):
+            eos_token_id = eos_token_id[0]
+    if eos_token_id is None:
+        return int(model.config.get_text_config().vocab_size), True
+    return int(eos_token_id), False
+
+
+def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
+    start = time.perf_counter()
+    out = model(**inputs, use_cache=True, return_dict=True)
+    prepared.forward_seconds += time.perf_counter() - start
+    prepared.forward_calls += 1
+    return out
+
+
+def _logits(out: Any, extra_column: bool) -> torch.Tensor:
+    logits = out.logits[:, -1, :].to(dtype=torch.float32)  # --> [k, V], as generate scores them
+    if extra_column:  # an eos the model never produces: one -inf column at index V
+        logits = torch.cat([logits, logits.new_full((logits.shape[0], 1), float("-inf"))], dim=1)
+    return logits
+
+
+@torch.no_grad()
+def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, tokenizer: Any = None,
+              pad_token_id: int | None = None, eos_token_id: Any = "model") -> Prepared:
+    """Prepare a decoder-only ``transformers`` model (GPT-2 and the like) for the search.
+
+    Args:
+        model: a causal LM, in eval mode.
+        prompts: token-id lists (or strings, with ``tokenizer``), of different lengths, each >= 1
+            token.
+        pad_token_id: fills the left padding (default: the model's, or 0); masked out.
+        eos_token_id: ``"model"`` (the model's generation config), an id, or None for a search
+            that never finishes a hypothesis (eos becomes an extra, always masked, column V).
+
+    Returns:
+        A :class:`Prepared`; pass ``prepared.prompts`` as ``prompts``.
+    """
+    rows = _ids(prompts, tokenizer)
+    if any(len(r) == 0 for r in rows):
+        raise ValueError("every prompt needs at least one token")
+    pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
+    eos, extra = _eos(model, eos_token_id)
+    device = next(model.parameters()).device
+    ids, mask = _left_pad(rows, pad, device)
+    prepared = Prepared(None, None, rows, eos)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions)
+    prepared.init_state = CausalState(out.past_key_values, mask, _logits(out, extra))
+
+    @torch.no_grad()
+    def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
+        if state.first is not None:  # the prompt's last position was scored by the prefill
+            return state.first, state._replace(first=None)
+        attention = torch.cat([state.mask, state.mask.new_ones(state.mask.shape[0], 1)], dim=1)
+        position = attention.sum(dim=1, keepdim=True) - 1  # --> [k, 1]
+        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=attention,
+                     position_ids=position, past_key_values=state.cache)
+        return _logits(out, extra), CausalState(out.past_key_values, attention, None)
+
+    prepared.step = step
+    return prepared
+
+
+@torch.no_grad()
+def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, tokenizer: Any = None,
+               pad_token_id: int | None = None, eos_token_id: Any = "model",
+               decoder_start_token_id: int | None = None) -> Prepared:
+    """Prepare an encoder-decoder ``transformers`` model (BART, T5, ...) for the search.
+
+    The encoder runs once here; each step feeds one decoder token per row. Arguments as for
+    :func:`causal_lm`; ``decoder_start_token_id`` defaults to the model's.
+    """
+    rows = _ids(sources, tokenizer)
+    pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
+    eos, extra = _eos(model, eos_token_id)
+    start = decoder_start_token_id
+    if start is None:
+        start = model.generation_config.decoder_start_token_id
+    if start is None:
+        raise ValueError("decoder_start_token_id is None: pass it, or set it in the model's generation config")
+    device = next(model.parameters()).device
+    ids, mask = _right_pad(rows, pad, device)
+    prepared = Prepared(None, None, [[int(start)] for _ in rows], eos)
+    t0 = time.perf_counter()
+    hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+    prepared.forward_seconds += time.perf_counter() - t0
+    prepared.forward_calls += 1
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    prepared.init_state = Seq2SeqState(cache, hidden, mask)
+
+    @torch.no_grad()
+    def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
+        out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
+                     decoder_input_ids=y_prev[:, None], past_key_values=state.cache)
+        return _logits(out, extra), Seq2SeqState(out.past_key_values, state.encoder_hidden, state.encoder_mask)
+
+    prepared.step = step
+    return prepared
+
+
+def _right_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    return ids, mask

@@ -1,0 +1,186 @@
+"""Differential tests against ``transformers``' ``generate()`` on small random-weight models."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
+
+from beamsearch import beam_search_batch, beam_search_each, select_state  # noqa: E402
+from beamsearch.hf import causal_lm, seq2seq_lm  # noqa: E402
+
+VOCAB, EOS, PAD, BOS = 97, 3, 0, 1
+PROMPTS = [[5, 17, 33, 8, 41], [9], [60, 2, 77], [11, 12, 13, 14, 15, 16, 17]]
+
+
+def gpt2(seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # sharper than the default init, so that outputs differ between searches
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def bart(seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                  decoder_ffn_dim=64, max_position_embeddings=64, bos_token_id=BOS,
+                                  eos_token_id=EOS, pad_token_id=PAD, decoder_start_token_id=EOS,
+                                  forced_bos_token_id=None, forced_eos_token_id=None)
+    model = transformers.BartForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def boost_eos(model, amount: float):
+    """Add ``amount`` to the eos logit (a bias on the output layer)."""
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            model.final_logits_bias[0, EOS] += amount
+        else:
+            head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+            head.weight.copy_(model.lm_head.weight)
+            head.bias.zero_()
+            head.bias[EOS] = amount
+            model.lm_head = head
+    return model
+
+
+def left_padded(prompts):
+    width = max(map(len, prompts))
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+def right_padded(prompts):
+    width = max(map(len, prompts))
+    ids = torch.tensor([p + [PAD] * (width - len(p)) for p in prompts])
+    mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
+    return ids, mask
+
+
+def generated(model, prompts, **kw):
+    """generate() on the batch; per input, the new tokens (up to and including eos)."""
+    if model.config.is_encoder_decoder:
+        ids, mask = right_padded(prompts)
+    else:
+        ids, mask = left_padded(prompts)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, return_dict_in_generate=True,
+                             output_scores=True, **kw)
+    start = 1 if model.config.is_encoder_decoder else ids.shape[1]
+    rows = []
+    for seq in out.sequences[:, start:].tolist():
+        row = []
+        for t in seq:
+            row.append(t)
+            if t == kw.get("eos_token_id", EOS) and kw.get("eos_token_id", EOS) is not None:
+                break
+        rows.append(row)
+    return rows, out
+
+
+def rescore(model, prompt, tokens):
+    """Teacher forcing: the sum of log p(token | prompt, previous tokens), one row, no cache."""
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            dec = torch.tensor([[model.config.decoder_start_token_id] + tokens[:-1]])
+            logits = model(input_ids=torch.tensor([prompt]), decoder_input_ids=dec).logits[0]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            return sum(logp[i, t].item() for i, t in enumerate(tokens))
+        ids = torch.tensor([prompt + tokens])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        return sum(logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(tokens))
+
+
+def prepare(model, prompts, **kw):
+    return (seq2seq_lm if model.config.is_encoder_decoder else causal_lm)(model, prompts, **kw)
+
+
+MODELS = {"gpt2": gpt2, "bart": bart}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_equals_generate(name, seed):
+    model = MODELS[name](seed)
+    expected, _ = generated(model, PROMPTS, num_beams=1, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
+    dec = prepare(model, PROMPTS)
+    # the first step's y_prev is already in the prefill (causal LM) or is the decoder start
+    got = beam_search_each(dec.step, dec.init_state, len(PROMPTS), dec.prompts[0][-1], dec.eos_token_id,
+                           beam_size=1, max_len=12, length_penalty=0.0)
+    assert [hyps[0].tokens for hyps in got] == expected
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("beams", [2, 4])
+def test_beam_search_equals_generate_where_the_rules_coincide(name, beams):
+    """eos never produced, power length penalty, n-best = beams: same sequences, same scores."""
+    model = MODELS[name](3)
+    steps = 8
+    expected, out = generated(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=steps,
+                              eos_token_id=None, pad_token_id=PAD, length_penalty=1.0, early_stopping=False)
+    dec = prepare(model, PROMPTS, eos_token_id=None)
+    results = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                max_steps=steps, beam_size=beams, n_best=beams, alpha=1.0, length_penalty="power")
+    for i, hyps in enumerate(results):
+        assert [h.tokens for h in hyps] == expected[i * beams:(i + 1) * beams]
+        for j, h in enumerate(hyps):
+            # both divide the logprob by the number of generated tokens ** 1.0
+            assert h.score == pytest.approx(out.sequences_scores[i * beams + j].item(), abs=1e-5)
+            assert h.score == pytest.approx(h.logprob / steps, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_with_eos_every_hypothesis_rescores_and_the_best_is_no_worse(name):
+    """Our live beams are generate's running beams, and we keep every eos extension of them
+    (generate keeps those among its top 2 * beams), so our best finished score is at least
+    generate's best finished score under the same penalty."""
+    model = boost_eos(MODELS[name](5), 5.0)  # eos likely enough that both searches finish hypotheses
+    steps, beams = 12, 4
+    dec = prepare(model, PROMPTS)
+    results = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=steps,
+                                beam_size=beams, n_best=beams, alpha=1.0, length_penalty="power")
+    theirs, _ = generated(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=steps,
+                          eos_token_id=EOS, pad_token_id=PAD, length_penalty=1.0, early_stopping="never")
+    compared = 0
+    for i, (prompt, hyps) in enumerate(zip(PROMPTS, results)):
+        assert hyps
+        for h in hyps:
+            assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
+        their_finished = [t for t in theirs[i * beams:(i + 1) * beams] if t[-1] == EOS]
+        if their_finished:
+            compared += 1
+            best_theirs = max(rescore(model, prompt, t) / len(t) for t in their_finished)
+            assert max(h.score for h in hyps if h.finished) >= best_theirs - 1e-5
+    assert compared >= 2
+
+
+def test_stopped_inputs_leave_the_cache_and_identity_steps_do_not_copy():
+    model = gpt2(7)
+    dec = causal_lm(model, PROMPTS)
+    sizes = []
+    inner = dec.step
+
+    def step(state, y_prev):
+        if state.first is None:
+            sizes.append((state.cache.layers[0].keys.shape[0], len(y_prev)))
+        return inner(state, y_prev)
+
+    beam_search_batch(step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=10, beam_size=3)
+    assert all(cache_rows == rows for cache_rows, rows in sizes)  # the cache has exactly the live rows
+    # a select with the identity order is skipped by the engine, and select_state copies
+    cache = dec.init_state.cache
+    same = select_state(cache, torch.arange(len(PROMPTS)))
+    assert same is not cache and torch.equal(same.layers[0].keys, cache.layers[0].keys)
+
+
+def test_string_prompts_need_a_tokenizer():
+    with pytest.raises(ValueError, match="tokenizer"):
+        causal_lm(gpt2(), ["hello"])
