@@ -90,3 +90,35 @@ def test_torch_leaves_and_index_types():
         assert out[0].tolist() == [[4.0, 5.0], [0.0, 1.0]]
         assert out[1].tolist() == [9, 7]
     assert select_state(torch.tensor(5.0), [0]).item() == 5.0  # 0-d passes through
+
+
+class CountingLeaf:
+    """A state leaf that counts how often the search reorders it."""
+
+    selects = 0
+
+    def __init__(self, rows):
+        self.rows = np.asarray(rows)
+
+
+@select_state.register(CountingLeaf)
+def _(leaf, idx):
+    CountingLeaf.selects += 1
+    return CountingLeaf(leaf.rows[np.asarray(idx)])
+
+
+def test_the_engine_skips_identity_reorders():
+    from beamsearch import beam_search_batch, greedy_decode
+
+    def step(state, y_prev):  # token 1 always best; eos (0) never finite: parents are the identity
+        logits = np.tile([-np.inf, 2.0, 0.0], (len(y_prev), 1))
+        assert len(state.rows) == len(y_prev)
+        return logits, state
+
+    CountingLeaf.selects = 0
+    greedy_decode(step, CountingLeaf([0]), 1, 0, 6)
+    beam_search_batch(step, CountingLeaf([0, 1, 2]), [[1], [1], [1]], eos_token_id=0, max_steps=6, beam_size=1)
+    assert CountingLeaf.selects == 0
+    beam_search_batch(step, CountingLeaf([0, 1]), [[1], [1]], eos_token_id=0, max_steps=3, beam_size=2)
+    # steps 1 and 2 change the rows (1 -> 2 rows, then parents [0, 0]); no reorder after the last step
+    assert CountingLeaf.selects == 2
