@@ -155,7 +155,14 @@ def test_shipped_batch_equals_each_alone(name):
 
 # Outputs recorded from the shipped checkpoints when they were trained (a regression check on
 # loading; the oracles above are what tell the decoding is right).
-RECORDED_OUTPUTS: dict[str, dict[str, str]] = {}  # filled in once the checkpoints are trained
+RECORDED_OUTPUTS = {
+    "seq2seq": {"march 3rd 87": "1887-03-03", "3rd of March 1987": "1987-03-03", "Tue, Mar 3 1987": "1987-03-03",
+                "12/25/99": "2099-12-25", "the first of june two thousand five": "2005-06-01",
+                "7 DEC '53": "2053-12-07"},
+    "transformer": {"march 3rd 87": "2087-03-03", "3rd of March 1987": "1987-03-03",
+                    "Tue, Mar 3 1987": "1987-03-03", "12/25/99": "2099-12-25",
+                    "the first of june two thousand five": "2005-06-01", "7 DEC '53": "2053-12-07"},
+}
 
 
 @needs_checkpoints

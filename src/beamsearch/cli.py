@@ -51,7 +51,7 @@ def demo(beam: int, max_len: int, seeds: int) -> None:
     except (ImportError, FileNotFoundError):
         print("\n(install the zoo extra, pip install -e '.[zoo]', to see the shipped dates model)")
         return
-    texts = ["march 3rd 87", "7 DEC '53", "12/25/99", "june 14 '13", "3rd of March 1987"]
+    texts = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of March 1987"]
     print("\nThe shipped Seq2Seq dates model: a two-digit year is 18xx, 19xx or 20xx with probability "
           "0.3, 0.3, 0.4,\nso greedy commits to '1' (0.6) while the most likely date starts with '20':")
     print(f"{'source':<20} {'greedy':<12} {'logprob':>8}   {'beam 5':<12} {'logprob':>8}")
@@ -116,10 +116,12 @@ def evaluate(args: argparse.Namespace) -> None:
 def train_command(args: argparse.Namespace) -> None:
     from beamsearch.zoo.train import train
 
-    _positive(args, "--epochs")
-    meta = train(args.model, args.out, seed=args.seed, epochs=args.epochs, minutes=args.minutes)
-    print(f"{args.model}: best valid exact match {meta['valid_exact_match']:.4f} at epoch {meta['epoch']}, "
-          f"written to {args.out}")
+    _positive(args, "--threads")
+    if args.epochs is not None:
+        _positive(args, "--epochs")
+    meta = train(args.model, args.out, seed=args.seed, epochs=args.epochs, minutes=args.minutes, threads=args.threads)
+    print(f"{args.model}: best valid loss {meta['valid_loss']:.4f} (greedy exact match "
+          f"{meta['valid_exact_match']:.4f}) at epoch {meta['epoch']}, written to {args.out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,8 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", choices=models, default="seq2seq")
     p.add_argument("--out", default="checkpoints")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=14)
+    p.add_argument("--epochs", type=int, default=None, help="default: about 13 minutes' worth on one core")
     p.add_argument("--minutes", type=float, default=14.0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (results depend on it)")
     commands = {"demo": demo_command, "translate": translate, "evaluate": evaluate, "train": train_command}
     try:
         args = parser.parse_args(argv)
