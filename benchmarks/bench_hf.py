@@ -18,7 +18,7 @@ import time
 import torch
 import transformers
 
-from beamsearch import beam_search_batch
+from beamsearch import beam_search_batch, beam_search_each
 from beamsearch.hf import causal_lm, seq2seq_lm
 
 EOS, PAD = 2, 0
@@ -74,11 +74,15 @@ def run_generate(model, prompts, beams: int, ngram: int, new: int) -> None:
     mask = (ids != PAD).long()
     model.generate(input_ids=ids, attention_mask=mask, num_beams=beams, do_sample=False, max_new_tokens=new,
                    no_repeat_ngram_size=ngram, eos_token_id=EOS, pad_token_id=PAD,
-                   length_penalty=1.0, early_stopping=True)
+                   **({"length_penalty": 1.0, "early_stopping": True} if beams > 1 else {}))
 
 
 def run_ours(model, prompts, beams: int, ngram: int, new: int) -> None:
     dec = (seq2seq_lm if model.config.is_encoder_decoder else causal_lm)(model, prompts)
+    if beams == 1 and ngram == 0:  # greedy, stopping at eos as generate(num_beams=1) does
+        beam_search_each(dec.step, dec.init_state, len(prompts), dec.prompts[0][-1], dec.eos_token_id, 1, new, 0.0)
+        return
+    # beam 1 with n-gram blocking: the batched rule, which goes on past an eos extension
     beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=new,
                       beam_size=beams, no_repeat_ngram_size=ngram, alpha=1.0, length_penalty="power")
 
