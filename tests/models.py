@@ -202,16 +202,19 @@ def reference_batch(table: Callable[[tuple], Sequence[float]], prompts: Sequence
                     eos: int, max_steps: int, beam: int, n_best: int = 1, alpha: float = 0.6,
                     ngram: int = 0, temperature: float = 1.0, top_k: int | None = None,
                     early_stop: bool = True, penalty: Callable[[int, float], float] = gnmt,
-                    ) -> list[list[tuple[tuple, float, float, bool]]]:
+                    steps: list[int] | None = None) -> list[list[tuple[tuple, float, float, bool]]]:
     """SPEC section 6, one input at a time, one hypothesis at a time: the test oracle.
 
-    Returns per input ``(tokens, logprob, score, finished)`` best first.
+    Returns per input ``(tokens, logprob, score, finished)`` best first; appends to ``steps`` the
+    number of model calls each input needed.
     """
     results = []
     for prompt in prompts:
         live: list[tuple[tuple, float]] = [((), 0.0)]
         finished: list[tuple[tuple, float]] = []
+        calls = 0
         for _ in range(max_steps):
+            calls += 1
             grow = []
             for r, (tokens, lp) in enumerate(live):
                 row = processed_logprobs(table(tuple(prompt) + tokens), tuple(prompt) + tokens,
@@ -232,6 +235,8 @@ def reference_batch(table: Callable[[tuple], Sequence[float]], prompts: Sequence
                 if max(lp for _, lp in live) / penalty(max_steps, alpha) <= nth:
                     live = []
                     break
+        if steps is not None:
+            steps.append(calls)
         done = [(t, lp, lp / penalty(len(t), alpha), True) for t, lp in finished]
         done.sort(key=lambda h: -h[2])
         rest = [(t, lp, lp / penalty(len(t), alpha), False) for t, lp in live]

@@ -117,6 +117,21 @@ def test_seed_001_test_4_batch_and_early_stop():
         assert alone[0] == result
 
 
+def test_token_logprobs_of_finished_hypotheses_by_hand():
+    out, _ = run([[BOS]], max_steps=4, beam_size=3, n_best=2, alpha=0.6, return_token_logprobs=True)
+    a_eos, b_a_eos = out[0]
+    assert type(a_eos) is TokenLogprobHypothesis and a_eos.finished
+    assert a_eos.token_logprobs == pytest.approx([lp(BOS, A), lp(A, EOS)], abs=1e-12)
+    assert b_a_eos.token_logprobs == pytest.approx([lp(BOS, B), lp(B, A), lp(A, EOS)], abs=1e-12)
+
+
+def test_defaults_are_gnmt_with_alpha_0_6():
+    default, _ = run([[BOS]], max_steps=4, beam_size=3, n_best=2)
+    explicit, _ = run([[BOS]], max_steps=4, beam_size=3, n_best=2, alpha=0.6, length_penalty="gnmt")
+    assert default == explicit
+    assert default[0][0].score == pytest.approx(default[0][0].logprob / gnmt(2, 0.6), abs=1e-12)
+
+
 def test_results_fill_with_live_rows_and_view_as_arrays():
     # eos is masked: nothing finishes, so the live rows fill up to n_best, unfinished
     def no_eos(seq):
@@ -249,8 +264,14 @@ def test_early_stop_is_lossless_and_inputs_are_independent(case):
     assert early == late
     assert sum(map(len, early_model.calls)) <= sum(map(len, late_model.calls))
     for i, prompt in enumerate(prompts):
-        alone, _ = _search(table, [prompt], **kw)
+        alone, alone_model = _search(table, [prompt], **kw)
         assert alone[0] == early[i]
+        # it stops at the very step the plain reference stops
+        steps: list[int] = []
+        reference_batch(table, [prompt], eos=0, max_steps=kw["max_steps"], beam=kw["beam_size"],
+                        n_best=kw["n_best"], alpha=kw["alpha"], ngram=case["ngram"], temperature=kw["temperature"],
+                        top_k=kw["top_k"], steps=steps)
+        assert len(alone_model.calls) == steps[0]
 
 
 @settings(max_examples=60, deadline=None)

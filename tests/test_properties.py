@@ -117,3 +117,18 @@ def test_beam_search_each_equals_each_input_alone(model_spec, beam, max_len, alp
         assert [(h.tokens, h.finished) for h in hyps] == [(h.tokens, h.finished) for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-12)
     assert all(len(call) <= beam * n for call in model.calls)
+
+
+def test_beam_search_each_defaults_and_no_inputs():
+    from beamsearch import beam_search_each
+
+    def never(state, y_prev):
+        raise AssertionError("no inputs: no model call")
+
+    assert beam_search_each(never, None, 0, 0, 0, 2, 3) == []
+    with pytest.raises(ValueError, match="^n_inputs must be >= 0; got -1"):
+        beam_search_each(never, None, -1, 0, 0, 2, 3)
+    table = random_table(4, 3, eos=0, eos_shift=1.0)
+    default = beam_search_each(PrefixModel(table).step, PrefixModel(table).init_state(), 1, 0, 0, 3, 5)
+    one = beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, 3, 5, 1.0)
+    assert [(h.tokens, h.score) for h in default[0]] == [(h.tokens, h.score) for h in one]
