@@ -127,6 +127,12 @@ def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
     return out
 
 
+def _cache_of(out: Any) -> Any:
+    """The model output's KV cache (``cache`` in newer releases, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
+
+
 def _logits(out: Any, extra_column: bool) -> torch.Tensor:
     logits = out.logits[:, -1, :].to(dtype=torch.float32)  # --> [k, V], as generate scores them
     if extra_column:  # an eos the model never produces: one -inf column at index V
@@ -160,7 +166,7 @@ def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, t
     prepared = Prepared(None, None, rows, eos)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions)
-    prepared.init_state = CausalState(out.past_key_values, mask, _logits(out, extra))
+    prepared.init_state = CausalState(_cache_of(out), mask, _logits(out, extra))
 
     @torch.no_grad()
     def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
@@ -170,7 +176,7 @@ def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, t
         position = attention.sum(dim=1, keepdim=True) - 1  # --> [k, 1]
         out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=attention,
                      position_ids=position, past_key_values=state.cache)
-        return _logits(out, extra), CausalState(out.past_key_values, attention, None)
+        return _logits(out, extra), CausalState(_cache_of(out), attention, None)
 
     prepared.step = step
     return prepared
@@ -207,7 +213,7 @@ def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, 
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
         out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
                      decoder_input_ids=y_prev[:, None], past_key_values=state.cache)
-        return _logits(out, extra), Seq2SeqState(out.past_key_values, state.encoder_hidden, state.encoder_mask)
+        return _logits(out, extra), Seq2SeqState(_cache_of(out), state.encoder_hidden, state.encoder_mask)
 
     prepared.step = step
     return prepared
