@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from beamsearch import BatchResults, Hypothesis, TokenLogprobHypothesis, beam_search_batch
 from beamsearch.processors import banned_ngram_tokens
-from models import SequenceModel, brute_force_batch, log_softmax, random_table, reference_batch
+from models import SequenceModel, brute_force_batch, random_table, reference_batch
 
 try:
     import torch

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from beamsearch import beam_search, beam_search_batch, beam_search_each, greedy_decode  # noqa: E402
+from beamsearch import beam_search, beam_search_batch, greedy_decode  # noqa: E402
 from beamsearch.zoo.dates import (  # noqa: E402
     CENTURY_WEIGHTS, SOURCE_VOCAB, TARGET_VOCAB, make_example, make_splits, number_words, ordinal_words,
     year_words,

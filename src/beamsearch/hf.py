@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 import torch
@@ -77,7 +77,6 @@ class Prepared:
     eos_token_id: int
     forward_seconds: float = 0.0
     forward_calls: int = 0
-    _extra: dict = field(default_factory=dict, repr=False)
 
 
 class CausalState(NamedTuple):
