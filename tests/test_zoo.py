@@ -215,3 +215,16 @@ def test_cli_evaluate_on_a_slice():
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "greedy" in out and "beam 3" in out and "vs greedy" in out
+
+
+def test_training_is_deterministic_and_writes_a_loadable_checkpoint(tmp_path):
+    from beamsearch.zoo.train import train
+
+    pytest.importorskip("tqdm")
+    metas = [train("seq2seq", tmp_path / str(i), epochs=1, train_size=256, progress=False, log=lambda _: None)
+             for i in range(2)]
+    assert metas[0] == {**metas[1], "minutes": metas[0]["minutes"]}
+    a = (tmp_path / "0" / "seq2seq.safetensors").read_bytes()
+    assert a == (tmp_path / "1" / "seq2seq.safetensors").read_bytes()
+    tr = Translator.load("seq2seq", tmp_path / "0")
+    assert len(tr.greedy(["march 3 1987"])) == 1

@@ -39,10 +39,14 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
-        new = copy.copy(layer)
-        if getattr(layer, "keys", None) is not None and layer.keys.dim() > 0:
-            new.keys = select_state(layer.keys, idx)
-            new.values = select_state(layer.values, idx)
+        layer_: Any = layer
+        if not hasattr(layer_, "keys"):
+            raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
+                            "not supported; register a function for them with select_state.register")
+        new = copy.copy(layer_)
+        if layer_.keys is not None and layer_.keys.dim() > 0:
+            new.keys = select_state(layer_.keys, idx)
+            new.values = select_state(layer_.values, idx)
         out.layers.append(new)
     return out
 

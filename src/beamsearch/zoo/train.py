@@ -80,6 +80,7 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
     loss_fn = nn.CrossEntropyLoss(ignore_index=cfg.pad)
     translator = Translator(model)
     best_loss, best_accuracy, best_epoch, best_state = float("inf"), 0.0, 0, {}
+    last_accuracy = 0.0  # the previous epoch's validation exact match, shown on the progress bar
     start = time.monotonic()
     train_set = list(splits["train"])
     for epoch in range(1, epochs + 1):
@@ -98,7 +99,7 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
             optimizer.step()
             schedule.step()
             total += loss.item()
-            bar.set_postfix(loss=f"{loss.item():.4f}")
+            bar.set_postfix(loss=f"{loss.item():.4f}", valid_exact=f"{last_accuracy:.4f}" if epoch > 1 else "-")
         model.eval()
         accuracy = exact_match(translator, splits["valid"])
         loss_valid = validation_loss(model, splits["valid"], cfg)
@@ -108,6 +109,7 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
         if loss_valid < best_loss:
             best_loss, best_accuracy, best_epoch = loss_valid, accuracy, epoch
             best_state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+        last_accuracy = accuracy
         if elapsed > minutes * 60:
             log(f"{kind}: time budget of {minutes} min reached after epoch {epoch}")
             break
