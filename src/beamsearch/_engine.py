@@ -154,8 +154,7 @@ def _group(backend: Backend, cand: Any, row_input: np.ndarray) -> tuple[Any, np.
     live row of group g.
     """
     k, vocab = cand.shape
-    start = np.flatnonzero(np.r_[True, row_input[1:] != row_input[:-1]])
-    counts = np.diff(np.r_[start, k])
+    start, counts = runs(row_input)
     width = int(counts.max())
     if (counts == width).all():
         return cand.reshape(start.shape[0], width * vocab), start  # --> [G, r*V]
@@ -307,7 +306,18 @@ def _concat_rows(parts: list[Rows], prompt_width: int, token_logprobs: bool) -> 
 
 
 def _pad_right(a: np.ndarray, width: int, value: float) -> np.ndarray:
-    return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=value)
+    out = np.full((a.shape[0], width), value, dtype=a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
+
+
+def runs(sorted_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of equal values in a sorted int array ``[k]`` (k >= 1): ``(start [G], length [G])``."""
+    change = np.empty(sorted_ids.shape[0], dtype=bool)
+    change[0] = True
+    np.not_equal(sorted_ids[1:], sorted_ids[:-1], out=change[1:])
+    start = np.flatnonzero(change)
+    return start, np.diff(start, append=sorted_ids.shape[0])
 
 
 def _prompt_matrix(prompts: Sequence[Sequence[int]]) -> np.ndarray:

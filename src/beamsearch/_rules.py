@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beamsearch._engine import Rows, Rule
+from beamsearch._engine import Rows, Rule, runs
 from beamsearch._penalties import LengthPenalty
 
 
@@ -48,10 +48,10 @@ class BatchRule(Rule):
 
     def stopped(self, live: Rows, step: int, finished: Rows | None) -> np.ndarray:
         """An input stops when it has n_best finished and ``s / lp(max_steps)`` cannot beat them."""
-        if finished is not None:
-            self._add_finished(finished, step)
         if not self.early_stop:
             return np.zeros(live.input.shape[0], dtype=bool)
+        if finished is not None:
+            self._add_finished(finished, step)
         reach = live.logprob / self.bound_divisor  # the best score each live row can still reach
         beaten = reach > self.top[live.input, self.n_best - 1]
         enough = self.n_finished[live.input] >= self.n_best
@@ -59,8 +59,8 @@ class BatchRule(Rule):
 
     def _add_finished(self, finished: Rows, step: int) -> None:
         scores = finished.logprob / self.penalty(np.asarray(step), self.alpha)
-        start = np.flatnonzero(np.r_[True, finished.input[1:] != finished.input[:-1]])
-        slot = np.arange(finished.input.shape[0]) - np.repeat(start, np.diff(np.r_[start, finished.input.shape[0]]))
+        start, length = runs(finished.input)
+        slot = np.arange(finished.input.shape[0]) - np.repeat(start, length)  # position within its input
         new = np.full((self.top.shape[0], self.beam_size), -np.inf)  # --> [N, beam]
         new[finished.input, slot] = scores
         merged = np.concatenate([self.top, new], axis=1)  # --> [N, n_best + beam]
