@@ -91,6 +91,8 @@ def main() -> None:
         floor = floor_per_step(x, n, beam, backend, reps=10)
         plain = search_per_step(n, beam, vocab, backend, 0, args.steps, reps)
         blocked = search_per_step(n, beam, vocab, backend, 3, args.steps, reps)
+        # the machine is shared: the floor is the best of measurements before and after the searches
+        floor = min(floor, floor_per_step(x, n, beam, backend, reps=10))
         print(f"{backend:<7} {n:>3} {beam:>4} {vocab:>6} {plain * 1e3:>9.3f} {floor * 1e3:>9.3f} "
               f"{plain / floor:>6.2f} {blocked * 1e3:>9.3f} {blocked / plain - 1:>+10.0%} "
               f"{plain / (rows * vocab) * 1e9:>8.3f}", flush=True)
