@@ -128,10 +128,11 @@ def _bad_rows(backend: Backend, logp: Any, raw: Any, processors: Sequence[Logits
         return
     shape = tuple(raw.shape)
     for row in rows.tolist():
-        values = backend.to_numpy(backend.compute(raw[row : row + 1]))
+        raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
+        values = backend.to_numpy(raw_row)
         where = ""
         if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
-            x = backend.copy(backend.compute(raw[row : row + 1]))
+            x = backend.copy(raw_row)
             assert ctx is not None and processors, "a valid row cannot give NaN without processing"
             one = StepContext(ctx.step, ctx.history[row : row + 1], ctx.row_input[row : row + 1], backend)
             for processor in processors:

@@ -103,12 +103,13 @@ def _ids(prompts: Sequence[Sequence[int]] | Sequence[str], tokenizer: Any) -> li
     return [[int(t) for t in p] for p in prompts]
 
 
-def _left_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> ids int64 ``[N, P]`` left-padded, mask ``[N, P]``."""
+def _padded(rows: list[list[int]], pad: int, device: Any, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> ids int64 ``[N, P]`` padded on the left (causal LM) or the right (encoder), mask ``[N, P]``."""
     width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    return ids, mask
+    fill = [width - len(r) for r in rows]
+    ids = [[pad] * f + r if left else r + [pad] * f for r, f in zip(rows, fill)]
+    mask = [[0] * f + [1] * len(r) if left else [1] * len(r) + [0] * f for r, f in zip(rows, fill)]
+    return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
 
 def _eos(model: Any, eos_token_id: Any) -> tuple[int, bool]:
@@ -165,7 +166,7 @@ def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, t
     pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
     eos, extra = _eos(model, eos_token_id)
     device = next(model.parameters()).device
-    ids, mask = _left_pad(rows, pad, device)
+    ids, mask = _padded(rows, pad, device, left=True)
     prepared = Prepared(None, None, rows, eos)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions)
@@ -203,7 +204,7 @@ def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, 
     if start is None:
         raise ValueError("decoder_start_token_id is None: pass it, or set it in the model's generation config")
     device = next(model.parameters()).device
-    ids, mask = _right_pad(rows, pad, device)
+    ids, mask = _padded(rows, pad, device, left=False)
     prepared = Prepared(None, None, [[int(start)] for _ in rows], eos)
     t0 = time.perf_counter()
     hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
@@ -221,9 +222,3 @@ def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, 
     prepared.step = step
     return prepared
 
-
-def _right_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
-    return ids, mask
