@@ -7,6 +7,9 @@ the [N*beam, V] logits followed by one top-k over [N, beam*V] in the same librar
 
     python benchmarks/bench_search.py                 # the full grid (a few minutes)
     python benchmarks/bench_search.py --quick         # a small grid
+
+A second table shows that a step's cost does not grow with the search's length (the token history
+is a back-pointer trail, not a matrix copied every step): the same search over 64 and 1024 steps.
 """
 
 from __future__ import annotations
@@ -57,14 +60,23 @@ def floor_per_step(x, n: int, beam: int, backend: str, reps: int) -> float:
     return best
 
 
-def search_per_step(n: int, beam: int, vocab: int, backend: str, ngram: int, steps: int, reps: int) -> float:
+CONTROLS = {"min_new_tokens": 3, "stop_sequences": [[5, 6], [7, 8, 9]]}
+
+
+def search_per_step(n: int, beam: int, vocab: int, backend: str, ngram: int, steps: int, reps: int,
+                    controls: bool = False) -> float:
+    """Seconds per step of the search alone (the null model's own time subtracted), best of reps.
+
+    ``controls``: with min_new_tokens=3, two stop sequences and a forced 2-token prefix per input.
+    """
     best = float("inf")
     prompts = [[1, 2, 3, 4]] * n
+    extra = dict(CONTROLS, prefix=[[11, 12]] * n) if controls else {}
     for _ in range(reps):
         model = NullModel(n * beam, vocab, backend)
         t0 = time.perf_counter()
         beam_search_batch(model.step, None, prompts, eos_token_id=0, max_steps=steps, beam_size=beam,
-                          no_repeat_ngram_size=ngram, early_stop=False)
+                          no_repeat_ngram_size=ngram, early_stop=False, **extra)
         total = time.perf_counter() - t0 - model.inside
         best = min(best, total / steps)
     return best
@@ -83,7 +95,7 @@ def main() -> None:
     print(f"T = {args.steps} steps, times per step in ms (best of repeats); ns/elem = search time per "
           "step / (N * beam * V), flat when time grows linearly in N * beam * V")
     print(f"{'backend':<7} {'N':>3} {'beam':>4} {'V':>6} {'search':>9} {'floor':>9} {'ratio':>6} "
-          f"{'+3gram':>9} {'3gram cost':>10} {'ns/elem':>8}")
+          f"{'+3gram':>9} {'3gram cost':>10} {'controls':>9} {'ctl cost':>8} {'ns/elem':>8}")
     for backend, vocab, n, beam in itertools.product(backends, vocabs, ns, beams):
         rows = n * beam
         x = NullModel(rows, vocab, backend).logits
@@ -91,11 +103,27 @@ def main() -> None:
         floor = floor_per_step(x, n, beam, backend, reps=10)
         plain = search_per_step(n, beam, vocab, backend, 0, args.steps, reps)
         blocked = search_per_step(n, beam, vocab, backend, 3, args.steps, reps)
+        controlled = search_per_step(n, beam, vocab, backend, 0, args.steps, reps, controls=True)
         # the machine is shared: the floor is the best of measurements before and after the searches
         floor = min(floor, floor_per_step(x, n, beam, backend, reps=10))
         print(f"{backend:<7} {n:>3} {beam:>4} {vocab:>6} {plain * 1e3:>9.3f} {floor * 1e3:>9.3f} "
               f"{plain / floor:>6.2f} {blocked * 1e3:>9.3f} {blocked / plain - 1:>+10.0%} "
+              f"{controlled * 1e3:>9.3f} {controlled / plain - 1:>+8.0%} "
               f"{plain / (rows * vocab) * 1e9:>8.3f}", flush=True)
+    growth_table(args.quick)
+
+
+def growth_table(quick: bool) -> None:
+    """Per-step cost of one search over T = 64 and T = 1024 steps (numpy, N=64, beam 4, V=1000)."""
+    print()
+    print("per-step cost against the search's length (null model, no n-gram blocking), ms per step")
+    print(f"{'backend':<7} {'N':>3} {'beam':>4} {'V':>6} {'T=64':>9} {'T=1024':>9} {'ratio':>6}")
+    for backend in ["numpy"] + (["torch"] if torch is not None else []):
+        n, beam, vocab = (8, 4, 1000) if quick else (64, 4, 1000)
+        short = search_per_step(n, beam, vocab, backend, 0, 64, 3)
+        long = search_per_step(n, beam, vocab, backend, 0, 1024, 2)
+        print(f"{backend:<7} {n:>3} {beam:>4} {vocab:>6} {short * 1e3:>9.3f} {long * 1e3:>9.3f} "
+              f"{long / short:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

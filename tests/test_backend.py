@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from beamsearch._backend import NumpyBackend, backend_of
+from beamsearch._backends import backend_of, index_like, register_backend
+from beamsearch._backends._numpy import NumpyBackend
 from beamsearch.processors import NoRepeatNGram, StepContext, Temperature, TopK
 
 try:
@@ -65,7 +66,7 @@ def test_processors_equal_plain_loops(name):
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_log_softmax_and_masks(name):
+def test_log_softmax(name):
     x = np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf], [2.0, 2.0, 2.0]])
     be = backend_of(as_backend(x, name))
     xb = as_backend(x, name)
@@ -79,19 +80,68 @@ def test_log_softmax_and_masks(name):
     y = as_backend(x, name)
     same = be.log_softmax(y, inplace=True)
     assert same is y and np.array_equal(to_np(y), out, equal_nan=True)
-    z = as_backend(np.zeros((2, 3)), name)
-    be.add_rows_(z, np.array([1.5, -2.0]))
-    assert to_np(z).tolist() == [[1.5] * 3, [-2.0] * 3]
-    assert be.column(as_backend(x, name), 1).tolist() == [1.0, -np.inf, 2.0]
-    y = as_backend(x, name)
-    be.set_neg_inf(y, np.array([0, 2]), np.array([1, 0]))
-    assert to_np(y)[0, 1] == -np.inf and to_np(y)[2, 0] == -np.inf and to_np(y)[2, 1] == 2.0
-    full = to_np(be.full((2, 3), -np.inf, like=as_backend(x, name)))
-    assert full.shape == (2, 3) and (full == -np.inf).all()
-    back = be.from_numpy(np.array([1.5, 2.5]), like=as_backend(x.astype(np.float32), name))
-    assert to_np(back).dtype == np.float32 and to_np(back).tolist() == [1.5, 2.5]
-    ints = be.from_numpy(np.array([3, 4]), like=as_backend(x.astype(np.float32), name))
-    assert to_np(ints).dtype == np.int64
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_operation_equals_plain_numpy(name):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 6))
+    x[1, 2] = -np.inf
+    rows, cols = np.array([0, 2, 3]), np.array([5, 0, 2])
+    be = backend_of(as_backend(x, name))
+
+    def fresh():
+        return as_backend(x, name)
+
+    assert to_np(be.add_rows(fresh(), np.array([1.5, -2.0, 0.0, 3.0]))).tolist() == \
+        (x + np.array([1.5, -2.0, 0.0, 3.0])[:, None]).tolist()
+    assert be.column(fresh(), 1).tolist() == x[:, 1].tolist()
+    cols_out = be.columns(fresh(), np.array([4]))
+    assert cols_out.tolist() == x[:, [4]].tolist()
+    assert be.columns(fresh(), np.array([1, 3])).tolist() == x[:, [1, 3]].tolist()
+    assert be.gather(fresh(), rows, cols).tolist() == x[rows, cols].tolist()
+    assert to_np(be.take(fresh(), rows, cols)).tolist() == x[rows, cols].tolist()
+    want = x.copy()
+    want[rows, cols] = [7.0, 8.0, 9.0]
+    vals = be.from_host(np.array([7.0, 8.0, 9.0]), like=fresh())
+    assert to_np(be.put(fresh(), rows, cols, vals)).tolist() == want.tolist()
+    want = x.copy()
+    want[:, [1, 4]] = -np.inf
+    assert to_np(be.fill_columns(fresh(), np.array([1, 4]), -np.inf)).tolist() == want.tolist()
+    want = x.copy()
+    want[[0, 3]] = -np.inf
+    assert to_np(be.fill_rows(fresh(), np.array([0, 3]), -np.inf)).tolist() == want.tolist()
+    want = np.full_like(x, -np.inf)
+    want[rows, cols] = x[rows, cols]
+    want[1] = x[1]
+    assert to_np(be.keep_only(fresh(), rows, cols)).tolist() == want.tolist()
+    assert to_np(be.sort_desc(fresh())).tolist() == (-np.sort(-x, axis=1)).tolist()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(to_np(be.softmax_cumsum(fresh())), np.cumsum(e / e.sum(1, keepdims=True), 1),
+                               atol=1e-12)
+    assert to_np(be.count_below(fresh(), 0.0)).tolist() == (x < 0).sum(1, keepdims=True).tolist()
+    idx = np.array([[0], [2], [5], [1]])
+    assert to_np(be.take_along(fresh(), index_like(idx, fresh()))).tolist() == np.take_along_axis(x, idx, 1).tolist()
+    thr = np.array([[0.0], [-1.0], [0.5], [9.0]])
+    assert to_np(be.mask_below(fresh(), be.from_host(thr, like=fresh()))).tolist() == \
+        np.where(x < thr, -np.inf, x).tolist()
+    assert to_np(be.kth_largest(fresh(), 2)).tolist() == (-np.sort(-x, axis=1))[:, 1:2].tolist()
+    padded = to_np(be.pad_rows(fresh(), np.array([0, 2, 3, 5]), 6))
+    assert padded[[0, 2, 3, 5]].tolist() == x.tolist() and (padded[[1, 4]] == -np.inf).all()
+    assert to_np(be.where(fresh() > 0, fresh(), fresh() * 2)).tolist() == np.where(x > 0, x, 2 * x).tolist()
+    assert be.numeric(fresh()) and be.host_dtype_of(fresh()) == np.float64
+    assert to_np(be.index(np.array([2, 0]), fresh())).tolist() == [2, 0]
+
+
+def test_a_new_backend_is_found_by_its_library_name():
+    class Fake:  # an array type from a package named "fakearrays"
+        shape = (1, 2)
+
+    Fake.__module__ = "fakearrays.core"
+    marker = NumpyBackend()
+    register_backend("fakearrays", lambda: marker)
+    assert backend_of(Fake()) is marker
+    assert isinstance(backend_of(np.zeros(2)), NumpyBackend) and backend_of(np.zeros(2)) is not marker
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -162,7 +162,7 @@ def test_with_eos_every_hypothesis_rescores_and_the_best_is_no_worse(name):
     assert compared >= 2
 
 
-def test_stopped_inputs_leave_the_cache_and_identity_steps_do_not_copy():
+def test_stopped_inputs_leave_the_cache():
     model = gpt2(7)
     dec = causal_lm(model, PROMPTS)
     sizes = []
@@ -174,11 +174,60 @@ def test_stopped_inputs_leave_the_cache_and_identity_steps_do_not_copy():
         return inner(state, y_prev)
 
     beam_search_batch(step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=10, beam_size=3)
+    assert sizes
     assert all(cache_rows == rows for cache_rows, rows in sizes)  # the cache has exactly the live rows
-    # a select with the identity order is skipped by the engine, and select_state copies
-    cache = dec.init_state.cache
+
+
+class Tracked:
+    """Wraps the adapter's state so that the test sees every reorder the engine asks for."""
+
+    selects = 0
+
+    def __init__(self, inner):
+        self.inner = inner
+
+
+@select_state.register(Tracked)
+def _select_tracked(state, idx):
+    Tracked.selects += 1
+    return Tracked(select_state(state.inner, idx))
+
+
+def test_steps_that_keep_the_rows_in_order_do_not_reorder_the_cache():
+    """beam_size=1 and one input, eos never possible: every step's parents are [0], the
+    identity, so the engine must hand the step's own state object back without select_state."""
+    model = gpt2(7)
+    dec = prepare(model, PROMPTS[:1], eos_token_id=None)  # eos is an extra column that is always -inf
+    returned, received = [], []
+
+    def step(state, y_prev):
+        received.append(state)
+        # the engine finds no tensor inside Tracked, so y_prev and the logits are numpy here
+        logits, inner = dec.step(state.inner, torch.as_tensor(y_prev))
+        returned.append(Tracked(inner))
+        return logits, returned[-1]
+
+    steps = 6
+    Tracked.selects = 0
+    (hyps,) = beam_search_batch(step, Tracked(dec.init_state), dec.prompts, eos_token_id=dec.eos_token_id,
+                                max_steps=steps, beam_size=1)
+    assert len(hyps[0].tokens) == steps and not hyps[0].finished and len(received) == steps
+    assert Tracked.selects == 0
+    assert all(got is sent for got, sent in zip(received[1:], returned))  # the very objects: no copy
+    # the counter works: with two beams the first step goes from 1 row to 2, a real reorder
+    dec = prepare(model, PROMPTS[:1], eos_token_id=None)
+    beam_search_batch(step, Tracked(dec.init_state), dec.prompts, eos_token_id=dec.eos_token_id,
+                      max_steps=3, beam_size=2)
+    assert Tracked.selects >= 1
+
+
+def test_select_state_with_the_identity_order_returns_an_equal_copy():
+    cache = causal_lm(gpt2(7), PROMPTS).init_state.cache
     same = select_state(cache, torch.arange(len(PROMPTS)))
-    assert same is not cache and torch.equal(same.layers[0].keys, cache.layers[0].keys)
+    assert same is not cache and len(same.layers) == len(cache.layers)
+    for new, old in zip(same.layers, cache.layers):
+        assert new is not old
+        assert torch.equal(new.keys, old.keys) and torch.equal(new.values, old.values)
 
 
 def test_string_prompts_need_a_tokenizer():

@@ -73,18 +73,77 @@ def sources(texts):
     return Translator(random_model("seq2seq")).encode(texts)
 
 
+def _gru(x, h, w_ih, w_hh, b_ih, b_hh):
+    """One GRU update as torch documents it (gates r, z, n stacked in that order)."""
+    i_r, i_z, i_n = (x @ w_ih.T + b_ih).chunk(3, dim=-1)
+    h_r, h_z, h_n = (h @ w_hh.T + b_hh).chunk(3, dim=-1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
+def teacher_forced_seq2seq(model, src, tokens):
+    """The GRU seq2seq's logits ``[N, T, V]`` recomputed from its parameters with plain torch ops,
+    one row and one timestep at a time, sharing no code with ``init_state``/``step``/``forward``
+    (``forward`` is a loop over ``step``, so it cannot serve as the reference). Eval mode: no dropout.
+
+    Encoder: a bidirectional GRU over the row's unpadded prefix (the sources are right-padded);
+    outputs past the prefix are zero (as ``pad_packed_sequence`` leaves them), then ``enc_out``.
+    The decoder starts from ``tanh(bridge([last forward h; last backward h]))`` and a zero feed;
+    each step: GRU on ``[embedding; feed]``, Luong general attention ``score_s = memory_s . (W_a h)``
+    over the non-pad positions, ``feed = tanh(combine([context; h]))``, logits ``= out(feed)``.
+    """
+    enc, cell, pad = model.encoder, model.cell, model.cfg.pad
+    hidden = model.cfg.hidden
+    rows = []
+    for ids, targets in zip(src, tokens):
+        real = ids != pad
+        n = int(real.sum())
+        assert n >= 1 and bool(real[:n].all()), "sources are right-padded"
+        emb = model.src_emb.weight[ids[:n]]
+        fwd, bwd = [None] * n, [None] * n
+        h = emb.new_zeros(hidden)
+        for t in range(n):
+            h = fwd[t] = _gru(emb[t], h, enc.weight_ih_l0, enc.weight_hh_l0, enc.bias_ih_l0, enc.bias_hh_l0)
+        h = emb.new_zeros(hidden)
+        for t in reversed(range(n)):
+            h = bwd[t] = _gru(emb[t], h, enc.weight_ih_l0_reverse, enc.weight_hh_l0_reverse,
+                              enc.bias_ih_l0_reverse, enc.bias_hh_l0_reverse)
+        out = emb.new_zeros(ids.shape[0], 2 * hidden)
+        out[:n] = torch.cat([torch.stack(fwd), torch.stack(bwd)], dim=1)
+        memory = out @ model.enc_out.weight.T + model.enc_out.bias  # [S, H]
+        h = torch.tanh(model.bridge.weight @ torch.cat([fwd[n - 1], bwd[0]]) + model.bridge.bias)
+        feed = torch.zeros_like(h)
+        logits = []
+        for y in targets:
+            x = torch.cat([model.tgt_emb.weight[y], feed])
+            h = _gru(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+            scores = memory @ (model.attn.weight @ h)  # [S]
+            weights = torch.softmax(scores.masked_fill(~real, float("-inf")), dim=0)
+            context = weights @ memory
+            feed = torch.tanh(model.combine.weight @ torch.cat([context, h]) + model.combine.bias)
+            logits.append(model.out.weight @ feed + model.out.bias)
+        rows.append(torch.stack(logits))
+    return torch.stack(rows)
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "transformer"])
 def test_a_cached_step_equals_full_recomputation(kind):
+    """seq2seq: against an independent timestep-by-timestep recomputation from the parameters
+    (its ``forward`` is a loop over ``step``); transformer: against ``forward``, one causal-masked
+    pass over the whole prefix with no cache."""
     model = random_model(kind, seed=3)
     src = sources(["march 3 87", "1999.12.31 x", "3rd of may 2001"])
     tokens = torch.randint(3, len(TARGET_VOCAB), (3, 9))
     tokens[:, 0] = TARGET_VOCAB.bos
     with torch.no_grad():
-        full = model(src, tokens)  # teacher forcing in one pass (transformer: causal mask)
+        full = teacher_forced_seq2seq(model, src, tokens) if kind == "seq2seq" else model(src, tokens)
         state, steps = model.init_state(src), []
         for t in range(tokens.shape[1]):
             logits, state = model.step(state, tokens[:, t])
             steps.append(logits)
+        if kind == "seq2seq":  # forward (the rescoring oracle elsewhere) agrees with the reference too
+            assert torch.allclose(model(src, tokens), full, atol=1e-5)
     assert torch.allclose(torch.stack(steps, dim=1), full, atol=1e-5)
 
 

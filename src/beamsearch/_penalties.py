@@ -12,7 +12,7 @@ import numpy as np
 
 LengthPenalty = Callable[[np.ndarray, float], np.ndarray]
 
-__all__ = ["length_power", "length_wu", "LENGTH_PENALTIES"]
+__all__ = ["length_power", "length_wu", "LENGTH_PENALTIES", "score"]
 
 
 def length_power(length: np.ndarray, alpha: float) -> np.ndarray:
@@ -26,3 +26,11 @@ def length_wu(length: np.ndarray, alpha: float) -> np.ndarray:
 
 
 LENGTH_PENALTIES: dict[str, LengthPenalty] = {"gnmt": length_wu, "power": length_power}
+
+
+def score(logprob: np.ndarray, length: np.ndarray, penalty: LengthPenalty, alpha: float) -> np.ndarray:
+    """The one scoring formula: ``logprob / penalty(length, alpha)``, float64 ``[j]``.
+
+    Results are ranked by it, and the early-stop bound is it at ``length = max_steps``.
+    """
+    return np.asarray(logprob, dtype=np.float64) / penalty(length, alpha)

@@ -1,6 +1,7 @@
-"""The public searches: ``beam_search``, ``greedy_decode`` and ``beam_search_batch``.
+"""The public searches: ``beam_search``, ``greedy_decode``, ``beam_search_each`` and
+``beam_search_batch``.
 
-Each validates its arguments, picks a selection rule and options, runs the one engine
+Each validates its arguments, picks a strategy and controls, runs the one engine
 (:func:`beamsearch._engine.run`) and builds :class:`Hypothesis` objects once, for the result.
 """
 
@@ -11,11 +12,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from beamsearch import _validate as check
-from beamsearch._engine import Outcome, Rows, StepFn, run
+from beamsearch._controls import Controls
+from beamsearch._controls.eos import eos_ids
+from beamsearch._controls.max_steps import max_steps_per_input
+from beamsearch._controls.min_new_tokens import MinNewTokens
+from beamsearch._controls.prefix import forced_prefix
+from beamsearch._controls.stop_sequences import stop_sequences as stop_control
+from beamsearch._engine import StepFn, run
 from beamsearch._hypothesis import Hypothesis
-from beamsearch._penalties import LENGTH_PENALTIES, LengthPenalty, length_power
-from beamsearch._results import BatchResults, TokenLogprobHypothesis
-from beamsearch._rules import BatchRule, SingleRule
+from beamsearch._penalties import LENGTH_PENALTIES, LengthPenalty, length_power, score
+from beamsearch._results import BatchResults, build
+from beamsearch._strategies.batch import BatchBeam
+from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
 __all__ = ["beam_search", "beam_search_batch", "beam_search_each", "greedy_decode"]
@@ -80,21 +88,13 @@ def beam_search_each(
     eos = check.token("eos", eos)
     beam_size = check.at_least("beam_size", beam_size, 1)
     max_len = check.at_least("max_len", max_len, 1)
-    alpha = check.real("length_penalty", length_penalty)
+    alpha = check.penalty_strength("length_penalty", length_penalty, length_power, max_len)
     if n == 0:
         return []
-    rule = SingleRule(beam_size, eos, n_inputs=n)
-    outcome = run(step_fn, init_state, np.full(n, bos), rule, max_len, token_ids={"bos": bos, "eos": eos})
-    fin = _Scored(outcome.finished, 0, True, length_power, alpha)
-    live = _Scored(outcome.live, 0, False, length_power, alpha)
-    results = []
-    for i in range(n):  # finished then live, one stable sort: ties keep production order
-        mine_f, mine_l = np.flatnonzero(fin.rows.input == i), np.flatnonzero(live.rows.input == i)
-        scores = np.concatenate([fin.scores[mine_f], live.scores[mine_l]])
-        order = np.argsort(-scores, kind="stable")
-        results.append([fin.hypothesis(mine_f[j]) if j < len(mine_f) else live.hypothesis(mine_l[j - len(mine_f)])
-                        for j in order.tolist()])
-    return results
+    eos_arr = np.array([eos], np.int64)
+    controls = Controls(eos_arr, np.full(n, max_len, np.int64), vocab_checks=(("bos", bos), ("eos", eos)))
+    outcome = run(step_fn, init_state, np.full(n, bos, np.int64), NarrowingBeam(beam_size), controls)
+    return build(outcome, n, length_power, alpha, n_best=None, finished_first=False)
 
 
 def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int) -> Hypothesis:
@@ -117,8 +117,8 @@ def beam_search_batch(
     init_state: Any,
     prompts: Sequence[Sequence[int]],
     *,
-    eos_token_id: int,
-    max_steps: int,
+    eos_token_id: int | Sequence[int],
+    max_steps: int | Sequence[int],
     beam_size: int,
     n_best: int = 1,
     alpha: float = 0.6,
@@ -131,68 +131,109 @@ def beam_search_batch(
     length_penalty: str = "gnmt",
     logits_processors: Sequence[LogitsProcessor] = (),
     return_token_logprobs: bool = False,
+    min_new_tokens: int = 0,
+    stop_sequences: Sequence[Sequence[int]] = (),
+    prefix: Sequence[Sequence[int]] | None = None,
 ) -> BatchResults:
-    """Batched beam search over many inputs at once (SPEC section 6).
+    """Batched beam search over many inputs at once (SPEC sections 6 and 10).
 
     One model call per step for the live rows of every input (input 0's rows, then input 1's,
-    ...). Logits are processed per row: temperature, top-k (ties at the threshold kept),
-    no-repeat n-gram over prompt + generated tokens, then ``logits_processors`` in order, then
-    log_softmax. Per input, every finite eos extension is finished and the ``beam_size`` best
-    non-eos extensions are the next live rows.
+    ...). Each row's logits are processed in this order: ``min_new_tokens``' eos mask,
+    temperature, top-k (ties at the threshold kept), no-repeat n-gram over prompt + generated
+    tokens, ``logits_processors`` in order; then log_softmax; then the forced ``prefix``. Per
+    input, every finite eos (or stop-sequence) extension is finished and the ``beam_size`` best
+    other extensions are the next live rows.
 
     Args:
         step_fn: ``step_fn(state, y_prev [k]) -> (logits [k, V], new_state)``.
         init_state: one row per prompt: what the model needs before its first step.
         prompts: ``N`` lists of token ids; the first call gets each prompt's last token. An
             empty prompt means ``[bos_token_id]``.
-        eos_token_id: the token that finishes a hypothesis.
-        max_steps: the most tokens generated per input, >= 1.
+        eos_token_id: the token, or a non-empty sequence of tokens, that finishes a hypothesis.
+        max_steps: the most tokens generated, >= 1: one int, or one per input.
         beam_size: live rows per input, >= 1.
         n_best: results per input, ``1 <= n_best <= beam_size``.
-        alpha: length-penalty strength >= 0.
+        alpha: length-penalty strength >= 0 (finite, and ``lp(max_steps)`` must not overflow).
         no_repeat_ngram_size: n > 0 bans tokens completing an n-gram already in the row.
         temperature: > 0, divides the logits.
         top_k: keep logits >= the row's k-th largest; None keeps all.
         bos_token_id: stands in for an empty prompt.
         pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
         early_stop: stop an input once no live row can reach a score above its n_best-th
-            finished one (``s / lp(max_steps)`` bounds a live row of logprob ``s``): lossless.
+            finished one (``s / lp(max_steps[i])`` bounds a live row of logprob ``s``): lossless.
         length_penalty: ``"gnmt"`` for ``((5 + L) / 6) ** alpha`` or ``"power"`` for
             ``L ** alpha``; L counts eos.
         logits_processors: extra ``processor(logits, ctx) -> logits`` applied after the
             built-in ones (see :mod:`beamsearch.processors`).
         return_token_logprobs: return :class:`TokenLogprobHypothesis` objects that also carry
             each token's processed log-probability.
+        min_new_tokens: m >= 0: no eos and no stop sequence finishes a hypothesis at steps
+            ``t <= m``, so every finished hypothesis has more than m tokens.
+        stop_sequences: non-empty token-id sequences without eos ids; an extension whose
+            generated tokens end with one finishes like eos (its tokens end with the sequence).
+        prefix: None, or one token-id sequence per input forced as its first generated tokens
+            and scored (each keeps its processed log-probability).
 
     Returns:
         A :class:`BatchResults` (a list): per input, its finished hypotheses sorted by score
         (stable), cut to n_best; when fewer than n_best finished, its live rows at the end fill up.
     """
-    eos = check.token("eos_token_id", eos_token_id)
-    max_steps = check.at_least("max_steps", max_steps, 1)
+    opts = _batch_options(prompts, eos_token_id, max_steps, beam_size, n_best, alpha, no_repeat_ngram_size,
+                          temperature, top_k, bos_token_id, pad_token_id, early_stop, length_penalty,
+                          logits_processors, min_new_tokens, stop_sequences, prefix)
+    results = BatchResults(pad_token_id=opts.pad)
+    if not opts.prompts:
+        return results
+    bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
+    strategy = BatchBeam(opts.beam_size, opts.n_best, opts.penalty, opts.alpha, bound, bool(early_stop))
+    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts], np.int64), strategy,
+                  opts.controls)
+    results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=opts.n_best,
+                         finished_first=True, token_logprobs=return_token_logprobs))
+    return results
+
+
+class _Options:
+    """The validated arguments of a batched search (or of ``score_sequences``)."""
+
+    def __init__(self, prompts: list[list[int]], controls: Controls, penalty: LengthPenalty, alpha: float,
+                 beam_size: int, n_best: int, pad: int | None) -> None:
+        self.prompts, self.controls, self.penalty, self.alpha = prompts, controls, penalty, alpha
+        self.beam_size, self.n_best, self.pad = beam_size, n_best, pad
+
+
+def _batch_options(prompts: Any, eos_token_id: Any, max_steps: Any, beam_size: Any, n_best: Any, alpha: Any,
+                   no_repeat_ngram_size: Any, temperature: Any, top_k: Any, bos_token_id: Any,
+                   pad_token_id: Any, early_stop: Any, length_penalty: Any, logits_processors: Any,
+                   min_new_tokens: Any, stop_sequences: Any, prefix: Any, *, search: bool = True) -> _Options:
+    """Validate everything (SPEC sections 7 and 10) before any model call."""
+    eos = eos_ids("eos_token_id", eos_token_id)
     beam_size = check.at_least("beam_size", beam_size, 1)
     n_best = check.at_least("n_best", n_best, 1)
     if n_best > beam_size:
         raise ValueError(f"n_best must be <= beam_size={beam_size}; got {n_best}")
-    alpha = check.real("alpha", alpha)
     ngram = check.at_least("no_repeat_ngram_size", no_repeat_ngram_size, 0)
     temperature = check.real("temperature", temperature, positive=True)
     top_k = None if top_k is None else check.at_least("top_k", top_k, 1)
     bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
     pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
-    if length_penalty not in LENGTH_PENALTIES:
+    if not isinstance(length_penalty, str) or length_penalty not in LENGTH_PENALTIES:
         raise ValueError(f"length_penalty must be one of {sorted(LENGTH_PENALTIES)}; got {length_penalty!r}")
     penalty = LENGTH_PENALTIES[length_penalty]
     if not isinstance(early_stop, (bool, np.bool_)):
         raise TypeError(f"early_stop must be a bool; got {early_stop!r}")
+    if isinstance(logits_processors, (str, bytes)) or not hasattr(logits_processors, "__iter__"):
+        raise TypeError(f"logits_processors must be a sequence of callables; got {logits_processors!r:.80}")
     for i, processor in enumerate(logits_processors):
         if not callable(processor):
             raise TypeError(f"logits_processors[{i}] must be callable; got {processor!r}")
+    m = check.at_least("min_new_tokens", min_new_tokens, 0)
+    stops = stop_control(stop_sequences, eos, m)
     ids = check.prompts(prompts, bos)
-    results = BatchResults(pad_token_id=pad)
-    if not ids:
-        return results
-    processors: list[LogitsProcessor] = []
+    steps = max_steps_per_input(max_steps, len(ids)) if search else max_steps
+    alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max()) if len(ids) else 1)
+    forced = forced_prefix(prefix, len(ids), eos, steps) if search else None
+    processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
     if temperature != 1.0:
         processors.append(Temperature(temperature))
     if top_k is not None:
@@ -200,51 +241,14 @@ def beam_search_batch(
     if ngram > 0:
         processors.append(NoRepeatNGram(ngram))
     processors.extend(logits_processors)
-    rule = BatchRule(beam_size, eos, len(ids), n_best=n_best, penalty=penalty, alpha=alpha,
-                     max_steps=max_steps, early_stop=bool(early_stop))
-    token_ids = {"eos_token_id": eos} | ({} if bos is None else {"bos_token_id": bos})
-    outcome = run(step_fn, init_state, np.array([p[-1] for p in ids]), rule, max_steps,
-                  prompts=ids, processors=processors, token_ids=token_ids,
-                  token_logprobs=return_token_logprobs)
-    results.extend(_per_input(outcome, len(ids), n_best, penalty, alpha))
-    return results
-
-
-def _per_input(outcome: Outcome, n: int, n_best: int, penalty: LengthPenalty,
-               alpha: float) -> list[list[Hypothesis]]:
-    """Each input's finished hypotheses by score, cut to n_best, filled from its live rows."""
-    fin = _Scored(outcome.finished, outcome.prompt_width, True, penalty, alpha)
-    live = _Scored(outcome.live, outcome.prompt_width, False, penalty, alpha)
-    out = []
-    for i in range(n):
-        best = fin.best(fin.rows.input == i, n_best)
-        if len(best) < n_best:
-            best += live.best(live.rows.input == i, n_best - len(best))
-        out.append(best)
-    return out
-
-
-class _Scored:
-    """Rows of one kind (finished or live) with their lengths and scores; Hypothesis objects
-    are built only for the rows a result returns."""
-
-    def __init__(self, rows: Rows, prompt_width: int, finished: bool, penalty: LengthPenalty,
-                 alpha: float) -> None:
-        self.rows = rows
-        self.finished = finished
-        self.tokens = rows.hist[:, prompt_width:]  # --> [j, t], right-padded with -1
-        self.lengths = (self.tokens >= 0).sum(axis=1)
-        self.scores = rows.logprob / penalty(self.lengths, alpha)  # --> [j]
-
-    def best(self, mask: np.ndarray, count: int) -> list[Hypothesis]:
-        """The ``count`` best rows of ``mask`` by score, highest first, ties in production order."""
-        idx = np.flatnonzero(mask)
-        return [self.hypothesis(i) for i in idx[np.argsort(-self.scores[idx], kind="stable")][:count]]
-
-    def hypothesis(self, i: int) -> Hypothesis:
-        n = int(self.lengths[i])
-        tokens, logprob, score = self.tokens[i, :n].tolist(), float(self.rows.logprob[i]), float(self.scores[i])
-        if self.rows.token_logprobs is None:
-            return Hypothesis(tokens, logprob, score, self.finished)
-        per_token = self.rows.token_logprobs[i, :n].tolist()
-        return TokenLogprobHypothesis(tokens, logprob, score, self.finished, per_token)
+    given_eos = eos_token_id if isinstance(eos_token_id, (int, np.integer)) else [int(e) for e in eos_token_id]
+    checks: list[tuple[str, Any]] = [("eos_token_id", given_eos), ("prompts", ids)]
+    if bos is not None:
+        checks.append(("bos_token_id", bos))
+    if stops is not None:
+        checks.append(("stop_sequences", [list(s) for s in stops.sequences]))
+    if forced is not None:
+        checks.append(("prefix", [list(p) for p in prefix]))
+    controls = Controls(eos, steps, tuple(processors), () if forced is None else (forced,), stops, ids,
+                        tuple(checks))
+    return _Options(ids, controls, penalty, alpha, beam_size, n_best, pad)

@@ -13,26 +13,9 @@ import copy
 import functools
 from typing import Any
 
-import numpy as np
+from beamsearch._backends import index_like
 
 __all__ = ["select_state"]
-
-
-def _is_torch(obj: Any) -> bool:
-    return type(obj).__module__.split(".", 1)[0] == "torch"
-
-
-def _index_for(leaf: Any, idx: Any) -> Any:
-    """``idx`` in the form that indexes ``leaf``: int64 numpy, or a torch tensor on its device."""
-    if _is_torch(leaf):
-        import torch
-
-        if isinstance(idx, torch.Tensor):
-            return idx if idx.device == leaf.device else idx.to(leaf.device)
-        return torch.as_tensor(np.asarray(idx, dtype=np.int64), device=leaf.device)
-    if _is_torch(idx):
-        return idx.detach().cpu().numpy()
-    return np.asarray(idx, dtype=np.int64)
 
 
 @functools.singledispatch
@@ -64,7 +47,7 @@ def select_state(state: Any, idx: Any) -> Any:
         return state
     if ndim == 0:
         return state
-    return state[_index_for(state, idx)]
+    return state[index_like(idx, state)]
 
 
 @select_state.register(tuple)
@@ -98,17 +81,3 @@ def _select_set(state: Any, idx: Any) -> Any:
         f"state: a {type(state).__name__} has no order, so its rows cannot be selected; "
         f"use a tuple, list or dict (got {state!r:.80})"
     )
-
-
-def find_torch_device(state: Any) -> Any:
-    """The device of the first torch tensor leaf in ``state`` (containers searched), or None."""
-    if _is_torch(state) and hasattr(state, "device"):
-        return state.device
-    if isinstance(state, dict):
-        state = list(state.values())
-    if isinstance(state, (list, tuple)):
-        for item in state:
-            device = find_torch_device(item)
-            if device is not None:
-                return device
-    return None

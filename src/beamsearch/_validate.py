@@ -23,15 +23,37 @@ def at_least(name: str, value: Any, low: int) -> int:
     return v
 
 
-def real(name: str, value: Any, *, positive: bool = False) -> float:
-    """A float that is not NaN and is ``>= 0`` (``> 0`` when ``positive``)."""
+def real(name: str, value: Any, *, positive: bool = False, finite: bool = False) -> float:
+    """A float that is not NaN and is ``>= 0`` (``> 0`` when ``positive``; not inf when ``finite``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number; got {value!r} of type {type(value).__name__}")
     v = float(value)
-    if math.isnan(v) or v < 0 or (positive and v == 0):
-        bound = "> 0" if positive else ">= 0"
+    if math.isnan(v) or v < 0 or (positive and v == 0) or (finite and math.isinf(v)):
+        bound = ("> 0" if positive else ">= 0") + (" and finite" if finite else "")
         raise ValueError(f"{name} must be {bound}; got {value!r}")
     return v
+
+
+def penalty_strength(name: str, value: Any, penalty: Any, longest: int) -> float:
+    """A length-penalty strength: finite, >= 0, and small enough that ``lp(longest)`` is a finite
+    positive float (else every score would round to -0.0 and rank the worse hypothesis first)."""
+    v = real(name, value, finite=True)
+    with np.errstate(over="ignore"):
+        lp = float(penalty(np.asarray(longest), v))
+    if not (math.isfinite(lp) and lp > 0):
+        raise ValueError(f"{name}={value!r} is too large: the length penalty of {longest} tokens overflows ({lp})")
+    return v
+
+
+def token_list(name: str, value: Any, *, allow_empty: bool = False) -> list[int]:
+    """A sequence of token ids (ints >= 0) as a list; a str, a scalar or (unless allowed) an empty
+    sequence is refused."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name} must be a sequence of token ids; got {value!r:.80}")
+    ids = [token(f"{name}[{j}]", t) for j, t in enumerate(value)]
+    if not ids and not allow_empty:
+        raise ValueError(f"{name} must be a non-empty sequence of token ids; got {value!r}")
+    return ids
 
 
 def token(name: str, value: Any) -> int:

@@ -1,0 +1,182 @@
+"""The backend seam: the few array operations the search needs, one module per array library.
+
+A backend wraps one array library (numpy, torch, ...). The search detects it once per step from
+the logits the step function returns (:func:`backend_of`) and then runs every operation on the
+``[k, V]`` arrays through it, on the logits' own device. Only small per-row arrays (selected
+indices and values) come back to the host as numpy.
+
+Every operation that changes an array *returns* the result. The numpy and torch backends write
+in place when handed a buffer the search owns (a documented fast path: the search never passes
+them the model's own logits); a backend of immutable arrays (jax) would return new arrays, and
+callers always use the returned value.
+
+All detection of array libraries lives here: :func:`backend_of` for arrays, :func:`index_like`
+for index arrays that must live beside a state's leaves (a torch leaf's device).
+New backends are added with :func:`register_backend`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+NEG_INF = float("-inf")
+
+__all__ = ["NEG_INF", "Backend", "backend_of", "register_backend", "index_like", "first_foreign_leaf"]
+
+
+class Backend(Protocol):
+    """What a backend provides. ``x`` is a float ``[rows, cols]`` array of the backend; ``rows``,
+    ``cols`` are int64 numpy index arrays on the host; "host" results are numpy arrays."""
+
+    name: str
+
+    def numeric(self, x: Any) -> bool:
+        """Whether ``x`` can be read as real-valued logits (float or integer; not bool/complex)."""
+
+    def compute(self, logits: Any) -> Any:
+        """``logits`` as a float array: float64/float32 stay, other floats float32, ints float64."""
+
+    def host_dtype_of(self, x: Any) -> Any:
+        """The numpy dtype matching ``x``'s float dtype."""
+
+    def copy(self, x: Any) -> Any: ...
+
+    def log_softmax(self, x: Any, inplace: bool = False) -> Any:
+        """``[k, V] -> [k, V]``; a row with NaN, +inf or no finite entry comes out all NaN."""
+
+    def add_rows(self, x: Any, offset: np.ndarray) -> Any:
+        """``x[i, :] + offset[i]`` (offset float64 ``[k]`` on the host, cast to x's dtype)."""
+
+    def column(self, x: Any, j: int) -> np.ndarray:
+        """float64 ``[k]`` on the host: ``x[:, j]``."""
+
+    def columns(self, x: Any, cols: np.ndarray) -> np.ndarray:
+        """host ``[k, len(cols)]`` in x's dtype: ``x[:, cols]``."""
+
+    def gather(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """host ``[p]`` in x's dtype: ``x[rows[i], cols[i]]``."""
+
+    def take(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
+        """device ``[p]``: ``x[rows[i], cols[i]]``."""
+
+    def put(self, x: Any, rows: np.ndarray, cols: np.ndarray, values: Any) -> Any:
+        """``x`` with ``x[rows[i], cols[i]] = values[i]`` (values a device array or a scalar)."""
+
+    def fill_rows(self, x: Any, rows: np.ndarray, value: float) -> Any:
+        """``x`` with the whole rows ``rows`` set to ``value``."""
+
+    def fill_columns(self, x: Any, cols: np.ndarray, value: float) -> Any:
+        """``x`` with every row's ``cols`` set to ``value``."""
+
+    def keep_only(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
+        """``x`` with row ``rows[i]`` set to -inf everywhere but column ``cols[i]``."""
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any: ...
+
+    def mask_below(self, x: Any, threshold: Any) -> Any:
+        """``x`` with every entry strictly below ``threshold`` (``[k, 1]``) set to -inf."""
+
+    def kth_largest(self, x: Any, k: int) -> Any:
+        """``[rows, V] -> [rows, 1]``: the k-th value of each row sorted descending."""
+
+    def sort_desc(self, x: Any) -> Any:
+        """Each row's values sorted descending, ``[rows, V]``."""
+
+    def softmax_cumsum(self, x: Any) -> Any:
+        """``[rows, V]``: running sums of each row's softmax (of ``x`` as given)."""
+
+    def count_below(self, x: Any, value: float) -> Any:
+        """int ``[rows, 1]``: how many entries of each row are strictly below ``value``."""
+
+    def take_along(self, x: Any, idx: Any) -> Any:
+        """``[rows, j]``: ``x[r, idx[r, c]]``."""
+
+    def pad_rows(self, x: Any, slot: np.ndarray, total: int) -> Any:
+        """A new ``[total, V]`` array of -inf with row ``i`` of x placed at ``slot[i]``."""
+
+    def topk_stable(self, x: Any, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Host ``(idx, val)``, both ``[G, m]``: each row's m largest (no NaN), highest first,
+        ties to the lower column index. ``1 <= m <= x.shape[1]``."""
+
+    def to_numpy(self, x: Any) -> np.ndarray: ...
+
+    def from_host(self, values: np.ndarray, like: Any) -> Any:
+        """Host float ``values`` as an array beside ``like`` (its library, device and dtype)."""
+
+    def index(self, a: np.ndarray, like: Any) -> Any:
+        """int64 host indices ``a`` as an index array for ``like`` (its library, its device)."""
+
+
+_FACTORIES: dict[str, Callable[[], Backend]] = {}
+_LOADED: dict[str, Backend] = {}
+
+
+def register_backend(module: str, factory: Callable[[], Backend]) -> None:
+    """Arrays whose type comes from the top-level package ``module`` use ``factory()``'s backend
+    (created once, on first use). numpy is the default for everything else."""
+    _FACTORIES[module] = factory
+    _LOADED.pop(module, None)
+
+
+def _library(obj: Any) -> str:
+    return type(obj).__module__.split(".", 1)[0]
+
+
+def backend_of(x: Any) -> Backend:
+    """The backend of an array: a registered library's for its arrays, numpy for anything else."""
+    lib = _library(x)
+    backend = _LOADED.get(lib)
+    if backend is not None:
+        return backend
+    factory = _FACTORIES.get(lib)
+    if factory is None:
+        return _LOADED["numpy"]
+    backend = _LOADED[lib] = factory()
+    return backend
+
+
+def is_foreign(obj: Any) -> bool:
+    """True for an array of a registered non-numpy library (a torch tensor)."""
+    return _library(obj) in _FACTORIES and hasattr(obj, "shape")
+
+
+def index_like(idx: Any, leaf: Any) -> Any:
+    """``idx`` (list, numpy or another library's index array) in the form that indexes ``leaf``."""
+    if is_foreign(leaf):
+        return backend_of(leaf).index(idx, leaf)
+    if is_foreign(idx):
+        return backend_of(idx).to_numpy(idx)
+    return np.asarray(idx, dtype=np.int64)
+
+
+def first_foreign_leaf(state: Any) -> Any:
+    """The first array leaf of a registered non-numpy library in ``state`` (containers
+    searched depth-first), or None: index arrays for the step function are made like it."""
+    if is_foreign(state):
+        return state
+    if isinstance(state, dict):
+        state = list(state.values())
+    if isinstance(state, (list, tuple)):
+        for item in state:
+            leaf = first_foreign_leaf(item)
+            if leaf is not None:
+                return leaf
+    return None
+
+
+def _numpy() -> Backend:
+    from beamsearch._backends._numpy import NumpyBackend
+
+    return NumpyBackend()
+
+
+def _torch() -> Backend:
+    from beamsearch._backends._torch import TorchBackend
+
+    return TorchBackend()
+
+
+_LOADED["numpy"] = _numpy()
+register_backend("torch", _torch)

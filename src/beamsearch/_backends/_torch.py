@@ -1,0 +1,143 @@
+"""The torch backend: every ``[k, V]`` operation on the tensor's own device. Writes in place
+into the buffers the search owns (the fast path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from beamsearch._backends import NEG_INF
+from beamsearch._backends._ties import order_top
+
+
+class TorchBackend:
+    """Array operations on torch tensors (see :class:`beamsearch._backends.Backend`)."""
+
+    name = "torch"
+
+    def numeric(self, x: Any) -> bool:
+        return not (x.dtype.is_complex or x.dtype == torch.bool)
+
+    def compute(self, logits: Any) -> torch.Tensor:
+        if logits.dtype == torch.float64 or logits.dtype == torch.float32:
+            return logits
+        if logits.is_floating_point():
+            return logits.float()
+        return logits.double()
+
+    def host_dtype_of(self, x: torch.Tensor) -> Any:
+        return np.float64 if x.dtype == torch.float64 else np.float32
+
+    def copy(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    def log_softmax(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        return torch.log_softmax(x, dim=1, out=x) if inplace else torch.log_softmax(x, dim=1)
+
+    def add_rows(self, x: torch.Tensor, offset: np.ndarray) -> torch.Tensor:
+        x += torch.from_numpy(offset.astype(self.host_dtype_of(x))).to(x.device)[:, None]
+        return x
+
+    def column(self, x: torch.Tensor, j: int) -> np.ndarray:
+        return x.select(1, j).cpu().numpy().astype(np.float64)
+
+    def columns(self, x: torch.Tensor, cols: np.ndarray) -> np.ndarray:
+        if cols.shape[0] == 1:
+            return x[:, int(cols[0]) : int(cols[0]) + 1].cpu().numpy().copy()  # not a view of x
+        return x[:, self.index(cols, x)].cpu().numpy()
+
+    def gather(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return self.take(x, rows, cols).cpu().numpy()
+
+    def take(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
+        return x[self.index(rows, x), self.index(cols, x)]
+
+    def put(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray, values: Any) -> torch.Tensor:
+        x[self.index(rows, x), self.index(cols, x)] = values
+        return x
+
+    def fill_rows(self, x: torch.Tensor, rows: np.ndarray, value: float) -> torch.Tensor:
+        x[self.index(rows, x)] = value
+        return x
+
+    def fill_columns(self, x: torch.Tensor, cols: np.ndarray, value: float) -> torch.Tensor:
+        if cols.shape[0] == 1:
+            x.select(1, int(cols[0])).fill_(value)
+        else:
+            x[:, self.index(cols, x)] = value
+        return x
+
+    def keep_only(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
+        r, c = self.index(rows, x), self.index(cols, x)
+        kept = x[r, c]
+        x[r] = NEG_INF
+        x[r, c] = kept
+        return x
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return torch.where(cond, a, b)
+
+    def mask_below(self, x: torch.Tensor, threshold: Any) -> torch.Tensor:
+        return x.masked_fill_(x < threshold, NEG_INF)
+
+    def kth_largest(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        return torch.topk(x, k, dim=1).values[:, k - 1 : k]
+
+    def sort_desc(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, dim=1, descending=True).values
+
+    def softmax_cumsum(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(torch.softmax(x, dim=1), dim=1)
+
+    def count_below(self, x: torch.Tensor, value: float) -> torch.Tensor:
+        return (x < value).sum(dim=1, keepdim=True)
+
+    def take_along(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return torch.gather(x, 1, idx)
+
+    def pad_rows(self, x: torch.Tensor, slot: np.ndarray, total: int) -> torch.Tensor:
+        out = torch.full((total, x.shape[1]), NEG_INF, dtype=x.dtype, device=x.device)
+        out[self.index(slot, x)] = x
+        return out
+
+    def topk_stable(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
+        width = x.shape[1]
+        if m >= width:
+            val_s, idx_s = torch.sort(x, dim=1, descending=True, stable=True)
+            return idx_s.cpu().numpy(), val_s.cpu().numpy()
+        val_t, idx_t = torch.topk(x, m + 1, dim=1, sorted=True)  # topk alone does not order ties
+        val, idx = val_t.cpu().numpy(), idx_t.cpu().numpy()
+        tied = val[:, m - 1] == val[:, m]
+        idx, val = idx[:, :m], val[:, :m]
+        if tied.any():  # the m-th and (m+1)-th largest are equal: take the lowest-index ties
+            rows = self.index(np.flatnonzero(tied), x)
+            idx = idx.copy()
+            idx[tied] = self._take_with_lowest_ties(x[rows], val_t[rows, m - 1], m).cpu().numpy()
+            val = self._values(x, idx)
+        return order_top(idx, val)
+
+    @staticmethod
+    def _take_with_lowest_ties(x: torch.Tensor, thr: torch.Tensor, m: int) -> torch.Tensor:
+        """On the device: ``[g, M] -> [g, m]``, entries above ``thr [g]``, then the lowest-index ties."""
+        greater = x > thr[:, None]
+        equal = x == thr[:, None]
+        need = m - greater.sum(dim=1, keepdim=True)
+        take = greater | (equal & (torch.cumsum(equal, dim=1) <= need))
+        return torch.nonzero(take)[:, 1].reshape(x.shape[0], m)
+
+    def _values(self, x: torch.Tensor, idx: np.ndarray) -> np.ndarray:
+        return torch.gather(x, 1, self.index(idx, x)).cpu().numpy()
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+    def from_host(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(values, dtype=like.dtype, device=like.device)
+
+    def index(self, a: Any, like: Any) -> torch.Tensor:
+        if isinstance(a, torch.Tensor):
+            return a if a.device == like.device else a.to(like.device)
+        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+        return t if like.device.type == "cpu" else t.to(like.device)

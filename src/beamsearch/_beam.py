@@ -1,0 +1,160 @@
+"""The records the engine threads through its loop; all numpy, on the host.
+
+Shapes: ``N`` inputs, ``k`` live rows (input-major: input 0's rows first, each input's rows in
+rank order), ``j`` candidates kept at a step, ``P`` prompt columns, ``T`` the most steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Beam:
+    """The live rows: what the next model call is made for.
+
+    Attributes:
+        input: int64 ``[k]``, the input each row belongs to.
+        logprob: float64 ``[k]``, the sum of the processed log-probabilities along the row.
+        token: int64 ``[k]``, each row's last token (the next call's ``y_prev``).
+        history: int64 ``[k, P + T]`` or None: the prompt (left-padded with -1) then the generated
+            tokens, filled up to column ``P + t`` after step t; kept only when a processor needs it.
+        recent: int64 ``[k, w]`` or None: each row's last ``w`` generated tokens (left-padded
+            with -1), for stop sequences; None without them.
+    """
+
+    input: np.ndarray
+    logprob: np.ndarray
+    token: np.ndarray
+    history: np.ndarray | None
+    recent: np.ndarray | None
+
+    @property
+    def size(self) -> int:
+        return int(self.input.shape[0])
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Extensions chosen at one step, input-major and in rank (or production) order per input.
+
+    Attributes:
+        parent: int64 ``[j]``, the live row (position in this step's call) each extends.
+        token: int64 ``[j]``.
+        logprob: float64 ``[j]``: the parent's logprob plus the token's processed log-probability.
+    """
+
+    parent: np.ndarray
+    token: np.ndarray
+    logprob: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.parent.shape[0])
+
+    def take(self, idx: np.ndarray) -> Candidates:
+        return Candidates(self.parent[idx], self.token[idx], self.logprob[idx])
+
+    @staticmethod
+    def empty() -> Candidates:
+        return Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Hypotheses that left the search, in production order.
+
+    Attributes:
+        input: int64 ``[h]``.
+        logprob: float64 ``[h]``.
+        step: int64 ``[h]``: the step of the last token (= the number of generated tokens).
+        token: int64 ``[h]``: the last token.
+        token_logprob: float64 ``[h]``: the last token's processed log-probability.
+        parent: int64 ``[h]``: the row of that step's call it extends (a position in the trail).
+        finished: bool ``[h]``: ended by eos or a stop sequence (False: out of steps).
+    """
+
+    input: np.ndarray
+    logprob: np.ndarray
+    step: np.ndarray
+    token: np.ndarray
+    token_logprob: np.ndarray
+    parent: np.ndarray
+    finished: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[tuple[Beam, Candidates, int, bool | np.ndarray]]) -> Ended:
+        """The hypotheses ``(beam, chosen, step, finished)`` recorded at each step, in order:
+        ``chosen`` extends rows of ``beam`` at ``step``. Built once, at the end of the search."""
+        if not parts:
+            z = np.zeros(0, np.int64)
+            return Ended(z, np.zeros(0), z, z, np.zeros(0), z, np.zeros(0, bool))
+        parent = np.concatenate([c.parent for _, c, _, _ in parts])
+        logprob = np.concatenate([c.logprob for _, c, _, _ in parts])
+        with np.errstate(invalid="ignore"):  # a scored target may be -inf: its token's share is NaN
+            token_logprob = logprob - np.concatenate([b.logprob[c.parent] for b, c, _, _ in parts])
+        return Ended(
+            np.concatenate([b.input[c.parent] for b, c, _, _ in parts]),
+            logprob,
+            np.concatenate([np.full(c.size, t, np.int64) for _, c, t, _ in parts]),
+            np.concatenate([c.token for _, c, _, _ in parts]),
+            token_logprob,
+            parent,
+            np.concatenate([np.broadcast_to(np.asarray(f, dtype=bool), (c.size,)) for _, c, _, f in parts]),
+        )
+
+    def take(self, idx: np.ndarray) -> Ended:
+        return Ended(*(getattr(self, f)[idx] for f in Ended.__dataclass_fields__))
+
+
+class Trail:
+    """Back-pointers of every step's live rows: O(k) per step, paths rebuilt once at the end.
+
+    ``token[t-1]`` and ``parent[t-1]`` (int64 ``[k_t]``) are the last token of each row passed to
+    call t+1 and its row in call t; ``token_logprob[t-1]`` that token's log-probability.
+    """
+
+    def __init__(self) -> None:
+        self.token: list[np.ndarray] = []
+        self.parent: list[np.ndarray] = []
+        self.token_logprob: list[np.ndarray] = []
+
+    def add(self, token: np.ndarray, parent: np.ndarray, token_logprob: np.ndarray) -> None:
+        self.token.append(token)
+        self.parent.append(parent)
+        self.token_logprob.append(token_logprob)
+
+    def paths(self, ended: Ended) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens and per-token log-probabilities of ended hypotheses.
+
+        Returns:
+            int64 ``[h, S]`` tokens right-padded with -1 and float64 ``[h, S]`` right-padded with
+            NaN, ``S`` the longest; row i holds ``ended.step[i]`` tokens.
+        """
+        h = ended.step.shape[0]
+        width = int(ended.step.max()) if h else 0
+        tokens = np.full((h, width), -1, np.int64)
+        logprobs = np.full((h, width), np.nan)
+        rows = np.arange(h)
+        tokens[rows, ended.step - 1] = ended.token
+        logprobs[rows, ended.step - 1] = ended.token_logprob
+        ptr = ended.parent.copy()
+        for s in range(width - 1, 0, -1):  # walk back: the row of call s+1 is step s's row
+            on = np.flatnonzero(ended.step > s)
+            p = ptr[on]
+            tokens[on, s - 1] = self.token[s - 1][p]
+            logprobs[on, s - 1] = self.token_logprob[s - 1][p]
+            ptr[on] = self.parent[s - 1][p]
+        return tokens, logprobs
+
+    def generated(self, rows: np.ndarray, step: int) -> np.ndarray:
+        """int64 ``[k, step - 1]``: the generated tokens of the rows of call ``step`` (their
+        positions ``rows`` in that call), for a processor that reads history without the prompt."""
+        out = np.full((rows.shape[0], step - 1), -1, np.int64)
+        ptr = rows.copy()
+        for s in range(step - 1, 0, -1):
+            out[:, s - 1] = self.token[s - 1][ptr]
+            ptr = self.parent[s - 1][ptr]
+        return out

@@ -1,0 +1,78 @@
+"""SPEC section 6 (seed 001): every finite terminal extension finishes outside the beam, the
+``beam_size`` best other extensions are the next live rows, and an input stops early once no live
+row can beat its n_best-th finished score (a lossless bound)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from beamsearch._beam import Candidates
+from beamsearch._penalties import LengthPenalty, score
+from beamsearch._select import StepScores, best_per_input, runs, split_terminals
+from beamsearch._strategies import Selection
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """``top``: float64 ``[N, n_best]``, each input's n_best best finished scores, highest first;
+    ``n_finished``: int64 ``[N]``."""
+
+    top: np.ndarray
+    n_finished: np.ndarray
+
+
+@dataclass(frozen=True)
+class BatchBeam:
+    """The batched rule.
+
+    Attributes:
+        beam_size: live rows per input.
+        n_best: results per input.
+        penalty, alpha: the length penalty of scores.
+        bound_divisor: float64 ``[N]``, ``lp(max_steps[i])``: a live row of logprob s can reach at
+            most ``s / bound_divisor[i]`` (log-probabilities <= 0, lp non-decreasing).
+        early_stop: stop an input once the bound cannot beat its n_best-th finished score.
+    """
+
+    beam_size: int
+    n_best: int
+    penalty: LengthPenalty
+    alpha: float
+    bound_divisor: np.ndarray
+    early_stop: bool
+
+    def start(self, n_inputs: int) -> BatchState:
+        return BatchState(np.full((n_inputs, self.n_best), -np.inf), np.zeros(n_inputs, np.int64))
+
+    def select(self, state: BatchState, scores: StepScores) -> tuple[Selection, BatchState]:
+        finished, logp = split_terminals(scores)
+        width = np.full(state.n_finished.shape[0], self.beam_size)
+        live = best_per_input(scores, logp, width)
+        if not self.early_stop:
+            return Selection(live, finished, True), state
+        state = self._with_finished(state, scores, finished)
+        return Selection(live, finished, True, self._stopped(state, scores, live)), state
+
+    def _with_finished(self, state: BatchState, scores: StepScores, finished: Candidates) -> BatchState:
+        if finished.size == 0:
+            return state
+        inputs = scores.beam.input[finished.parent]
+        start, length = runs(inputs)
+        slot = np.arange(inputs.shape[0]) - np.repeat(start, length)  # position within its input
+        new = np.full((state.top.shape[0], int(length.max())), -np.inf)  # --> [N, most finished]
+        new[inputs, slot] = score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha)
+        merged = np.concatenate([state.top, new], axis=1)  # --> [N, n_best + most finished]
+        top = -np.sort(-merged, axis=1)[:, : self.n_best]
+        return BatchState(top, state.n_finished + np.bincount(inputs, minlength=state.top.shape[0]))
+
+    def _stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:
+        """bool ``[N]``: inputs with n_best finished that no live row can still beat."""
+        n = state.top.shape[0]
+        inputs = scores.beam.input[live.parent]
+        reach = np.full(n, -np.inf)  # the best score any live row of each input can still reach
+        if live.size:
+            start, _ = runs(inputs)
+            reach[inputs[start]] = np.maximum.reduceat(live.logprob, start) / self.bound_divisor[inputs[start]]
+        return (state.n_finished >= self.n_best) & (reach <= state.top[:, self.n_best - 1])

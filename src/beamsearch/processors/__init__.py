@@ -1,0 +1,39 @@
+"""Logits processors: small pieces applied to all rows at once before log_softmax.
+
+:func:`beamsearch.beam_search_batch` processes each row in this order (SPEC section 10):
+``min_new_tokens``' eos mask, :class:`Temperature`, :class:`TopK`, :class:`NoRepeatNGram`, then
+the caller's ``logits_processors`` in order, then log_softmax, then the forced-prefix mask.
+
+A processor is any callable ``processor(logits, ctx) -> logits``: ``logits`` is a ``[k, V]`` float
+array (numpy, or a torch tensor on its device) and ``ctx`` a :class:`StepContext`. Use the return
+value: a processor may write into ``logits`` (the search owns that buffer; the model's own array is
+never handed over) or return a new array. Processors work row by row. A processor that reads
+``ctx.history`` including the prompt declares a class attribute ``needs_history = True``.
+
+Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`TopP`,
+:class:`NoRepeatNGram`, :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,
+:class:`SuppressTokens`.
+"""
+
+from beamsearch.processors._base import LogitsProcessor, StepContext
+from beamsearch.processors.no_repeat_ngram import NoRepeatNGram, banned_ngram_tokens
+from beamsearch.processors.repetition_penalty import RepetitionPenalty
+from beamsearch.processors.sequence_bias import BadWords, SequenceBias
+from beamsearch.processors.suppress_tokens import SuppressTokens
+from beamsearch.processors.temperature import Temperature
+from beamsearch.processors.top_k import TopK
+from beamsearch.processors.top_p import TopP
+
+__all__ = [
+    "BadWords",
+    "LogitsProcessor",
+    "NoRepeatNGram",
+    "RepetitionPenalty",
+    "SequenceBias",
+    "StepContext",
+    "SuppressTokens",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "banned_ngram_tokens",
+]

@@ -1,0 +1,38 @@
+"""Suppressed tokens: ids that are never generated, or not in the first steps.
+
+``SuppressTokens(ids)`` is ``transformers``' ``SuppressTokensLogitsProcessor``;
+``SuppressTokens(ids, first_steps=1)`` is its ``SuppressTokensAtBeginLogitsProcessor`` (the ids
+are banned only for the first generated token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from beamsearch import _validate as check
+from beamsearch._backends import NEG_INF
+from beamsearch.processors._base import StepContext
+
+
+@dataclass(frozen=True)
+class SuppressTokens:
+    """Set ``token_ids`` to -inf at every step, or at steps ``t <= first_steps`` only."""
+
+    token_ids: Sequence[int]
+    first_steps: int | None = None
+    needs_history = False
+    _ids: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ids = check.token_list("token_ids", self.token_ids, allow_empty=True)
+        if self.first_steps is not None:
+            check.at_least("first_steps", self.first_steps, 1)
+        object.__setattr__(self, "_ids", np.unique(np.asarray(ids, dtype=np.int64)))
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        if self._ids.size == 0 or (self.first_steps is not None and ctx.step > self.first_steps):
+            return logits
+        return ctx.backend.fill_columns(logits, self._ids, NEG_INF)

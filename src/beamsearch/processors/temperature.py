@@ -1,0 +1,19 @@
+"""Temperature: divide every logit by T > 0 (T < 1 sharpens, T > 1 flattens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from beamsearch.processors._base import StepContext
+
+
+@dataclass(frozen=True)
+class Temperature:
+    """Divide every logit by ``temperature`` (> 0)."""
+
+    temperature: float
+    needs_history = False
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        return logits / self.temperature  # a new array: no in-place write needed

@@ -1,0 +1,25 @@
+"""Top-k filtering with ties at the threshold kept (SPEC section 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from beamsearch.processors._base import StepContext
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Keep the logits at or above the k-th value of the row sorted descending (ties kept).
+
+    ``[4, 2, 2, 2, 0]`` with ``k = 3`` keeps the four values >= 2. ``k >= V`` keeps all.
+    """
+
+    k: int
+    needs_history = False
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        if self.k >= logits.shape[1]:
+            return logits
+        threshold = ctx.backend.kth_largest(logits, self.k)  # --> [k_rows, 1]
+        return ctx.backend.mask_below(logits, threshold)
