@@ -99,7 +99,7 @@ def main() -> None:
     for backend, vocab, n, beam in itertools.product(backends, vocabs, ns, beams):
         rows = n * beam
         x = NullModel(rows, vocab, backend).logits
-        reps = 3 if rows * vocab <= 4_000_000 else 2
+        reps = 10 if rows * vocab <= 100_000 else 3 if rows * vocab <= 4_000_000 else 2  # small: noisier
         floor = floor_per_step(x, n, beam, backend, reps=10)
         plain = search_per_step(n, beam, vocab, backend, 0, args.steps, reps)
         blocked = search_per_step(n, beam, vocab, backend, 3, args.steps, reps)

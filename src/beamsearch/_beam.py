@@ -98,11 +98,11 @@ class Ended:
         return Ended(
             np.concatenate([b.input[c.parent] for b, c, _, _ in parts]),
             logprob,
-            np.concatenate([np.full(c.size, t, np.int64) for _, c, t, _ in parts]),
+            np.repeat(np.array([t for _, _, t, _ in parts], np.int64), [c.size for _, c, _, _ in parts]),
             np.concatenate([c.token for _, c, _, _ in parts]),
             token_logprob,
             parent,
-            np.concatenate([np.broadcast_to(np.asarray(f, dtype=bool), (c.size,)) for _, c, _, f in parts]),
+            _flags([(c.size, f) for _, c, _, f in parts]),
         )
 
     def take(self, idx: np.ndarray) -> Ended:
@@ -158,3 +158,10 @@ class Trail:
             out[:, s - 1] = self.token[s - 1][ptr]
             ptr = self.parent[s - 1][ptr]
         return out
+
+
+def _flags(parts: list[tuple[int, bool | np.ndarray]]) -> np.ndarray:
+    """bool ``[h]`` from ``(count, flag)`` parts, a flag being one bool for its part or ``[count]``."""
+    if all(isinstance(f, bool) for _, f in parts):
+        return np.repeat(np.array([f for _, f in parts], bool), [n for n, _ in parts])
+    return np.concatenate([np.broadcast_to(np.asarray(f, dtype=bool), (n,)) for n, f in parts])

@@ -108,24 +108,33 @@ def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail
     _check_shape(x, beam.size, vocab)
     if vocab is None:
         _check_token_ids(controls, int(x.shape[1]))
+    processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
-    if controls.processors or controls.masks:
+    if processors or masks:
         ctx = StepContext(step, _history(beam, step, controls, trail), beam.input, backend)
-    if controls.processors:
+    if processors:
         x = backend.copy(x) if x is logits else x  # processors may write: never into the model's array
-        for processor in controls.processors:
+        for processor in processors:
             x = processor(x, ctx)
     logp = backend.log_softmax(x, inplace=x is not logits)  # --> [k, V], a buffer the search owns
     bad = np.isnan(backend.column(logp, 0))  # a NaN/+inf/no-finite row comes out all NaN
     if bad.any():
-        logp = _bad_rows(backend, logp, logits, np.flatnonzero(bad), controls.processors, ctx)
-    for mask in controls.masks:
+        logp = _bad_rows(backend, logp, logits, np.flatnonzero(bad), processors, ctx)
+    for mask in masks:
         logp = mask(logp, ctx)
     if controls.stops is not None and beam.recent is not None:
         rows, tokens = controls.stops.pairs(beam.recent, step)
     else:
         rows = tokens = _NO_PAIRS
     return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step), new_state
+
+
+def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
+    """The processors (or masks) that act at this step: a piece with an int ``last_step``
+    attribute is a no-op after that step and is skipped (no copy of the logits for it)."""
+    if not pieces:
+        return pieces
+    return [p for p in pieces if getattr(p, "last_step", None) is None or step <= p.last_step]
 
 
 def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
@@ -163,8 +172,7 @@ def _extend_history(beam: Beam, live: Candidates, step: int, controls: Controls)
     filled = beam.history.shape[1] - int(controls.max_steps.max()) + step - 1  # P + step - 1
     history = np.empty((live.size, beam.history.shape[1]), np.int64)
     history[:, :filled] = beam.history[live.parent, :filled]
-    history[:, filled] = live.token
-    history[:, filled + 1 :] = -1
+    history[:, filled] = live.token  # the columns after it are never read before they are written
     return history
 
 
@@ -172,7 +180,12 @@ def _extend_recent(recent: np.ndarray | None, live: Candidates) -> np.ndarray | 
     """The kept rows' last w generated tokens, the new one last (None without stop sequences)."""
     if recent is None:
         return None
-    return np.concatenate([recent[live.parent, 1:], live.token[:, None]], axis=1)
+    if recent.shape[1] == 0:  # one-token stop sequences only: nothing to remember
+        return recent[live.parent]
+    out = np.empty_like(recent, shape=(live.size, recent.shape[1]))
+    out[:, :-1] = recent[live.parent, 1:]
+    out[:, -1] = live.token
+    return out
 
 
 def _history(beam: Beam, step: int, controls: Controls, trail: Trail) -> Any:

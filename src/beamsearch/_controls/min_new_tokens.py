@@ -21,6 +21,11 @@ class MinNewTokens:
     m: int
     needs_history = False
 
+    @property
+    def last_step(self) -> int:
+        """No-op after step m (the engine then skips it)."""
+        return self.m
+
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         if ctx.step > self.m:
             return logits

@@ -23,6 +23,11 @@ class ForcedPrefix:
     tokens: np.ndarray
     lengths: np.ndarray
 
+    @property
+    def last_step(self) -> int:
+        """No-op after the longest prefix (the engine then skips it)."""
+        return int(self.tokens.shape[1])
+
     def __call__(self, logp: Any, ctx: StepContext) -> Any:
         if ctx.step > self.tokens.shape[1]:
             return logp

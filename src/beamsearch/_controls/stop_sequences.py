@@ -4,12 +4,15 @@ stays an ordinary candidate. The prompt is not part of the match."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from beamsearch import _validate as check
+
+
+_NONE = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -21,11 +24,34 @@ class StopSequences:
 
     sequences: tuple[tuple[int, ...], ...]
     min_new_tokens: int = 0
+    _need: np.ndarray = field(init=False, repr=False, compare=False)
+    _care: np.ndarray = field(init=False, repr=False, compare=False)
+    _last: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        w = self.window
+        need = np.zeros((len(self.sequences), w), np.int64)  # --> [S, w]: each s[:-1], right-aligned
+        care = np.zeros((len(self.sequences), w), bool)  # --> [S, w]: which columns must match
+        for i, seq in enumerate(self.sequences):
+            if len(seq) > 1:
+                need[i, w - (len(seq) - 1) :] = seq[:-1]
+                care[i, w - (len(seq) - 1) :] = True
+        object.__setattr__(self, "_need", need)
+        object.__setattr__(self, "_care", care)
+        object.__setattr__(self, "_last", np.array([seq[-1] for seq in self.sequences], np.int64))
 
     @property
     def window(self) -> int:
         """w: how many of each row's last generated tokens a match needs to see."""
         return max(len(s) for s in self.sequences) - 1
+
+    def _may_complete(self, recent: np.ndarray) -> bool:
+        """A cheap pre-check: some row's last token is some sequence's next-to-last (or a
+        sequence has one token)."""
+        if recent.shape[1] == 0 or not self._care[:, -1].all():  # a one-token sequence: always
+            return True
+        last = recent[:, -1]
+        return bool((last[:, None] == self._need[:, -1]).any())  # --> [k, S]
 
     def pairs(self, recent: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
         """The (row, token) extensions that complete a stop sequence at step t.
@@ -36,21 +62,15 @@ class StopSequences:
         Returns:
             int64 ``rows [p]`` and ``tokens [p]``, sorted by row then token, unique.
         """
-        k, w = recent.shape
-        if step <= self.min_new_tokens:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        rows, tokens = [], []
-        for seq in self.sequences:
-            need = np.asarray(seq[:-1], dtype=np.int64)
-            hit = np.all(recent[:, w - need.shape[0] :] == need, axis=1) if need.size else np.ones(k, bool)
-            idx = np.flatnonzero(hit)
-            rows.append(idx)
-            tokens.append(np.full(idx.shape[0], seq[-1], np.int64))
-        r, t = np.concatenate(rows), np.concatenate(tokens)
-        if len(self.sequences) > 1 and r.size:
-            key = np.unique(r * (int(t.max()) + 1) + t)
-            r, t = key // (int(t.max()) + 1), key % (int(t.max()) + 1)
-        return r, t
+        if step <= self.min_new_tokens or not self._may_complete(recent):
+            return _NONE, _NONE
+        hit = ((recent[:, None, :] == self._need) | ~self._care).all(axis=2)  # --> [k, S]
+        rows, seq = np.nonzero(hit)  # row-major: by row, then sequence
+        tokens = self._last[seq]
+        if len(self.sequences) > 1 and rows.size > 1:
+            key = np.unique(rows * (int(tokens.max()) + 1) + tokens)  # by row, then token; no repeats
+            rows, tokens = key // (int(tokens.max()) + 1), key % (int(tokens.max()) + 1)
+        return rows, tokens
 
 
 def stop_sequences(value: Any, eos: np.ndarray, min_new_tokens: int) -> StopSequences | None:

@@ -8,7 +8,9 @@ A processor is any callable ``processor(logits, ctx) -> logits``: ``logits`` is 
 array (numpy, or a torch tensor on its device) and ``ctx`` a :class:`StepContext`. Use the return
 value: a processor may write into ``logits`` (the search owns that buffer; the model's own array is
 never handed over) or return a new array. Processors work row by row. A processor that reads
-``ctx.history`` including the prompt declares a class attribute ``needs_history = True``.
+``ctx.history`` including the prompt declares a class attribute ``needs_history = True``; one that
+does nothing after some step may say so with an int attribute ``last_step`` (the search then skips
+it, and copies nothing for it).
 
 Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`TopP`,
 :class:`NoRepeatNGram`, :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,

@@ -32,6 +32,11 @@ class SuppressTokens:
             check.at_least("first_steps", self.first_steps, 1)
         object.__setattr__(self, "_ids", np.unique(np.asarray(ids, dtype=np.int64)))
 
+    @property
+    def last_step(self) -> int | None:
+        """No-op after ``first_steps`` (the search then skips it); None: acts at every step."""
+        return self.first_steps
+
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         if self._ids.size == 0 or (self.first_steps is not None and ctx.step > self.first_steps):
             return logits
