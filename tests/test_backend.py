@@ -93,8 +93,6 @@ def test_every_operation_equals_plain_numpy(name):
     def fresh():
         return as_backend(x, name)
 
-    assert to_np(be.add_rows(fresh(), np.array([1.5, -2.0, 0.0, 3.0]))).tolist() == \
-        (x + np.array([1.5, -2.0, 0.0, 3.0])[:, None]).tolist()
     assert be.column(fresh(), 1).tolist() == x[:, 1].tolist()
     cols_out = be.columns(fresh(), np.array([4]))
     assert cols_out.tolist() == x[:, [4]].tolist()
@@ -126,10 +124,8 @@ def test_every_operation_equals_plain_numpy(name):
     assert to_np(be.mask_below(fresh(), be.from_host(thr, like=fresh()))).tolist() == \
         np.where(x < thr, -np.inf, x).tolist()
     assert to_np(be.kth_largest(fresh(), 2)).tolist() == (-np.sort(-x, axis=1))[:, 1:2].tolist()
-    padded = to_np(be.pad_rows(fresh(), np.array([0, 2, 3, 5]), 6))
-    assert padded[[0, 2, 3, 5]].tolist() == x.tolist() and (padded[[1, 4]] == -np.inf).all()
     assert to_np(be.where(fresh() > 0, fresh(), fresh() * 2)).tolist() == np.where(x > 0, x, 2 * x).tolist()
-    assert be.numeric(fresh()) and be.host_dtype_of(fresh()) == np.float64
+    assert be.numeric(fresh())
     assert to_np(be.index(np.array([2, 0]), fresh())).tolist() == [2, 0]
 
 

@@ -103,8 +103,13 @@ def split_terminals(scores: StepScores) -> tuple[Candidates, Any]:
 def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidates:
     """Per input, its ``width[i]`` best finite extensions (SPEC tie rule), input-major.
 
-    All of an input's ``r`` rows are ranked together on one row of a ``[G, r*V]`` view, so a flat
-    position ``b*V + v`` is the spec's tie order (row position, then token id).
+    An input's ``r`` rows are ranked together by ``logprob + log-probability``, ties to the lower
+    flat index ``b*V + v`` (row position within the input, then token id). Done in two stages
+    that give exactly that ranking: each row's ``m`` best tokens on the device (one top-m over
+    ``[k, V]``, ties to the lower token id), then on the host each input's ``r*m`` survivors with
+    their row's logprob added (in the logits' precision) and merged by value, then flat index.
+    The best m of an input are always among its rows' best m each, so nothing is lost, and the
+    ``[k, V]`` array is never rewritten.
 
     Args:
         logp: ``[k, V]`` the log-probabilities to rank (terminals already handled or not).
@@ -116,25 +121,25 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
     m = int(keep.max())
     if m == 0:
         return Candidates.empty()
-    if counts.shape[0] == beam.size:  # one row per input: rank its V log-probabilities alone
-        idx, val = b.topk_stable(logp, min(m, vocab))  # --> [k, m] each, on the host
+    idx, val = b.topk_stable(logp, min(m, vocab))  # --> [k, m'] each, on the host
+    if counts.shape[0] == beam.size:  # one row per input: its own ranking is the answer
         if idx.shape[1] == 1:
             parent = np.flatnonzero(np.isfinite(val[:, 0]) & (keep > 0))
             return Candidates(parent, idx[parent, 0], accumulate(scores, parent, val[parent, 0]))
         parent, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
         return Candidates(parent, idx[parent, rank], accumulate(scores, parent, val[parent, rank]))
-    r = int(counts.max())
-    logp = b.add_rows(logp, beam.logprob)  # rows of one input compete: rank logprob + log-probability
-    if (counts == r).all():
-        grouped = logp.reshape(start.shape[0], r * vocab)  # --> [G, r*V]
-    else:
-        group = np.repeat(np.arange(start.shape[0]), counts)
-        slot = group * r + (np.arange(beam.size) - start[group])
-        grouped = b.pad_rows(logp, slot, start.shape[0] * r).reshape(start.shape[0], r * vocab)
-    idx, val = b.topk_stable(grouped, min(m, r * vocab))  # --> [G, m] each, on the host
-    g, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
-    flat = idx[g, rank]
-    return Candidates(start[g] + flat // vocab, flat % vocab, val[g, rank].astype(np.float64))
+    per_row = idx.shape[1]
+    row = np.repeat(np.arange(beam.size), per_row)  # --> [k*m']
+    total = accumulate(scores, row, val.reshape(-1))  # --> [k*m'], logprob + log-probability
+    ok = np.flatnonzero(np.isfinite(total))
+    row, total, token = row[ok], total[ok], idx.reshape(-1)[ok]
+    group = np.repeat(np.arange(start.shape[0]), counts)[row]  # --> [j], the input's group
+    flat = (row - start[group]) * vocab + token  # the spec's tie order within the input
+    order = np.lexsort((flat, -total, group))  # by input, then value, then flat index
+    group = group[order]
+    rank = np.arange(order.shape[0]) - np.searchsorted(group, group)  # position within its input
+    chosen = order[rank < keep[group]]
+    return Candidates(row[chosen], token[chosen], total[chosen])
 
 
 def runs(sorted_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

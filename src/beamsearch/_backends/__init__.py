@@ -38,16 +38,10 @@ class Backend(Protocol):
     def compute(self, logits: Any) -> Any:
         """``logits`` as a float array: float64/float32 stay, other floats float32, ints float64."""
 
-    def host_dtype_of(self, x: Any) -> Any:
-        """The numpy dtype matching ``x``'s float dtype."""
-
     def copy(self, x: Any) -> Any: ...
 
     def log_softmax(self, x: Any, inplace: bool = False) -> Any:
         """``[k, V] -> [k, V]``; a row with NaN, +inf or no finite entry comes out all NaN."""
-
-    def add_rows(self, x: Any, offset: np.ndarray) -> Any:
-        """``x[i, :] + offset[i]`` (offset float64 ``[k]`` on the host, cast to x's dtype)."""
 
     def column(self, x: Any, j: int) -> np.ndarray:
         """float64 ``[k]`` on the host: ``x[:, j]``."""
@@ -92,9 +86,6 @@ class Backend(Protocol):
 
     def take_along(self, x: Any, idx: Any) -> Any:
         """``[rows, j]``: ``x[r, idx[r, c]]``."""
-
-    def pad_rows(self, x: Any, slot: np.ndarray, total: int) -> Any:
-        """A new ``[total, V]`` array of -inf with row ``i`` of x placed at ``slot[i]``."""
 
     def topk_stable(self, x: Any, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Host ``(idx, val)``, both ``[G, m]``: each row's m largest (no NaN), highest first,

@@ -29,9 +29,6 @@ class NumpyBackend:
             return x.astype(np.float32)
         return x.astype(np.float64)
 
-    def host_dtype_of(self, x: np.ndarray) -> Any:
-        return x.dtype
-
     def copy(self, x: np.ndarray) -> np.ndarray:
         return x.copy()
 
@@ -41,10 +38,6 @@ class NumpyBackend:
             out = np.subtract(x, m, out=x if inplace else None)
             out -= np.log(np.sum(np.exp(out), axis=1, keepdims=True))
         return out
-
-    def add_rows(self, x: np.ndarray, offset: np.ndarray) -> np.ndarray:
-        x += offset.astype(x.dtype, copy=False)[:, None]
-        return x
 
     def column(self, x: np.ndarray, j: int) -> np.ndarray:
         return x[:, j].astype(np.float64)
@@ -99,11 +92,6 @@ class NumpyBackend:
 
     def take_along(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
         return np.take_along_axis(x, idx, axis=1)
-
-    def pad_rows(self, x: np.ndarray, slot: np.ndarray, total: int) -> np.ndarray:
-        out = np.full((total, x.shape[1]), NEG_INF, dtype=x.dtype)
-        out[slot] = x
-        return out
 
     def topk_stable(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         g, width = x.shape

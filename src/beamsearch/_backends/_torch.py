@@ -27,18 +27,11 @@ class TorchBackend:
             return logits.float()
         return logits.double()
 
-    def host_dtype_of(self, x: torch.Tensor) -> Any:
-        return np.float64 if x.dtype == torch.float64 else np.float32
-
     def copy(self, x: torch.Tensor) -> torch.Tensor:
         return x.clone()
 
     def log_softmax(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         return torch.log_softmax(x, dim=1, out=x) if inplace else torch.log_softmax(x, dim=1)
-
-    def add_rows(self, x: torch.Tensor, offset: np.ndarray) -> torch.Tensor:
-        x += torch.from_numpy(offset.astype(self.host_dtype_of(x))).to(x.device)[:, None]
-        return x
 
     def column(self, x: torch.Tensor, j: int) -> np.ndarray:
         return x.select(1, j).cpu().numpy().astype(np.float64)
@@ -96,11 +89,6 @@ class TorchBackend:
 
     def take_along(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         return torch.gather(x, 1, idx)
-
-    def pad_rows(self, x: torch.Tensor, slot: np.ndarray, total: int) -> torch.Tensor:
-        out = torch.full((total, x.shape[1]), NEG_INF, dtype=x.dtype, device=x.device)
-        out[self.index(slot, x)] = x
-        return out
 
     def topk_stable(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
         width = x.shape[1]
