@@ -78,8 +78,14 @@ def test_log_softmax(name):
     for bad in ([np.nan, 0.0, 1.0], [0.0, np.inf, 1.0]):
         assert np.isnan(to_np(be.log_softmax(as_backend(np.array([bad]), name)))).all()
     y = as_backend(x, name)
-    same = be.log_softmax(y, inplace=True)
+    same = be.log_softmax(y, out=y)
     assert same is y and np.array_equal(to_np(y), out, equal_nan=True)
+    buffer = as_backend(np.zeros_like(x), name)
+    assert be.reusable(buffer, xb) and not be.reusable(as_backend(np.zeros((2, 3)), name), xb)
+    into = be.log_softmax(xb, out=buffer)
+    assert into is buffer and np.array_equal(to_np(buffer), out, equal_nan=True) and np.array_equal(to_np(xb), x)
+    copied = be.copy(xb, out=as_backend(np.zeros_like(x), name))
+    assert np.array_equal(to_np(copied), x) and to_np(be.copy(xb)).tolist() == to_np(xb).tolist()
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -93,6 +99,10 @@ def test_every_operation_equals_plain_numpy(name):
     def fresh():
         return as_backend(x, name)
 
+    assert to_np(be.add_rows(fresh(), np.array([1.5, -2.0, 0.0, 3.0]))).tolist() == \
+        (x + np.array([1.5, -2.0, 0.0, 3.0])[:, None]).tolist()
+    padded = to_np(be.pad_rows(fresh(), np.array([0, 2, 3, 5]), 6))
+    assert padded[[0, 2, 3, 5]].tolist() == x.tolist() and (padded[[1, 4]] == -np.inf).all()
     assert be.column(fresh(), 1).tolist() == x[:, 1].tolist()
     cols_out = be.columns(fresh(), np.array([4]))
     assert cols_out.tolist() == x[:, [4]].tolist()

@@ -362,3 +362,37 @@ def test_fixed_cases_equal_the_plain_reference(backend):
         assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref], case
         for hyps, r in zip(out, ref):
             assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)
+
+
+BOTH_RANKINGS = ["grouped", "merged"]
+
+
+@pytest.fixture
+def ranking(request, monkeypatch):
+    """The two exact rankings of an input's rows (one [G, r*V] top-m on the device for small
+    arrays, each row's top m then a host merge for large ones), forced either way."""
+    import beamsearch._select as select
+
+    monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", 1 << 62 if request.param == "grouped" else 0)
+    return request.param
+
+
+@pytest.mark.parametrize("ranking", BOTH_RANKINGS, indirect=True)
+@pytest.mark.parametrize("backend", ["numpy"] + (["torch"] if torch is not None else []))
+def test_both_rankings_equal_the_plain_reference(ranking, backend):
+    # fixed random cases (tie-heavy tables: levels) so both paths meet ties across rows and inputs
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        vocab = int(rng.integers(2, 6))
+        prompts = [[int(t) for t in rng.integers(0, vocab, size=rng.integers(1, 4))]
+                   for _ in range(rng.integers(1, 4))]
+        table = random_table(vocab, seed, levels=[None, 2, 3][seed % 3], eos=0, eos_shift=0.5)
+        beam = int(rng.integers(1, 5))
+        kw = dict(eos_token_id=0, max_steps=int(rng.integers(1, 5)), beam_size=beam, n_best=1 + seed % beam,
+                  alpha=0.6, no_repeat_ngram_size=seed % 3)
+        out, _ = _search(table, prompts, backend, **kw)
+        ref = reference_batch(table, prompts, eos=0, max_steps=kw["max_steps"], beam=beam, n_best=kw["n_best"],
+                              alpha=0.6, ngram=kw["no_repeat_ngram_size"])
+        assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref], seed
+        for hyps, r in zip(out, ref):
+            assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)

@@ -264,3 +264,16 @@ def test_the_models_logits_are_never_written(backend, dtype):
                       no_repeat_ngram_size=2, top_k=3)
     beam_search_batch(step, None, [[1], [2]], eos_token_id=0, max_steps=4, beam_size=3)
     assert np.array_equal(np.asarray(fixed), base)
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 62])  # each row's top m + host merge, or one grouped top-m
+def test_exhaustive_beam_equals_brute_force_with_either_ranking(threshold, monkeypatch):
+    import beamsearch._select as select
+
+    monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
+    table = random_table(3, 4, eos=0, eos_shift=0.5)
+    expected = brute_force(table, vocab=3, eos=0, max_len=4, alpha=1.0)
+    out = beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, beam_size=81, max_len=4,
+                      length_penalty=1.0)
+    assert [tuple(h.tokens) for h in out] == [e[0] for e in expected]
+    assert [h.logprob for h in out] == pytest.approx([e[1] for e in expected], abs=1e-9)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import beamsearch
@@ -722,9 +722,21 @@ def test_oracle_search_is_consistent(case):
 
 # ==== (b) + (d) + (e): the library against the oracle ===========================================
 
-@settings(max_examples=400, deadline=None)
+@pytest.fixture(params=["grouped", "merged"])
+def ranking(request):
+    """Both exact rankings of an input's rows: one [G, r*V] top-m for small arrays (the default
+    at these sizes), and each row's top m merged on the host (forced here)."""
+    import beamsearch._select as select
+
+    saved = select.GROUPED_MAX_ELEMENTS
+    select.GROUPED_MAX_ELEMENTS = 1 << 62 if request.param == "grouped" else 0
+    yield request.param
+    select.GROUPED_MAX_ELEMENTS = saved
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(control_cases(), control_cases(max_vocab=3, max_len=8, max_beam=2)))
-def test_equals_the_oracle(case):
+def test_equals_the_oracle(ranking, case):
     table = case_table(case)
     stats: dict = {}
     ref = reference_search(table, case["prompts"], **oracle_kwargs(case), stats=stats)

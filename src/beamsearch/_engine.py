@@ -65,12 +65,13 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
     ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
     like = first_foreign_leaf(init_state)
     index = _indexer(like)
-    state, y_prev, vocab = init_state, index(first_tokens), None
+    state, y_prev, vocab, scratch = init_state, index(first_tokens), None, None
     for step in range(1, int(controls.max_steps.max()) + 1):
         out = step_fn(state, y_prev)
-        scores, new_state = score_step(out, beam, step, controls, trail, vocab)
+        scores, new_state = score_step(out, beam, step, controls, trail, vocab, scratch)
         vocab = scores.vocab
         selection, sstate = strategy.select(sstate, scores)
+        scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
         beam, parent, done = advance(beam, selection, step, controls, trail)
         ended.extend(done)
         if beam.size == 0:
@@ -96,11 +97,12 @@ def start_beam(n: int, controls: Controls) -> Beam:
 
 
 def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
-               vocab: int | None) -> tuple[StepScores, Any]:
+               vocab: int | None, scratch: Any = None) -> tuple[StepScores, Any]:
     """Check the model's output and turn it into the step's processed log-probabilities.
 
     Order (SPEC section 10): the processors (min_new_tokens' eos mask, temperature, top-k,
-    n-gram, the user's), log_softmax, the masks (the forced prefix).
+    n-gram, the user's), log_softmax, the masks (the forced prefix). ``scratch`` is the previous
+    step's buffer, reused when its shape and dtype fit (the model's own array is never written).
     """
     logits, new_state = _unpack(out)
     backend = backend_of(logits)
@@ -112,11 +114,14 @@ def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail
     ctx = None
     if processors or masks:
         ctx = StepContext(step, _history(beam, step, controls, trail), beam.input, backend)
+    buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
     if processors:
-        x = backend.copy(x) if x is logits else x  # processors may write: never into the model's array
+        if x is logits:  # processors may write: never into the model's array
+            x = backend.copy(x, out=buffer)
         for processor in processors:
             x = processor(x, ctx)
-    logp = backend.log_softmax(x, inplace=x is not logits)  # --> [k, V], a buffer the search owns
+    # log_softmax into a buffer the search owns: the processed array itself, or the scratch buffer
+    logp = backend.log_softmax(x, out=x if x is not logits else buffer)  # --> [k, V]
     bad = np.isnan(backend.column(logp, 0))  # a NaN/+inf/no-finite row comes out all NaN
     if bad.any():
         logp = _bad_rows(backend, logp, logits, np.flatnonzero(bad), processors, ctx)

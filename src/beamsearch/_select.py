@@ -12,6 +12,13 @@ from beamsearch._backends import NEG_INF, Backend
 from beamsearch._beam import Beam, Candidates
 
 
+GROUPED_MAX_ELEMENTS = 1 << 19
+"""Up to this many ``k*V`` entries an input's rows are ranked on the device in one ``[G, r*V]``
+top-m (one cheap offset pass while the array sits in cache); above it, each row's top m on the
+device and one merge per input on the host (no pass over ``[k, V]`` beyond the top-m). Both give
+the same candidates, values and order."""
+
+
 @dataclass(frozen=True)
 class Terminals:
     """The extensions that end a hypothesis at this step, as (row, token) pairs.
@@ -121,6 +128,8 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
     m = int(keep.max())
     if m == 0:
         return Candidates.empty()
+    if counts.shape[0] < beam.size and beam.size * vocab <= GROUPED_MAX_ELEMENTS:
+        return _grouped(scores, logp, start, counts, keep)
     idx, val = b.topk_stable(logp, min(m, vocab))  # --> [k, m'] each, on the host
     if counts.shape[0] == beam.size:  # one row per input: its own ranking is the answer
         if idx.shape[1] == 1:
@@ -128,18 +137,53 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
             return Candidates(parent, idx[parent, 0], accumulate(scores, parent, val[parent, 0]))
         parent, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
         return Candidates(parent, idx[parent, rank], accumulate(scores, parent, val[parent, rank]))
-    per_row = idx.shape[1]
-    row = np.repeat(np.arange(beam.size), per_row)  # --> [k*m']
-    total = accumulate(scores, row, val.reshape(-1))  # --> [k*m'], logprob + log-probability
-    ok = np.flatnonzero(np.isfinite(total))
-    row, total, token = row[ok], total[ok], idx.reshape(-1)[ok]
-    group = np.repeat(np.arange(start.shape[0]), counts)[row]  # --> [j], the input's group
-    flat = (row - start[group]) * vocab + token  # the spec's tie order within the input
-    order = np.lexsort((flat, -total, group))  # by input, then value, then flat index
-    group = group[order]
-    rank = np.arange(order.shape[0]) - np.searchsorted(group, group)  # position within its input
-    chosen = order[rank < keep[group]]
-    return Candidates(row[chosen], token[chosen], total[chosen])
+    return _merge(scores, idx, val, start, counts, keep)
+
+
+def _grouped(scores: StepScores, logp: Any, start: np.ndarray, counts: np.ndarray, keep: np.ndarray
+             ) -> Candidates:
+    """The same ranking for a small ``[k, V]``: add each row's logprob on the device, then one
+    top-m per input over a ``[G, r*V]`` view whose flat position ``b*V + v`` is the tie order.
+    (Cheaper than ``k`` per-row top-m's when the array sits in cache.)"""
+    b, beam, vocab = scores.backend, scores.beam, scores.vocab
+    g, r = start.shape[0], int(counts.max())
+    logp = b.add_rows(logp, beam.logprob)  # --> [k, V]: logprob + log-probability, in its precision
+    if (counts == r).all():
+        grouped = logp.reshape(g, r * vocab)  # --> [G, r*V]
+    else:  # pad each input to r rows of -inf
+        group = np.repeat(np.arange(g), counts)
+        slot = group * r + (np.arange(beam.size) - start[group])
+        grouped = b.pad_rows(logp, slot, g * r).reshape(g, r * vocab)
+    idx, val = b.topk_stable(grouped, min(int(keep.max()), r * vocab))  # --> [G, m] each, on the host
+    grp, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
+    flat = idx[grp, rank]
+    return Candidates(start[grp] + flat // vocab, flat % vocab, val[grp, rank].astype(np.float64))
+
+
+def _merge(scores: StepScores, idx: np.ndarray, val: np.ndarray, start: np.ndarray, counts: np.ndarray,
+           keep: np.ndarray) -> Candidates:
+    """Each input's best ``keep[g]`` of its rows' candidates ``(idx, val) [k, m']`` (each row's
+    best m', highest first), ranked by logprob + value, then flat index ``b*V + v``."""
+    k, per_row = idx.shape
+    g, r, vocab = start.shape[0], int(counts.max()), scores.vocab
+    total = accumulate(scores, np.repeat(np.arange(k), per_row), val.reshape(-1)).reshape(k, per_row)
+    if (counts == r).all():  # every input has r rows: [k, m'] is already [G, r, m']
+        tot, tok = total, idx
+    else:  # pad each input to r rows of -inf
+        group = np.repeat(np.arange(g), counts)
+        slot = group * r + (np.arange(k) - start[group])
+        tot = np.full((g * r, per_row), -np.inf)
+        tok = np.zeros((g * r, per_row), np.int64)
+        tot[slot], tok[slot] = total, idx
+    tot = tot.reshape(g, r * per_row)  # --> [G, r*m']: row b's candidates at b*m' ... b*m' + m' - 1
+    flat = (np.arange(r)[:, None] * vocab + tok.reshape(g, r, per_row)).reshape(g, r * per_row)
+    m = min(int(keep.max()), r * per_row)
+    order = np.lexsort((flat, -tot))[:, :m]  # --> [G, m]: by value, then flat index
+    best = np.take_along_axis(tot, order, axis=1)
+    grp, rank = np.nonzero(np.isfinite(best) & (np.arange(m) < keep[:, None]))
+    pos = order[grp, rank]  # position in the input's [r*m'] row
+    row = start[grp] + pos // per_row
+    return Candidates(row, idx[row, pos % per_row], best[grp, rank])
 
 
 def runs(sorted_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,10 +38,21 @@ class Backend(Protocol):
     def compute(self, logits: Any) -> Any:
         """``logits`` as a float array: float64/float32 stay, other floats float32, ints float64."""
 
-    def copy(self, x: Any) -> Any: ...
+    def copy(self, x: Any, out: Any = None) -> Any:
+        """A copy of ``x``, written into ``out`` (same shape and dtype) when given."""
 
-    def log_softmax(self, x: Any, inplace: bool = False) -> Any:
-        """``[k, V] -> [k, V]``; a row with NaN, +inf or no finite entry comes out all NaN."""
+    def log_softmax(self, x: Any, out: Any = None) -> Any:
+        """``[k, V] -> [k, V]``, written into ``out`` (``x`` itself, or a buffer of the same shape and
+        dtype) when given; a row with NaN, +inf or no finite entry comes out all NaN."""
+
+    def reusable(self, buffer: Any, x: Any) -> bool:
+        """Whether ``buffer`` can receive a result shaped like ``x`` (shape, dtype, device)."""
+
+    def add_rows(self, x: Any, offset: np.ndarray) -> Any:
+        """``x[i, :] + offset[i]`` (offset float64 ``[k]`` on the host, cast to x's dtype first)."""
+
+    def pad_rows(self, x: Any, slot: np.ndarray, total: int) -> Any:
+        """A new ``[total, V]`` array of -inf with row ``i`` of x placed at ``slot[i]``."""
 
     def column(self, x: Any, j: int) -> np.ndarray:
         """float64 ``[k]`` on the host: ``x[:, j]``."""

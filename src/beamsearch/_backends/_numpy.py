@@ -29,14 +29,29 @@ class NumpyBackend:
             return x.astype(np.float32)
         return x.astype(np.float64)
 
-    def copy(self, x: np.ndarray) -> np.ndarray:
-        return x.copy()
+    def copy(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return x.copy()
+        np.copyto(out, x)
+        return out
 
-    def log_softmax(self, x: np.ndarray, inplace: bool = False) -> np.ndarray:
+    def log_softmax(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             m = np.max(x, axis=1, keepdims=True)  # NaN propagates
-            out = np.subtract(x, m, out=x if inplace else None)
-            out -= np.log(np.sum(np.exp(out), axis=1, keepdims=True))
+            res = np.subtract(x, m, out=out)
+            res -= np.log(np.sum(np.exp(res), axis=1, keepdims=True))
+        return res
+
+    def reusable(self, buffer: Any, x: np.ndarray) -> bool:
+        return isinstance(buffer, np.ndarray) and buffer.shape == x.shape and buffer.dtype == x.dtype
+
+    def add_rows(self, x: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        x += offset.astype(x.dtype, copy=False)[:, None]
+        return x
+
+    def pad_rows(self, x: np.ndarray, slot: np.ndarray, total: int) -> np.ndarray:
+        out = np.full((total, x.shape[1]), NEG_INF, dtype=x.dtype)
+        out[slot] = x
         return out
 
     def column(self, x: np.ndarray, j: int) -> np.ndarray:

@@ -27,11 +27,25 @@ class TorchBackend:
             return logits.float()
         return logits.double()
 
-    def copy(self, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
+    def copy(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return x.clone() if out is None else out.copy_(x)
 
-    def log_softmax(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-        return torch.log_softmax(x, dim=1, out=x) if inplace else torch.log_softmax(x, dim=1)
+    def log_softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.log_softmax(x, dim=1) if out is None else torch.log_softmax(x, dim=1, out=out)
+
+    def reusable(self, buffer: Any, x: torch.Tensor) -> bool:
+        return (isinstance(buffer, torch.Tensor) and buffer.shape == x.shape and buffer.dtype == x.dtype
+                and buffer.device == x.device)
+
+    def add_rows(self, x: torch.Tensor, offset: np.ndarray) -> torch.Tensor:
+        host = offset.astype(np.float64 if x.dtype == torch.float64 else np.float32)
+        x += torch.from_numpy(host).to(x.device)[:, None]
+        return x
+
+    def pad_rows(self, x: torch.Tensor, slot: np.ndarray, total: int) -> torch.Tensor:
+        out = torch.full((total, x.shape[1]), NEG_INF, dtype=x.dtype, device=x.device)
+        out[self.index(slot, x)] = x
+        return out
 
     def column(self, x: torch.Tensor, j: int) -> np.ndarray:
         return x.select(1, j).cpu().numpy().astype(np.float64)
