@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from beamsearch._backends import NEG_INF, Backend, backend_of, first_foreign_leaf
+from beamsearch import _validate as check
+from beamsearch._backends import NEG_INF, backend_of, first_foreign_leaf
 from beamsearch._beam import Beam, Candidates, Ended, Trail
 from beamsearch._controls import Controls
 from beamsearch._select import StepScores, Terminals
@@ -59,7 +60,7 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         An :class:`Outcome`.
     """
     n = first_tokens.shape[0]
-    check_state_rows(init_state, n)
+    check.state_rows(init_state, n)
     beam = start_beam(n, controls)
     trail, sstate = Trail(), strategy.start(n)
     ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
@@ -104,12 +105,12 @@ def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail
     n-gram, the user's), log_softmax, the masks (the forced prefix). ``scratch`` is the previous
     step's buffer, reused when its shape and dtype fit (the model's own array is never written).
     """
-    logits, new_state = _unpack(out)
+    logits, new_state = check.step_output(out)
     backend = backend_of(logits)
     x = backend.compute(logits)
-    _check_shape(x, beam.size, vocab)
+    check.logits_shape(x, beam.size, vocab)
     if vocab is None:
-        _check_token_ids(controls, int(x.shape[1]))
+        check.token_ids_below(controls.vocab_checks, int(x.shape[1]))
     processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
     if processors or masks:
@@ -124,7 +125,9 @@ def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail
     logp = backend.log_softmax(x, out=x if x is not logits else buffer)  # --> [k, V]
     bad = np.isnan(backend.column(logp, 0))  # a NaN/+inf/no-finite row comes out all NaN
     if bad.any():
-        logp = _bad_rows(backend, logp, logits, np.flatnonzero(bad), processors, ctx)
+        rows = np.flatnonzero(bad)
+        check.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
+        logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
     for mask in masks:
         logp = mask(logp, ctx)
     if controls.stops is not None and beam.recent is not None:
@@ -207,108 +210,3 @@ def _indexer(like: Any) -> Callable[[np.ndarray], Any]:
         return lambda a: np.ascontiguousarray(a, dtype=np.int64)
     backend = backend_of(like)
     return lambda a: backend.index(a, like)
-
-
-def _unpack(out: Any) -> tuple[Any, Any]:
-    """``(logits, new_state)`` from what the step function returned, or a clear TypeError."""
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError("step_fn must return a pair (logits, new_state); got "
-                        f"{_describe(out)}" + (" (only logits?)" if hasattr(out, "shape") else ""))
-    logits, new_state = out
-    if hasattr(logits, "shape") or isinstance(logits, (list, tuple)):
-        if backend_of(logits).numeric(logits):
-            return logits, new_state
-    if hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state):
-        raise TypeError("step_fn must return (logits, new_state) in that order; got "
-                        f"({_describe(logits)}, {_describe(new_state)}): swapped?")
-    raise TypeError(f"step_fn returned logits {_describe(logits)}; expected a real-valued array [k, V]")
-
-
-def _describe(obj: Any) -> str:
-    shape = getattr(obj, "shape", None)
-    text = type(obj).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")
-    return text if shape is not None or obj is None else f"{text} {obj!r:.60}"
-
-
-def _check_shape(x: Any, k: int, vocab: int | None) -> None:
-    shape = tuple(x.shape)
-    if len(shape) != 2:
-        raise ValueError(f"logits must be 2-D [k, V]; got shape {shape}")
-    if shape[0] != k:
-        raise ValueError(f"logits must be [k, V] with k={k} rows passed; got shape {shape}")
-    if vocab is not None and shape[1] != vocab:
-        raise ValueError(f"logits V changed between calls: was {vocab}, got shape {shape} "
-                         "(does step_fn return (logits, new_state) in that order?)")
-    if shape[1] == 0:
-        raise ValueError(f"logits must have V >= 1 columns; got shape {shape}")
-
-
-def _check_token_ids(controls: Controls, vocab: int) -> None:
-    """Every token id the caller gave must be in ``[0, V)``; checked once V is known."""
-    for name, ids in controls.vocab_checks:
-        for j, value in _flat(ids):
-            if not 0 <= value < vocab:
-                where = name if j is None else f"{name}{j}"
-                raise ValueError(f"{where} must be in [0, V) with V={vocab}; got {value}")
-
-
-def _flat(ids: Any, path: str = "") -> list[tuple[str | None, int]]:
-    if isinstance(ids, (int, np.integer)):
-        return [(path or None, int(ids))]
-    out: list[tuple[str | None, int]] = []
-    for j, item in enumerate(ids):
-        out.extend(_flat(item, f"{path}[{j}]"))
-    return out
-
-
-def _bad_rows(backend: Backend, logp: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any],
-              ctx: StepContext | None) -> Any:
-    """Handle rows whose log-softmax came out NaN.
-
-    A row the model returned with NaN, +inf or no finite entry raises; so does a row that a
-    processor made NaN or +inf. A row that processing left with no finite entry has no extension
-    (all -inf). Processors are row-wise, so a flagged row is re-processed alone to tell which.
-    """
-    shape = tuple(raw.shape)
-    for row in rows.tolist():
-        raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
-        values = backend.to_numpy(raw_row)
-        where = ""
-        if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
-            assert ctx is not None and processors, "a valid row cannot give NaN without processing"
-            x, one = backend.copy(raw_row), ctx.rows(np.array([row]))
-            for processor in processors:
-                x = processor(x, one)
-            values, where = backend.to_numpy(x), " after logits_processors"
-        if np.isnan(values).any():
-            raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
-        if (values == np.inf).any():
-            raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
-        if not where:
-            raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
-    return backend.fill_rows(logp, rows, NEG_INF)
-
-
-def check_state_rows(state: Any, n: int, name: str = "init_state") -> None:
-    """Every array leaf of ``state`` found in tuples, lists and dicts must have ``n`` rows on axis
-    0 (registered types such as caches are not opened)."""
-    for path, leaf in _leaves(state, name):
-        shape = tuple(leaf.shape)
-        if len(shape) >= 1 and shape[0] != n:
-            raise ValueError(f"init_state must have {n} row{'s' if n != 1 else ''} (one per input) on "
-                             f"axis 0 of every array leaf; {path} has shape {shape}")
-
-
-def _leaves(state: Any, path: str) -> list[tuple[str, Any]]:
-    if isinstance(state, dict):
-        return [x for key, v in state.items() for x in _leaves(v, f"{path}[{key!r}]")]
-    if isinstance(state, (tuple, list)):
-        return [x for j, v in enumerate(state) for x in _leaves(v, f"{path}[{j}]")]
-    shape = getattr(state, "shape", None)
-    if shape is None or isinstance(state, type):
-        return []
-    try:
-        len(shape)
-    except TypeError:
-        return []
-    return [(path, state)]

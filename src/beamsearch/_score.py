@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -10,7 +11,7 @@ from beamsearch import _validate as check
 from beamsearch._engine import StepFn, run
 from beamsearch._hypothesis import Hypothesis
 from beamsearch._results import build
-from beamsearch._search import _batch_options
+from beamsearch._search import _options
 from beamsearch._strategies.forced import Forced
 from beamsearch.processors import LogitsProcessor
 
@@ -53,34 +54,21 @@ def score_sequences(
         ``score = logprob / lp(len(targets[i]))``; ``finished`` iff the target ends with an eos id,
         or with a stop sequence completed after step ``min_new_tokens``.
     """
-    if isinstance(targets, (str, bytes)) or not hasattr(targets, "__len__"):
-        raise TypeError(f"targets must be one token-id sequence per prompt; got {targets!r:.80}")
-    rows = [check.token_list(f"targets[{i}]", t) for i, t in enumerate(targets)]
-    if hasattr(prompts, "__len__") and len(rows) != len(prompts):
-        raise ValueError(f"targets must have one sequence per prompt ({len(prompts)}); got {len(rows)}")
-    lengths = np.array([len(t) for t in rows], dtype=np.int64)
-    opts = _batch_options(prompts, eos_token_id, lengths if len(rows) else np.ones(1, np.int64), 1, 1, alpha,
-                          no_repeat_ngram_size, temperature, top_k, bos_token_id, None, True, length_penalty,
-                          logits_processors, min_new_tokens, stop_sequences, None, search=False)
-    if not opts.prompts:
+    eos = check.eos_ids("eos_token_id", eos_token_id)
+    rows = check.targets(targets, len(prompts) if hasattr(prompts, "__len__") else None, eos)
+    lengths = np.array([len(t) for t in rows])
+    opts = _options(prompts, eos_token_id, lengths, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
+                    length_penalty, logits_processors, min_new_tokens, stop_sequences)
+    if not rows:
         return []
-    eos = set(opts.controls.eos.tolist())
-    for i, t in enumerate(rows):
-        inner = [j for j, v in enumerate(t[:-1]) if v in eos]
-        if inner:
-            raise ValueError(f"targets[{i}] holds eos id {t[inner[0]]} at position {inner[0]}; "
-                             "an eos id may only be a target's last token")
-    padded = np.full((len(rows), int(lengths.max())), -1, np.int64)
-    for i, t in enumerate(rows):
-        padded[i, : len(t)] = t
     controls = opts.controls
     stops = controls.stops.sequences if controls.stops is not None else ()
-    m = check.at_least("min_new_tokens", min_new_tokens, 0)
-    finished = np.array([t[-1] in eos or (len(t) > m and any(tuple(t[len(t) - len(s):]) == s for s in stops))
+    m = controls.stops.min_new_tokens if controls.stops is not None else 0
+    ends = set(eos.tolist())
+    finished = np.array([t[-1] in ends or (len(t) > m and any(tuple(t[len(t) - len(s):]) == s for s in stops))
                          for t in rows])
-    controls = type(controls)(controls.eos, lengths, controls.processors, controls.masks, None, controls.prompts,
-                              controls.vocab_checks + (("targets", rows),))
-    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts], np.int64),
-                  Forced(padded, lengths, finished), controls)
+    forced = Forced(np.concatenate([np.array(t) for t in rows]), np.cumsum(lengths) - lengths, lengths, finished)
+    controls = dataclasses.replace(controls, stops=None, vocab_checks=controls.vocab_checks + (("targets", rows),))
+    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), forced, controls)
     return [hyps[0] for hyps in build(outcome, len(rows), opts.penalty, opts.alpha, n_best=None,
                                       finished_first=True)]

@@ -13,15 +13,14 @@ import numpy as np
 
 from beamsearch import _validate as check
 from beamsearch._controls import Controls
-from beamsearch._controls.eos import eos_ids
-from beamsearch._controls.max_steps import max_steps_per_input
 from beamsearch._controls.min_new_tokens import MinNewTokens
-from beamsearch._controls.prefix import forced_prefix
-from beamsearch._controls.stop_sequences import stop_sequences as stop_control
+from beamsearch._controls.prefix import ForcedPrefix
+from beamsearch._controls.stop_sequences import StopSequences
 from beamsearch._engine import StepFn, run
 from beamsearch._hypothesis import Hypothesis
 from beamsearch._penalties import LENGTH_PENALTIES, LengthPenalty, length_power, score
-from beamsearch._results import BatchResults, build
+from beamsearch._hypothesis import BatchResults
+from beamsearch._results import build
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
@@ -178,17 +177,18 @@ def beam_search_batch(
         A :class:`BatchResults` (a list): per input, its finished hypotheses sorted by score
         (stable), cut to n_best; when fewer than n_best finished, its live rows at the end fill up.
     """
-    opts = _batch_options(prompts, eos_token_id, max_steps, beam_size, n_best, alpha, no_repeat_ngram_size,
-                          temperature, top_k, bos_token_id, pad_token_id, early_stop, length_penalty,
-                          logits_processors, min_new_tokens, stop_sequences, prefix)
-    results = BatchResults(pad_token_id=opts.pad)
+    beam_size, n_best = check.search_sizes(beam_size, n_best)
+    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
+    early_stop = check.flag("early_stop", early_stop)
+    opts = _options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
+                    length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
+    results = BatchResults(pad_token_id=pad)
     if not opts.prompts:
         return results
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    strategy = BatchBeam(opts.beam_size, opts.n_best, opts.penalty, opts.alpha, bound, bool(early_stop))
-    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts], np.int64), strategy,
-                  opts.controls)
-    results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=opts.n_best,
+    strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
+    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), strategy, opts.controls)
+    results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=n_best,
                          finished_first=True, token_logprobs=return_token_logprobs))
     return results
 
@@ -196,43 +196,32 @@ def beam_search_batch(
 class _Options:
     """The validated arguments of a batched search (or of ``score_sequences``)."""
 
-    def __init__(self, prompts: list[list[int]], controls: Controls, penalty: LengthPenalty, alpha: float,
-                 beam_size: int, n_best: int, pad: int | None) -> None:
+    def __init__(self, prompts: list[list[int]], controls: Controls, penalty: LengthPenalty, alpha: float) -> None:
         self.prompts, self.controls, self.penalty, self.alpha = prompts, controls, penalty, alpha
-        self.beam_size, self.n_best, self.pad = beam_size, n_best, pad
 
 
-def _batch_options(prompts: Any, eos_token_id: Any, max_steps: Any, beam_size: Any, n_best: Any, alpha: Any,
-                   no_repeat_ngram_size: Any, temperature: Any, top_k: Any, bos_token_id: Any,
-                   pad_token_id: Any, early_stop: Any, length_penalty: Any, logits_processors: Any,
-                   min_new_tokens: Any, stop_sequences: Any, prefix: Any, *, search: bool = True) -> _Options:
-    """Validate everything (SPEC sections 7 and 10) before any model call."""
-    eos = eos_ids("eos_token_id", eos_token_id)
-    beam_size = check.at_least("beam_size", beam_size, 1)
-    n_best = check.at_least("n_best", n_best, 1)
-    if n_best > beam_size:
-        raise ValueError(f"n_best must be <= beam_size={beam_size}; got {n_best}")
+def _options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat_ngram_size: Any,
+             temperature: Any, top_k: Any, bos_token_id: Any, length_penalty: Any, logits_processors: Any,
+             min_new_tokens: Any, stop_sequences: Any, prefix: Any = None) -> _Options:
+    """Validate the rules shared by the search and ``score_sequences`` (SPEC sections 7 and 10,
+    before any model call) and assemble the controls in the documented order.
+
+    Args:
+        limits: the search's ``max_steps`` as given, or (``score_sequences``) the targets' lengths.
+    """
+    eos = check.eos_ids("eos_token_id", eos_token_id)
     ngram = check.at_least("no_repeat_ngram_size", no_repeat_ngram_size, 0)
     temperature = check.real("temperature", temperature, positive=True)
     top_k = None if top_k is None else check.at_least("top_k", top_k, 1)
     bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
-    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
-    if not isinstance(length_penalty, str) or length_penalty not in LENGTH_PENALTIES:
-        raise ValueError(f"length_penalty must be one of {sorted(LENGTH_PENALTIES)}; got {length_penalty!r}")
-    penalty = LENGTH_PENALTIES[length_penalty]
-    if not isinstance(early_stop, (bool, np.bool_)):
-        raise TypeError(f"early_stop must be a bool; got {early_stop!r}")
-    if isinstance(logits_processors, (str, bytes)) or not hasattr(logits_processors, "__iter__"):
-        raise TypeError(f"logits_processors must be a sequence of callables; got {logits_processors!r:.80}")
-    for i, processor in enumerate(logits_processors):
-        if not callable(processor):
-            raise TypeError(f"logits_processors[{i}] must be callable; got {processor!r}")
+    penalty = check.length_penalty(length_penalty, LENGTH_PENALTIES)
+    user = check.processors(logits_processors)
     m = check.at_least("min_new_tokens", min_new_tokens, 0)
-    stops = stop_control(stop_sequences, eos, m)
+    stops = check.stop_sequences(stop_sequences, eos)
     ids = check.prompts(prompts, bos)
-    steps = max_steps_per_input(max_steps, len(ids)) if search else max_steps
-    alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max()) if len(ids) else 1)
-    forced = forced_prefix(prefix, len(ids), eos, steps) if search else None
+    steps = limits if isinstance(limits, np.ndarray) else check.max_steps(limits, len(ids))
+    alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max(initial=1)))
+    forced = check.prefix(prefix, len(ids), eos, steps)
     processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
     if temperature != 1.0:
         processors.append(Temperature(temperature))
@@ -240,15 +229,14 @@ def _batch_options(prompts: Any, eos_token_id: Any, max_steps: Any, beam_size: A
         processors.append(TopK(top_k))
     if ngram > 0:
         processors.append(NoRepeatNGram(ngram))
-    processors.extend(logits_processors)
+    processors.extend(user)
     given_eos = eos_token_id if isinstance(eos_token_id, (int, np.integer)) else [int(e) for e in eos_token_id]
-    checks: list[tuple[str, Any]] = [("eos_token_id", given_eos), ("prompts", ids)]
+    checks: list[tuple[str, Any]] = [("eos_token_id", given_eos), ("prompts", ids), ("stop_sequences", stops)]
     if bos is not None:
         checks.append(("bos_token_id", bos))
-    if stops is not None:
-        checks.append(("stop_sequences", [list(s) for s in stops.sequences]))
     if forced is not None:
-        checks.append(("prefix", [list(p) for p in prefix]))
-    controls = Controls(eos, steps, tuple(processors), () if forced is None else (forced,), stops, ids,
-                        tuple(checks))
-    return _Options(ids, controls, penalty, alpha, beam_size, n_best, pad)
+        checks.append(("prefix", forced))
+    masks = () if forced is None or not any(forced) else (ForcedPrefix.of(forced),)
+    controls = Controls(eos, steps, tuple(processors), masks, StopSequences(tuple(stops), m) if stops else None,
+                        ids, tuple(checks))
+    return _Options(ids, controls, penalty, alpha)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+
+from beamsearch._backends import backend_of
 
 
 def integer(name: str, value: Any) -> int:
@@ -79,3 +81,261 @@ def prompts(value: Any, bos: int | None) -> list[list[int]]:
             ids = [bos]
         out.append(ids)
     return out
+
+
+# ---- what the model returns (checked at each call) and the state it starts from ----------------
+
+def step_output(out: Any) -> tuple[Any, Any]:
+    """``(logits, new_state)`` from what the step function returned, or a clear TypeError."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError("step_fn must return a pair (logits, new_state); got "
+                        f"{describe(out)}" + (" (only logits?)" if hasattr(out, "shape") else ""))
+    logits, new_state = out
+    if hasattr(logits, "shape") or isinstance(logits, (list, tuple)):
+        if backend_of(logits).numeric(logits):
+            return logits, new_state
+    if hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state):
+        raise TypeError("step_fn must return (logits, new_state) in that order; got "
+                        f"({describe(logits)}, {describe(new_state)}): swapped?")
+    raise TypeError(f"step_fn returned logits {describe(logits)}; expected a real-valued array [k, V]")
+
+
+def describe(obj: Any) -> str:
+    shape = getattr(obj, "shape", None)
+    text = type(obj).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")
+    return text if shape is not None or obj is None else f"{text} {obj!r:.60}"
+
+
+def logits_shape(x: Any, k: int, vocab: int | None) -> None:
+    shape = tuple(x.shape)
+    if len(shape) != 2:
+        raise ValueError(f"logits must be 2-D [k, V]; got shape {shape}")
+    if shape[0] != k:
+        raise ValueError(f"logits must be [k, V] with k={k} rows passed; got shape {shape}")
+    if vocab is not None and shape[1] != vocab:
+        raise ValueError(f"logits V changed between calls: was {vocab}, got shape {shape} "
+                         "(does step_fn return (logits, new_state) in that order?)")
+    if shape[1] == 0:
+        raise ValueError(f"logits must have V >= 1 columns; got shape {shape}")
+
+
+def token_ids_below(checks: Sequence[tuple[str, Any]], vocab: int) -> None:
+    """Every token id the caller gave must be in ``[0, V)``; checked once V is known."""
+    for name, ids in checks:
+        for j, value in flat_ids(ids):
+            if not 0 <= value < vocab:
+                where = name if j is None else f"{name}{j}"
+                raise ValueError(f"{where} must be in [0, V) with V={vocab}; got {value}")
+
+
+def flat_ids(ids: Any, path: str = "") -> list[tuple[str | None, int]]:
+    if isinstance(ids, (int, np.integer)):
+        return [(path or None, int(ids))]
+    out: list[tuple[str | None, int]] = []
+    for j, item in enumerate(ids):
+        out.extend(flat_ids(item, f"{path}[{j}]"))
+    return out
+
+
+def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any], ctx: Any) -> None:
+    """Rows whose log-softmax came out NaN: raise for a row the model returned with NaN, +inf or
+    no finite entry, or that a processor made NaN or +inf; return for rows that processing left
+    with no finite entry (the engine masks those). Processors are row-wise, so a flagged row is
+    re-processed alone to tell which."""
+    shape = tuple(raw.shape)
+    for row in rows.tolist():
+        raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
+        values = backend.to_numpy(raw_row)
+        where = ""
+        if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
+            assert ctx is not None and processors, "a valid row cannot give NaN without processing"
+            x, one = backend.copy(raw_row), ctx.rows(np.array([row]))
+            for processor in processors:
+                x = processor(x, one)
+            values, where = backend.to_numpy(x), " after logits_processors"
+        if np.isnan(values).any():
+            raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
+        if (values == np.inf).any():
+            raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
+        if not where:
+            raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
+
+
+def state_rows(state: Any, n: int, name: str = "init_state") -> None:
+    """Every array leaf of ``state`` found in tuples, lists and dicts must have ``n`` rows on axis
+    0 (registered types such as caches are not opened)."""
+    for path, leaf in array_leaves(state, name):
+        shape = tuple(leaf.shape)
+        if len(shape) >= 1 and shape[0] != n:
+            raise ValueError(f"init_state must have {n} row{'s' if n != 1 else ''} (one per input) on "
+                             f"axis 0 of every array leaf; {path} has shape {shape}")
+
+
+def array_leaves(state: Any, path: str) -> list[tuple[str, Any]]:
+    if isinstance(state, dict):
+        return [x for key, v in state.items() for x in array_leaves(v, f"{path}[{key!r}]")]
+    if isinstance(state, (tuple, list)):
+        return [x for j, v in enumerate(state) for x in array_leaves(v, f"{path}[{j}]")]
+    shape = getattr(state, "shape", None)
+    if shape is None or isinstance(state, type):
+        return []
+    try:
+        len(shape)
+    except TypeError:
+        return []
+    return [(path, state)]
+
+
+# ---- the decoding controls (SPEC section 10) --------------------------------------------------
+
+
+def eos_ids(name: str, value: Any) -> np.ndarray:
+    """An int or a non-empty sequence of ints >= 0 as int64 ``[E]`` (sorted, unique)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return np.array([token(name, value)], dtype=np.int64)
+    return np.unique(np.asarray(token_list(name, value), dtype=np.int64))
+
+
+def max_steps(value: Any, n_inputs: int) -> np.ndarray:
+    """int64 ``[N]``: an int >= 1 for every input, or one per input."""
+    if isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        return np.full(n_inputs, at_least("max_steps", value, 1), dtype=np.int64)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"max_steps must be an int or a sequence of ints; got {value!r:.80}")
+    if len(value) != n_inputs:
+        raise ValueError(f"max_steps must have one entry per prompt ({n_inputs}); got {len(value)} entries")
+    return np.array([at_least(f"max_steps[{i}]", v, 1) for i, v in enumerate(value)], dtype=np.int64)
+
+
+def prefix(value: Any, n_inputs: int, eos: np.ndarray, limits: np.ndarray) -> list[list[int]] | None:
+    """None, or one token-id sequence per input: no eos id, none longer than its input's limit."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"prefix must be None or one token-id sequence per prompt; got {value!r:.80}")
+    if len(value) != n_inputs:
+        raise ValueError(f"prefix must have one sequence per prompt ({n_inputs}); got {len(value)}")
+    rows = [token_list(f"prefix[{i}]", p, allow_empty=True) for i, p in enumerate(value)]
+    for i, p in enumerate(rows):
+        bad = [t for t in p if t in set(eos.tolist())]
+        if bad:
+            raise ValueError(f"prefix[{i}] must not hold an eos id; got {list(p)} (eos {bad[0]})")
+        if len(p) > limits[i]:
+            raise ValueError(f"prefix[{i}] is longer ({len(p)}) than max_steps for input {i} ({limits[i]})")
+    return rows
+
+
+def stop_sequences(value: Any, eos: np.ndarray) -> list[tuple[int, ...]]:
+    """Non-empty token-id sequences, none holding an eos id."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"stop_sequences must be a sequence of token-id sequences; got {value!r:.80}")
+    seqs = []
+    for i, s in enumerate(value):
+        ids = tuple(token_list(f"stop_sequences[{i}]", s))
+        bad = sorted(set(ids) & set(eos.tolist()))
+        if bad:
+            raise ValueError(f"stop_sequences[{i}] must not hold an eos id; got {list(ids)} (eos {bad[0]})")
+        seqs.append(ids)
+    return seqs
+
+
+def targets(value: Any, n_prompts: int | None, eos: np.ndarray) -> list[list[int]]:
+    """``score_sequences``' targets: one non-empty sequence per prompt, eos only as the last token."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"targets must be one token-id sequence per prompt; got {value!r:.80}")
+    rows = [token_list(f"targets[{i}]", t) for i, t in enumerate(value)]
+    if n_prompts is not None and len(rows) != n_prompts:
+        raise ValueError(f"targets must have one sequence per prompt ({n_prompts}); got {len(rows)}")
+    for i, t in enumerate(rows):
+        inner = [j for j, v in enumerate(t[:-1]) if v in set(eos.tolist())]
+        if inner:
+            raise ValueError(f"targets[{i}] holds eos id {t[inner[0]]} at position {inner[0]}; "
+                             "an eos id may only be a target's last token")
+    return rows
+
+
+def search_sizes(beam_size: Any, n_best: Any) -> tuple[int, int]:
+    """beam_size >= 1 and 1 <= n_best <= beam_size."""
+    beam = at_least("beam_size", beam_size, 1)
+    best = at_least("n_best", n_best, 1)
+    if best > beam:
+        raise ValueError(f"n_best must be <= beam_size={beam}; got {best}")
+    return beam, best
+
+
+def flag(name: str, value: Any) -> bool:
+    """A bool (numpy bools too); anything else is a TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {value!r}")
+    return bool(value)
+
+
+def length_penalty(value: Any, known: Any) -> Any:
+    """The name of a length penalty in ``known`` (a dict name -> function); returns the function."""
+    if not isinstance(value, str) or value not in known:
+        raise ValueError(f"length_penalty must be one of {sorted(known)}; got {value!r}")
+    return known[value]
+
+
+def processors(value: Any) -> list[Any]:
+    """A sequence of callables."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"logits_processors must be a sequence of callables; got {value!r:.80}")
+    out = list(value)
+    for i, processor in enumerate(out):
+        if not callable(processor):
+            raise TypeError(f"logits_processors[{i}] must be callable; got {processor!r}")
+    return out
+
+
+# ---- the ready processors' arguments -----------------------------------------------------------
+
+
+def top_p(value: Any) -> float:
+    """0 < p <= 1."""
+    p = real("p", value, positive=True)
+    if p > 1:
+        raise ValueError(f"p must be in (0, 1]; got {value!r}")
+    return p
+
+
+def repetition_penalty(value: Any) -> float:
+    """A finite penalty > 0."""
+    return real("penalty", value, positive=True, finite=True)
+
+
+def suppressed(token_ids: Any, first_steps: Any) -> np.ndarray:
+    """The ids to suppress (int64, sorted, unique) and ``first_steps`` None or >= 1."""
+    ids = token_list("token_ids", token_ids, allow_empty=True)
+    if first_steps is not None:
+        at_least("first_steps", first_steps, 1)
+    return np.unique(np.asarray(ids, dtype=np.int64))
+
+
+def _sequence(name: str, seq: Any) -> tuple[int, ...]:
+    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__"):
+        raise TypeError(f"{name} must be a sequence of token ids; got {seq!r:.80}")
+    return tuple(token_list(name, seq))
+
+
+def sequence_bias(value: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """A mapping from non-empty token-id tuples to finite floats, as (sequences, biases)."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping):
+        raise TypeError(f"bias must be a mapping from token-id tuples to floats; got {value!r:.80}")
+    seqs, biases = [], []
+    for seq, bias in value.items():
+        seqs.append(_sequence(f"bias key {seq!r}", seq))
+        b = float(bias)
+        if not math.isfinite(b):
+            raise ValueError(f"bias[{seq!r}] must be finite; got {bias!r}")
+        biases.append(b)
+    return tuple(seqs), tuple(biases)
+
+
+def bad_words(value: Any) -> tuple[tuple[int, ...], ...]:
+    """A list of non-empty token-id sequences."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"sequences must be a list of token-id sequences; got {value!r:.80}")
+    return tuple(_sequence(f"sequences[{i}]", s) for i, s in enumerate(value))

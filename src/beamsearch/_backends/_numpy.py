@@ -36,21 +36,21 @@ class NumpyBackend:
         return out
 
     def log_softmax(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            m = np.max(x, axis=1, keepdims=True)  # NaN propagates
+        with np.errstate(all="ignore"):
+            m = np.max(x, axis=-1, keepdims=True)  # NaN propagates
             res = np.subtract(x, m, out=out)
-            res -= np.log(np.sum(np.exp(res), axis=1, keepdims=True))
+            res -= np.log(np.sum(np.exp(res), axis=-1, keepdims=True))
         return res
 
     def reusable(self, buffer: Any, x: np.ndarray) -> bool:
         return isinstance(buffer, np.ndarray) and buffer.shape == x.shape and buffer.dtype == x.dtype
 
     def add_rows(self, x: np.ndarray, offset: np.ndarray) -> np.ndarray:
-        x += offset.astype(x.dtype, copy=False)[:, None]
+        x += offset.astype(x.dtype)[:, None]
         return x
 
     def pad_rows(self, x: np.ndarray, slot: np.ndarray, total: int) -> np.ndarray:
-        out = np.full((total, x.shape[1]), NEG_INF, dtype=x.dtype)
+        out = np.full_like(x, NEG_INF, shape=(total, x.shape[1]))
         out[slot] = x
         return out
 
@@ -92,26 +92,26 @@ class NumpyBackend:
 
     def kth_largest(self, x: np.ndarray, k: int) -> np.ndarray:
         v = x.shape[1]
-        return np.partition(x, v - k, axis=1)[:, v - k : v - k + 1]
+        return np.partition(x, v - k)[:, v - k : v - k + 1]
 
     def sort_desc(self, x: np.ndarray) -> np.ndarray:
-        return -np.sort(-x, axis=1)
+        return -np.sort(-x)
 
     def softmax_cumsum(self, x: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            q = np.exp(x - np.max(x, axis=1, keepdims=True))
-            return np.cumsum(q / q.sum(axis=1, keepdims=True), axis=1)
+        with np.errstate(all="ignore"):
+            q = np.exp(x - np.max(x, axis=-1, keepdims=True))
+            return np.cumsum(q / q.sum(axis=-1, keepdims=True), axis=-1)
 
     def count_below(self, x: np.ndarray, value: float) -> np.ndarray:
-        return (x < value).sum(axis=1, keepdims=True)
+        return (x < value).sum(axis=-1, keepdims=True)
 
     def take_along(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return np.take_along_axis(x, idx, axis=1)
+        return np.take_along_axis(x, idx, axis=-1)
 
     def topk_stable(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         g, width = x.shape
         if m >= width:
-            idx = np.argsort(-x, axis=1, kind="stable")
+            idx = np.argsort(-x, kind="stable")
             return idx, np.take_along_axis(x, idx, axis=1)
         part = np.argpartition(x, (width - m - 1, width - m), axis=1)  # ascending
         idx = part[:, width - m :]  # the m largest, unordered

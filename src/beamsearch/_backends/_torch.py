@@ -31,19 +31,18 @@ class TorchBackend:
         return x.clone() if out is None else out.copy_(x)
 
     def log_softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.log_softmax(x, dim=1) if out is None else torch.log_softmax(x, dim=1, out=out)
+        return torch.log_softmax(x, -1) if out is None else torch.log_softmax(x, -1, out=out)
 
     def reusable(self, buffer: Any, x: torch.Tensor) -> bool:
         return (isinstance(buffer, torch.Tensor) and buffer.shape == x.shape and buffer.dtype == x.dtype
                 and buffer.device == x.device)
 
     def add_rows(self, x: torch.Tensor, offset: np.ndarray) -> torch.Tensor:
-        host = offset.astype(np.float64 if x.dtype == torch.float64 else np.float32)
-        x += torch.from_numpy(host).to(x.device)[:, None]
+        x += x.new_tensor(offset)[:, None]  # cast to x's dtype on x's device, then added
         return x
 
     def pad_rows(self, x: torch.Tensor, slot: np.ndarray, total: int) -> torch.Tensor:
-        out = torch.full((total, x.shape[1]), NEG_INF, dtype=x.dtype, device=x.device)
+        out = x.new_full((total, x.shape[1]), NEG_INF)
         out[self.index(slot, x)] = x
         return out
 
@@ -90,10 +89,10 @@ class TorchBackend:
         return x.masked_fill_(x < threshold, NEG_INF)
 
     def kth_largest(self, x: torch.Tensor, k: int) -> torch.Tensor:
-        return torch.topk(x, k, dim=1).values[:, k - 1 : k]
+        return torch.topk(x, k).values[:, k - 1 : k]
 
     def sort_desc(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sort(x, dim=1, descending=True).values
+        return torch.sort(x, descending=True).values
 
     def softmax_cumsum(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cumsum(torch.softmax(x, dim=1), dim=1)
@@ -107,9 +106,9 @@ class TorchBackend:
     def topk_stable(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
         width = x.shape[1]
         if m >= width:
-            val_s, idx_s = torch.sort(x, dim=1, descending=True, stable=True)
+            val_s, idx_s = torch.sort(x, descending=True, stable=True)
             return idx_s.cpu().numpy(), val_s.cpu().numpy()
-        val_t, idx_t = torch.topk(x, m + 1, dim=1, sorted=True)  # topk alone does not order ties
+        val_t, idx_t = torch.topk(x, m + 1)  # sorted; topk alone does not order ties
         val, idx = val_t.cpu().numpy(), idx_t.cpu().numpy()
         tied = val[:, m - 1] == val[:, m]
         idx, val = idx[:, :m], val[:, :m]
@@ -136,10 +135,9 @@ class TorchBackend:
         return x.detach().cpu().numpy()
 
     def from_host(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(values, dtype=like.dtype, device=like.device)
+        return like.new_tensor(values)
 
     def index(self, a: Any, like: Any) -> torch.Tensor:
         if isinstance(a, torch.Tensor):
-            return a if a.device == like.device else a.to(like.device)
-        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-        return t if like.device.type == "cpu" else t.to(like.device)
+            return a.to(like.device)  # no copy when it is there already
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(like.device)

@@ -1,7 +1,9 @@
 """The decoding controls of SPEC section 10, one module each, and the bundle the engine reads.
 
-- :mod:`.eos`: several eos ids (terminal for every row);
-- :mod:`.max_steps`: per-input length limits;
+- several eos ids: :class:`beamsearch._select.Terminals` (every id is terminal for every row; the
+  strategy finishes them);
+- per-input length limits: ``max_steps [N]`` here, read by the engine's ``advance`` and by the
+  batch strategy's early-stop bound;
 - :mod:`.min_new_tokens`: no eos and no stop sequence at steps ``t <= m`` (a processor placed first);
 - :mod:`.stop_sequences`: token sequences that finish a hypothesis like eos;
 - :mod:`.prefix`: forced, scored first tokens (a mask after log_softmax).

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch import _validate as check
 
 
 _NONE = np.zeros(0, np.int64)
@@ -71,17 +70,3 @@ class StopSequences:
             key = np.unique(rows * (int(tokens.max()) + 1) + tokens)  # by row, then token; no repeats
             rows, tokens = key // (int(tokens.max()) + 1), key % (int(tokens.max()) + 1)
         return rows, tokens
-
-
-def stop_sequences(value: Any, eos: np.ndarray, min_new_tokens: int) -> StopSequences | None:
-    """Validate ``stop_sequences``: non-empty token-id sequences, none holding an eos id."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise TypeError(f"stop_sequences must be a sequence of token-id sequences; got {value!r:.80}")
-    seqs = []
-    for i, s in enumerate(value):
-        ids = tuple(check.token_list(f"stop_sequences[{i}]", s))
-        bad = sorted(set(ids) & set(eos.tolist()))
-        if bad:
-            raise ValueError(f"stop_sequences[{i}] must not hold an eos id; got {list(ids)} (eos {bad[0]})")
-        seqs.append(ids)
-    return StopSequences(tuple(seqs), min_new_tokens) if seqs else None

@@ -64,7 +64,7 @@ class BatchBeam:
         new = np.full((state.top.shape[0], int(length.max())), -np.inf)  # --> [N, most finished]
         new[inputs, slot] = score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha)
         merged = np.concatenate([state.top, new], axis=1)  # --> [N, n_best + most finished]
-        top = -np.sort(-merged, axis=1)[:, : self.n_best]
+        top = -np.sort(-merged)[:, : self.n_best]
         return BatchState(top, state.n_finished + np.bincount(inputs, minlength=state.top.shape[0]))
 
     def _stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:

@@ -20,12 +20,14 @@ from beamsearch._strategies import Selection
 @dataclass(frozen=True)
 class Forced:
     """Attributes:
-        targets: int64 ``[N, L]``, right-padded with -1.
+        targets: int64 ``[sum of lengths]``: the targets one after another.
+        offset: int64 ``[N]``: where target i starts in ``targets``.
         lengths: int64 ``[N]``.
         finished: bool ``[N]``: whether each target counts as finished.
     """
 
     targets: np.ndarray
+    offset: np.ndarray
     lengths: np.ndarray
     finished: np.ndarray
 
@@ -35,7 +37,7 @@ class Forced:
     def select(self, state: None, scores: StepScores) -> tuple[Selection, None]:
         rows = np.arange(scores.beam.size)
         inputs = scores.beam.input
-        token = self.targets[inputs, scores.step - 1]
+        token = self.targets[self.offset[inputs] + scores.step - 1]
         values = scores.backend.gather(scores.logp, rows, token)
         chosen = Candidates(rows, token, accumulate(scores, rows, values))
         last = self.lengths[inputs] == scores.step

@@ -26,11 +26,11 @@ class RepetitionPenalty:
     needs_history = True
 
     def __post_init__(self) -> None:
-        check.real("penalty", self.penalty, positive=True, finite=True)
+        check.repetition_penalty(self.penalty)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         rows, tokens = seen_tokens(ctx.history)
-        if rows.size == 0 or self.penalty == 1:
+        if rows.size == 0:
             return logits
         b = ctx.backend
         x = b.take(logits, rows, tokens)  # --> [p]

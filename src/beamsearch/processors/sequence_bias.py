@@ -10,7 +10,6 @@ log_softmax.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -21,38 +20,16 @@ from beamsearch._backends import NEG_INF
 from beamsearch.processors._base import StepContext, history_suffix_matches
 
 
-def _sequence(name: str, seq: Any) -> tuple[int, ...]:
-    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__"):
-        raise TypeError(f"{name} must be a sequence of token ids; got {seq!r:.80}")
-    ids = tuple(check.token(f"{name}[{j}]", t) for j, t in enumerate(seq))
-    if not ids:
-        raise ValueError(f"{name} must be a non-empty sequence of token ids; got {seq!r}")
-    return ids
-
-
-def _matches(history: np.ndarray, seqs: Sequence[tuple[int, ...]], values: Sequence[float]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(rows, tokens, value)`` of every sequence that applies, summed per (row, token)."""
-    rows, tokens, vals = [], [], []
-    for seq, value in zip(seqs, values):
+def _matches(history: np.ndarray, seqs: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, tokens, which)``: every (row, last token) a sequence applies to, and which
+    sequence (an index into ``seqs``)."""
+    rows, which = [], []
+    for i, seq in enumerate(seqs):
         hit = np.flatnonzero(history_suffix_matches(history, seq[:-1]))
         rows.append(hit)
-        tokens.append(np.full(hit.shape[0], seq[-1], np.int64))
-        vals.append(np.full(hit.shape[0], value))
-    r, t, v = np.concatenate(rows), np.concatenate(tokens), np.concatenate(vals)
-    if r.size == 0:
-        return r, t, v
-    key = r * (int(t.max()) + 1) + t
-    uniq, inverse = np.unique(key, return_inverse=True)
-    with np.errstate(invalid="ignore"):
-        total = np.bincount(inverse, weights=v) if np.isfinite(v).all() else _sum_with_inf(inverse, v, uniq.size)
-    return uniq // (int(t.max()) + 1), uniq % (int(t.max()) + 1), total
-
-
-def _sum_with_inf(inverse: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
-    total = np.zeros(size)
-    np.add.at(total, inverse, v)
-    return total
+        which.append(np.full(hit.shape[0], i))
+    r, w = np.concatenate(rows), np.concatenate(which)
+    return r, np.array([seq[-1] for seq in seqs])[w], w
 
 
 @dataclass(frozen=True)
@@ -69,25 +46,20 @@ class SequenceBias:
     _values: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bias, Mapping):
-            raise TypeError(f"bias must be a mapping from token-id tuples to floats; got {self.bias!r:.80}")
-        seqs, values = [], []
-        for seq, value in self.bias.items():
-            seqs.append(_sequence(f"bias key {seq!r}", seq))
-            v = float(value)
-            if not math.isfinite(v):
-                raise ValueError(f"bias[{seq!r}] must be finite; got {value!r}")
-            values.append(v)
-        object.__setattr__(self, "_seqs", tuple(seqs))
-        object.__setattr__(self, "_values", tuple(values))
+        seqs, values = check.sequence_bias(self.bias)
+        object.__setattr__(self, "_seqs", seqs)
+        object.__setattr__(self, "_values", values)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
-        rows, tokens, total = _matches(ctx.history, self._seqs, self._values)
+        rows, tokens, which = _matches(ctx.history, self._seqs)
         if rows.size == 0:
             return logits
+        # several sequences may bias the same (row, token): add them up first
+        pairs, where = np.unique(np.stack([rows, tokens]), axis=1, return_inverse=True)  # --> [2, p]
+        total = np.bincount(where.reshape(-1), weights=np.array(self._values)[which])
         b = ctx.backend
-        x = b.take(logits, rows, tokens)
-        return b.put(logits, rows, tokens, x + b.from_host(total, like=x))
+        x = b.take(logits, pairs[0], pairs[1])
+        return b.put(logits, pairs[0], pairs[1], x + b.from_host(total, like=x))
 
 
 @dataclass(frozen=True)
@@ -103,13 +75,10 @@ class BadWords:
     _seqs: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.sequences, (str, bytes)) or not hasattr(self.sequences, "__len__"):
-            raise TypeError(f"sequences must be a list of token-id sequences; got {self.sequences!r:.80}")
-        seqs = tuple(_sequence(f"sequences[{i}]", s) for i, s in enumerate(self.sequences))
-        object.__setattr__(self, "_seqs", seqs)
+        object.__setattr__(self, "_seqs", check.bad_words(self.sequences))
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
-        rows, tokens, _ = _matches(ctx.history, self._seqs, [0.0] * len(self._seqs))
+        rows, tokens, _ = _matches(ctx.history, self._seqs)
         if rows.size == 0:
             return logits
         return ctx.backend.put(logits, rows, tokens, NEG_INF)

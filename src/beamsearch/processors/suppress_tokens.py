@@ -27,10 +27,7 @@ class SuppressTokens:
     _ids: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        ids = check.token_list("token_ids", self.token_ids, allow_empty=True)
-        if self.first_steps is not None:
-            check.at_least("first_steps", self.first_steps, 1)
-        object.__setattr__(self, "_ids", np.unique(np.asarray(ids, dtype=np.int64)))
+        object.__setattr__(self, "_ids", check.suppressed(self.token_ids, self.first_steps))
 
     @property
     def last_step(self) -> int | None:

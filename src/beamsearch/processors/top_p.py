@@ -27,9 +27,7 @@ class TopP:
     needs_history = False
 
     def __post_init__(self) -> None:
-        p = check.real("p", self.p, positive=True)
-        if p > 1:
-            raise ValueError(f"p must be in (0, 1]; got {self.p!r}")
+        check.top_p(self.p)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         if self.p >= 1:
@@ -37,6 +35,7 @@ class TopP:
         b = ctx.backend
         ordered = b.sort_desc(logits)  # --> [k, V], highest first
         reach = b.softmax_cumsum(ordered)  # --> [k, V], mass of the first j+1 tokens
-        last = b.count_below(reach, self.p)  # --> [k, 1]: the nucleus ends at this position
-        last = b.where(last < logits.shape[1], last, last * 0 + logits.shape[1] - 1)  # rounding
+        # the nucleus ends at the first position whose mass reaches p; the last position always
+        # ends it (so a sum that rounds below p at the end keeps every token)
+        last = b.count_below(reach[:, :-1], self.p)  # --> [k, 1], in [0, V-1]
         return b.mask_below(logits, b.take_along(ordered, last))

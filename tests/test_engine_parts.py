@@ -1,0 +1,86 @@
+"""Engine pieces the end-to-end oracles reach only indirectly, each against a plain reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beamsearch import beam_search, beam_search_batch, beam_search_each
+from beamsearch._controls.stop_sequences import StopSequences
+from beamsearch._select import Terminals
+from models import SequenceModel, random_table
+
+
+def test_a_processor_without_needs_history_sees_the_generated_tokens():
+    # ctx.history is rebuilt from the back-pointer trail on first access: it must equal each
+    # row's generated tokens, which the model's own state records (its prefix after the prompt)
+    table = random_table(4, 3, eos=0, eos_shift=-1.0)
+    model = SequenceModel(table)
+    prompts = [[1, 2], [3]]
+    seen = []
+
+    def record(logits, ctx):
+        seen.append((ctx.step, ctx.row_input.copy(), ctx.history.copy()))
+        return logits
+
+    beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=0, max_steps=4, beam_size=3,
+                      logits_processors=[record])
+    assert [s for s, _, _ in seen] == [1, 2, 3, 4][: len(seen)] and len(seen) >= 3
+    for (step, inputs, history), call in zip(seen, model.calls):  # call: each row's prompt + generated
+        assert history.shape == (len(call), step - 1)
+        assert history.tolist() == [list(p[len(prompts[i]):]) for i, p in zip(inputs, call)]
+
+
+def test_terminals_contains_eos_ids_and_pairs():
+    t = Terminals(np.array([0, 3]), np.array([1, 2, 2]), np.array([4, 1, 5]))
+    parent = np.array([0, 1, 1, 2, 2, 2, 0])
+    token = np.array([3, 4, 2, 1, 5, 4, 4])
+    expected = [tok in (0, 3) or (p, tok) in {(1, 4), (2, 1), (2, 5)} for p, tok in zip(parent, token)]
+    assert t.contains(parent, token, vocab=6).tolist() == expected
+
+
+def test_stop_sequence_pairs_equal_a_plain_loop():
+    rng = np.random.default_rng(0)
+    for case in range(200):
+        seqs = tuple(tuple(int(v) for v in rng.integers(0, 4, size=rng.integers(1, 5))) for _ in range(rng.integers(1, 4)))
+        stops = StopSequences(seqs, min_new_tokens=int(rng.integers(0, 3)))
+        w = stops.window
+        k = int(rng.integers(1, 6))
+        recent = rng.integers(-1, 4, size=(k, w))
+        step = int(rng.integers(1, 5))
+        rows, tokens = stops.pairs(recent, step)
+        expected = set()
+        if step > stops.min_new_tokens:
+            for r in range(k):
+                for s in seqs:
+                    tail = recent[r, w - (len(s) - 1):].tolist() if len(s) > 1 else []
+                    if tail == list(s[:-1]):
+                        expected.add((r, s[-1]))
+        assert list(zip(rows.tolist(), tokens.tolist())) == sorted(expected), case
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 62])
+def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monkeypatch):
+    # beam_search_each: inputs finish at different steps, so their widths (beam - finished) differ
+    # within one step; each input's result must equal its search alone, with either ranking
+    import beamsearch._select as select
+
+    monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
+    tables = [random_table(4, seed, eos=0, eos_shift=1.0) for seed in range(4)]
+
+    def step(state, y_prev):  # state rows: (input, generated tokens so far, started?)
+        rows = np.empty(len(state), dtype=object)
+        rows[:] = [(i, g + (int(y),) if started else g, True) for (i, g, started), y in zip(state, y_prev)]
+        return np.stack([tables[i](g) for i, g, _ in rows]), rows
+
+    def start(inputs):
+        rows = np.empty(len(inputs), dtype=object)
+        rows[:] = [(i, (), False) for i in inputs]
+        return rows
+
+    alone = [beam_search(step, start([i]), 0, 0, beam_size=3, max_len=5, length_penalty=0.5) for i in range(4)]
+    batch = beam_search_each(step, start(range(4)), 4, 0, 0, beam_size=3, max_len=5, length_penalty=0.5)
+    assert sum(h.finished for hyps in alone for h in hyps) >= 4  # inputs do finish hypotheses (widths differ)
+    for got, want in zip(batch, alone):
+        assert [(h.tokens, h.finished) for h in got] == [(h.tokens, h.finished) for h in want]
+        assert [h.logprob for h in got] == pytest.approx([h.logprob for h in want], abs=1e-12)
