@@ -1,5 +1,6 @@
-"""Selection helpers every strategy shares: the step's scores, terminal candidates, and one
-stable top-m per input over a ``[G, r*V]`` view (the tie rule of SPEC sections 4 and 6)."""
+"""Selection helpers every strategy shares: the step's scores, the terminal candidates, and the
+ranking of each input's ``r*V`` candidates with the tie rule of SPEC sections 4 and 6 (a grouped
+top-m over a ``[G, r*V]`` view for small arrays; each row's top m and a host merge for large ones)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class StepScores:
     Attributes:
         backend: the array backend of ``logp``.
         logp: ``[k, V]`` processed log-probabilities of each live row's next token (a buffer the
-            search owns: a strategy may write into it through the backend).
+            search owns: a strategy may write into it through the backend; it is reused for the
+            next step, so a strategy keeps nothing of it beyond ``select``).
         beam: the live rows (``beam.logprob`` is each row's logprob so far).
         terminals: the extensions that end a hypothesis.
         step: t, the number of the token being chosen (1 for the first).
