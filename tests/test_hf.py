@@ -233,3 +233,62 @@ def test_select_state_with_the_identity_order_returns_an_equal_copy():
 def test_string_prompts_need_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer"):
         causal_lm(gpt2(), ["hello"])
+
+
+def test_several_eos_ids_from_the_generation_config_equal_generate():
+    # a Llama 3 / Qwen2.5-style generation config with two eos ids: generate stops at either, and
+    # so must we (greedy with the section 4 rule, and the batched search where the rules coincide)
+    model = boost_eos(gpt2(2), 4.5)  # chosen so that one output ends with each id, two run on
+    second = 7
+    with torch.no_grad():
+        model.lm_head.bias[second] += 4.5  # make the second eos id likely too
+    model.generation_config.eos_token_id = [EOS, second]
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, num_beams=1, max_new_tokens=12,
+                             pad_token_id=PAD)
+    expected = []
+    for seq in out[:, ids.shape[1]:].tolist():
+        row = []
+        for t in seq:
+            row.append(t)
+            if t in (EOS, second):
+                break
+        expected.append(row)
+    assert {row[-1] for row in expected} >= {EOS, second}  # both ids do end outputs here
+    dec = causal_lm(model, PROMPTS)
+    assert dec.eos_token_id == [EOS, second]
+    got = beam_search_each(dec.step, dec.init_state, len(PROMPTS), dec.prompts[0][-1], dec.eos_token_id,
+                           beam_size=1, max_len=12, length_penalty=0.0)
+    assert [hyps[0].tokens for hyps in got] == expected
+    for prompt, hyps in zip(PROMPTS, got):  # and the logprobs are the model's own
+        assert hyps[0].logprob == pytest.approx(rescore(model, prompt, hyps[0].tokens), abs=1e-4)
+    dec = causal_lm(model, PROMPTS)
+    batch = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=12,
+                              beam_size=3, n_best=3, length_penalty="power", alpha=1.0)
+    for prompt, hyps in zip(PROMPTS, batch):
+        for h in hyps:
+            assert h.tokens[-1] in (EOS, second) if h.finished else not set(h.tokens) & {EOS, second}
+            assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: causal_lm(m, []), "prompts must hold at least one input"),
+    (lambda m: causal_lm(m, [[5], []]), r"prompts\[1\] is empty"),
+    (lambda m: causal_lm(m, [[5]], eos_token_id=[3, "x"]), r"eos_token_id\[1\] must be an integer"),
+    (lambda m: causal_lm(m, [[5]], eos_token_id=2.5), "eos_token_id must be an integer"),
+])
+def test_bad_hf_input_is_a_clear_error(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(gpt2())
+
+
+def test_seq2seq_empty_source_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"sources\[0\] is empty"):
+        seq2seq_lm(bart(), [[]])
+
+
+def test_a_model_in_training_mode_is_warned_about():
+    model = gpt2().train()
+    with pytest.warns(UserWarning, match="training mode"):
+        causal_lm(model, [[5, 6]])

@@ -66,7 +66,7 @@ def beam_search_each(
     init_state: Any,
     n_inputs: int,
     bos: int,
-    eos: int,
+    eos: int | Sequence[int],
     beam_size: int,
     max_len: int,
     length_penalty: float = 1.0,
@@ -77,22 +77,23 @@ def beam_search_each(
     Args:
         init_state: one row per input (axis 0 of every array leaf).
         n_inputs: N >= 0; the first call passes N rows, each with ``y_prev = bos``.
-        step_fn, bos, eos, beam_size, max_len, length_penalty: as for :func:`beam_search`.
+        eos: the eos id, or a non-empty sequence of ids (any of them finishes a hypothesis).
+        step_fn, bos, beam_size, max_len, length_penalty: as for :func:`beam_search`.
 
     Returns:
         Per input, its hypotheses sorted by score as :func:`beam_search` returns them.
     """
     n = check.at_least("n_inputs", n_inputs, 0)
     bos = check.token("bos", bos)
-    eos = check.token("eos", eos)
+    eos_ids = check.eos_ids("eos", eos)
     beam_size = check.at_least("beam_size", beam_size, 1)
     max_len = check.at_least("max_len", max_len, 1)
     alpha = check.penalty_strength("length_penalty", length_penalty, length_power, max_len)
     if n == 0:
         return []
-    eos_arr = np.array([eos], np.int64)
-    controls = Controls(eos_arr, np.full(n, max_len, np.int64), vocab_checks=(("bos", bos), ("eos", eos)))
-    outcome = run(step_fn, init_state, np.full(n, bos, np.int64), NarrowingBeam(beam_size), controls)
+    given = eos if isinstance(eos, (int, np.integer)) else [int(e) for e in eos]
+    controls = Controls(eos_ids, np.full(n, max_len), vocab_checks=(("bos", bos), ("eos", given)))
+    outcome = run(step_fn, init_state, np.full(n, bos), NarrowingBeam(beam_size), controls)
     return build(outcome, n, length_power, alpha, n_best=None, finished_first=False)
 
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from beamsearch import _validate as check
 from beamsearch._state import select_state
 
 __all__ = ["Prepared", "causal_lm", "seq2seq_lm"]
@@ -70,7 +72,9 @@ class Prepared:
             the search is given an eos the model never produces (``eos_token_id=None``).
         prompts: the ``prompts`` argument: each input's prompt tokens (causal LM), or
             ``[decoder_start_token_id]`` (encoder-decoder).
-        eos_token_id: the eos to search with.
+        eos_token_id: the eos id, or the list of eos ids (the model's generation config may hold
+            several, as Llama 3, Qwen2.5 and Gemma do), to search with: pass it on as
+            ``eos_token_id`` to ``beam_search_batch`` (or as ``eos`` to ``beam_search_each``).
         forward_seconds: time spent inside the model's forward so far (prefill included).
         forward_calls: model forward calls so far.
     """
@@ -78,7 +82,7 @@ class Prepared:
     init_state: Any
     step: Any
     prompts: list[list[int]]
-    eos_token_id: int
+    eos_token_id: int | list[int]
     forward_seconds: float = 0.0
     forward_calls: int = 0
 
@@ -95,12 +99,28 @@ class Seq2SeqState(NamedTuple):
     encoder_mask: torch.Tensor  # int64 [k, S]
 
 
-def _ids(prompts: Sequence[Sequence[int]] | Sequence[str], tokenizer: Any) -> list[list[int]]:
-    if prompts and isinstance(prompts[0], str):
+def _ids(prompts: Sequence[Sequence[int]] | Sequence[str], tokenizer: Any, name: str) -> list[list[int]]:
+    """Each input's token ids; refuses an empty batch and an empty input, naming ``name``."""
+    if isinstance(prompts, str) or len(prompts) == 0:
+        raise ValueError(f"{name} must hold at least one input (a list of token-id lists or strings); "
+                         f"got {prompts!r:.80}")
+    if isinstance(prompts[0], str):
         if tokenizer is None:
-            raise ValueError("prompts are strings: pass the model's tokenizer")
-        return [list(tokenizer(text)["input_ids"]) for text in prompts]
-    return [[int(t) for t in p] for p in prompts]
+            raise ValueError(f"{name} are strings: pass the model's tokenizer")
+        rows = [list(tokenizer(text)["input_ids"]) for text in prompts]
+    else:
+        rows = [[int(t) for t in p] for p in prompts]
+    empty = [i for i, r in enumerate(rows) if not r]
+    if empty:
+        raise ValueError(f"{name}[{empty[0]}] is empty: every input needs at least one token")
+    return rows
+
+
+def _in_eval_mode(model: Any) -> None:
+    """A model left in training mode (dropout on) decodes differently on every call: say so."""
+    if getattr(model, "training", False):
+        warnings.warn("the model is in training mode (dropout is on), so decoding is not deterministic: "
+                      "call model.eval() first", stacklevel=3)
 
 
 def _padded(rows: list[list[int]], pad: int, device: Any, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,15 +132,20 @@ def _padded(rows: list[list[int]], pad: int, device: Any, *, left: bool) -> tupl
     return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
 
-def _eos(model: Any, eos_token_id: Any) -> tuple[int, bool]:
-    """(the eos id to search with, whether the adapter adds a never-produced eos column)."""
-    if eos_token_id == "model":
+def _eos(model: Any, eos_token_id: Any) -> tuple[int | list[int], bool]:
+    """(the eos id or ids to search with, whether the adapter adds a never-produced eos column).
+
+    ``"model"`` reads the generation config, whose ``eos_token_id`` may be one id or a list of
+    them: every id in the list is kept (any of them finishes a hypothesis, as in ``generate``)."""
+    if isinstance(eos_token_id, str) and eos_token_id == "model":
         eos_token_id = model.generation_config.eos_token_id
-        if isinstance(eos_token_id, list):
-            eos_token_id = eos_token_id[0]
-    if eos_token_id is None:
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.tolist()
+    if eos_token_id is None or (isinstance(eos_token_id, (list, tuple)) and len(eos_token_id) == 0):
         return int(model.config.get_text_config().vocab_size), True
-    return int(eos_token_id), False
+    if isinstance(eos_token_id, (list, tuple)):
+        return [check.token(f"eos_token_id[{i}]", e) for i, e in enumerate(eos_token_id)], False
+    return check.token("eos_token_id", eos_token_id), False
 
 
 def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
@@ -154,15 +179,15 @@ def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, t
         prompts: token-id lists (or strings, with ``tokenizer``), of different lengths, each >= 1
             token.
         pad_token_id: fills the left padding (default: the model's, or 0); masked out.
-        eos_token_id: ``"model"`` (the model's generation config), an id, or None for a search
-            that never finishes a hypothesis (eos becomes an extra, always masked, column V).
+        eos_token_id: ``"model"`` (the model's generation config: one id or all of its list), an
+            id, a list of ids, or None for a search that never finishes a hypothesis (eos becomes
+            an extra, always masked, column V).
 
     Returns:
         A :class:`Prepared`; pass ``prepared.prompts`` as ``prompts``.
     """
-    rows = _ids(prompts, tokenizer)
-    if any(len(r) == 0 for r in rows):
-        raise ValueError("every prompt needs at least one token")
+    rows = _ids(prompts, tokenizer, "prompts")
+    _in_eval_mode(model)
     pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
     eos, extra = _eos(model, eos_token_id)
     device = next(model.parameters()).device
@@ -195,7 +220,8 @@ def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, 
     The encoder runs once here; each step feeds one decoder token per row. Arguments as for
     :func:`causal_lm`; ``decoder_start_token_id`` defaults to the model's.
     """
-    rows = _ids(sources, tokenizer)
+    rows = _ids(sources, tokenizer, "sources")
+    _in_eval_mode(model)
     pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
     eos, extra = _eos(model, eos_token_id)
     start = decoder_start_token_id
