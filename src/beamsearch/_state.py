@@ -13,7 +13,7 @@ import copy
 import functools
 from typing import Any
 
-from beamsearch._backends import index_like
+from beamsearch._backends import backend_of, index_like
 
 __all__ = ["select_state"]
 
@@ -47,7 +47,7 @@ def select_state(state: Any, idx: Any) -> Any:
         return state
     if ndim == 0:
         return state
-    return state[index_like(idx, state)]
+    return backend_of(state).take_rows(state, index_like(idx, state))
 
 
 @select_state.register(tuple)

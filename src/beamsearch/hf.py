@@ -21,6 +21,7 @@ that left padding implies.
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 import warnings
 from dataclasses import dataclass
@@ -194,7 +195,9 @@ def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, t
     ids, mask = _padded(rows, pad, device, left=True)
     prepared = Prepared(None, None, rows, eos)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions)
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
+    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep)
     prepared.init_state = CausalState(_cache_of(out), mask, _logits(out, extra))
 
     @torch.no_grad()

@@ -54,6 +54,9 @@ class Backend(Protocol):
     def pad_rows(self, x: Any, slot: np.ndarray, total: int) -> Any:
         """A new ``[total, V]`` array of -inf with row ``i`` of x placed at ``slot[i]``."""
 
+    def take_rows(self, x: Any, idx: Any) -> Any:
+        """Rows ``idx`` (an index array made by :meth:`index`) of any array ``[k, ...]``."""
+
     def column(self, x: Any, j: int) -> np.ndarray:
         """float64 ``[k]`` on the host: ``x[:, j]``."""
 

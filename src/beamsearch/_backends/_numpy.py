@@ -54,6 +54,9 @@ class NumpyBackend:
         out[slot] = x
         return out
 
+    def take_rows(self, x: Any, idx: Any) -> Any:
+        return x[idx]
+
     def column(self, x: np.ndarray, j: int) -> np.ndarray:
         return x[:, j].astype(np.float64)
 
