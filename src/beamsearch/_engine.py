@@ -177,7 +177,7 @@ def _extend_history(beam: Beam, live: Candidates, step: int, controls: Controls)
     width; only the filled columns are copied)."""
     if beam.history is None:
         return None
-    filled = beam.history.shape[1] - int(controls.max_steps.max()) + step - 1  # P + step - 1
+    filled = _filled(beam.history, step, controls)
     history = np.empty((live.size, beam.history.shape[1]), np.int64)
     history[:, :filled] = beam.history[live.parent, :filled]
     history[:, filled] = live.token  # the columns after it are never read before they are written
@@ -196,11 +196,15 @@ def _extend_recent(recent: np.ndarray | None, live: Candidates) -> np.ndarray | 
     return out
 
 
+def _filled(history: np.ndarray, step: int, controls: Controls) -> int:
+    """``P + step - 1``: the history columns written before step ``step`` (prompt, then tokens)."""
+    return history.shape[1] - int(controls.max_steps.max()) + step - 1
+
+
 def _history(beam: Beam, step: int, controls: Controls, trail: Trail) -> Any:
     """``ctx.history``: prompt + generated (a view) when kept, else generated only, rebuilt lazily."""
     if beam.history is not None:
-        filled = beam.history.shape[1] - int(controls.max_steps.max()) + step - 1
-        return beam.history[:, :filled]
+        return beam.history[:, : _filled(beam.history, step, controls)]
     return lambda: trail.generated(np.arange(beam.size), step)
 
 

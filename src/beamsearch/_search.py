@@ -91,8 +91,7 @@ def beam_search_each(
     alpha = check.penalty_strength("length_penalty", length_penalty, length_power, max_len)
     if n == 0:
         return []
-    given = eos if isinstance(eos, (int, np.integer)) else [int(e) for e in eos]
-    controls = Controls(eos_ids, np.full(n, max_len), vocab_checks=(("bos", bos), ("eos", given)))
+    controls = Controls(eos_ids, np.full(n, max_len), vocab_checks=(("bos", bos), ("eos", check.ids_as_given(eos))))
     outcome = run(step_fn, init_state, np.full(n, bos), NarrowingBeam(beam_size), controls)
     return build(outcome, n, length_power, alpha, n_best=None, finished_first=False)
 
@@ -231,8 +230,8 @@ def _options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat
     if ngram > 0:
         processors.append(NoRepeatNGram(ngram))
     processors.extend(user)
-    given_eos = eos_token_id if isinstance(eos_token_id, (int, np.integer)) else [int(e) for e in eos_token_id]
-    checks: list[tuple[str, Any]] = [("eos_token_id", given_eos), ("prompts", ids), ("stop_sequences", stops)]
+    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id)), ("prompts", ids),
+                                     ("stop_sequences", stops)]
     if bos is not None:
         checks.append(("bos_token_id", bos))
     if forced is not None:

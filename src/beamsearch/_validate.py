@@ -191,9 +191,15 @@ def array_leaves(state: Any, path: str) -> list[tuple[str, Any]]:
 
 def eos_ids(name: str, value: Any) -> np.ndarray:
     """An int or a non-empty sequence of ints >= 0 as int64 ``[E]`` (sorted, unique)."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):  # one id (or not an id at all)
         return np.array([token(name, value)], dtype=np.int64)
     return np.unique(np.asarray(token_list(name, value), dtype=np.int64))
+
+
+def ids_as_given(value: Any) -> int | list[int]:
+    """A validated eos argument as the caller wrote it (an int, or a list), for messages that
+    name ``eos[j]`` only when a sequence was given."""
+    return int(value) if isinstance(value, (int, np.integer)) else [int(e) for e in value]
 
 
 def max_steps(value: Any, n_inputs: int) -> np.ndarray:

@@ -144,9 +144,8 @@ def _eos(model: Any, eos_token_id: Any) -> tuple[int | list[int], bool]:
         eos_token_id = eos_token_id.tolist()
     if eos_token_id is None or (isinstance(eos_token_id, (list, tuple)) and len(eos_token_id) == 0):
         return int(model.config.get_text_config().vocab_size), True
-    if isinstance(eos_token_id, (list, tuple)):
-        return [check.token(f"eos_token_id[{i}]", e) for i, e in enumerate(eos_token_id)], False
-    return check.token("eos_token_id", eos_token_id), False
+    check.eos_ids("eos_token_id", eos_token_id)  # the search's own check: ints >= 0, named
+    return check.ids_as_given(eos_token_id), False
 
 
 def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
