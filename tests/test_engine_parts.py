@@ -84,3 +84,39 @@ def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monk
     for got, want in zip(batch, alone):
         assert [(h.tokens, h.finished) for h in got] == [(h.tokens, h.finished) for h in want]
         assert [h.logprob for h in got] == pytest.approx([h.logprob for h in want], abs=1e-12)
+
+
+def test_strategy_tags_stay_aligned_with_the_rows_when_inputs_retire():
+    # a strategy's per-row tags (Candidates.tags) come back as Beam.tags for exactly the rows the
+    # next call gets, also after the engine retired inputs at their own max_steps
+    from beamsearch._controls import Controls
+    from beamsearch._engine import run
+    from beamsearch._strategies import Selection
+    from beamsearch._strategies.batch import BatchBeam
+    from beamsearch._penalties import length_wu
+
+    table = random_table(5, 3)
+    model = SequenceModel(table)
+    inner = BatchBeam(3, 1, length_wu, 0.0, np.ones(3), early_stop=False)
+    seen = []
+
+    class Tagging:
+        def start(self, n):
+            return inner.start(n)
+
+        def select(self, state, scores):
+            beam = scores.beam
+            if scores.step > 1:  # the tag is (input, the row's last token) written one step before
+                seen.append(beam.size)
+                assert (beam.tags["input"] == beam.input).all()
+                assert (beam.tags["token"] == beam.token).all()
+            selection, state = inner.select(state, scores)
+            live = selection.live
+            tags = {"input": beam.input[live.parent], "token": live.token}
+            return Selection(type(live)(live.parent, live.token, live.logprob, tags), selection.ended,
+                             selection.ended_finished, selection.stop), state
+
+    prompts = [[1], [2], [3]]
+    controls = Controls(np.array([0]), np.array([2, 5, 3]))
+    run(model.step, model.init_state(prompts), np.array([1, 2, 3]), Tagging(), controls)
+    assert seen == [9, 6, 3, 3]  # inputs 0 and 2 retire after steps 2 and 3: tags follow the rows

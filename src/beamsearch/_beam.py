@@ -23,6 +23,9 @@ class Beam:
             tokens, filled up to column ``P + t`` after step t; kept only when a processor needs it.
         recent: int64 ``[k, w]`` or None: each row's last ``w`` generated tokens (left-padded
             with -1), for stop sequences; None without them.
+        tags: the strategy's per-row data (each value an array with leading axis ``[k]``), as its
+            :class:`Candidates` ``live.tags`` carried them, with the rows the engine retired
+            dropped; None when the strategy keeps none.
     """
 
     input: np.ndarray
@@ -30,6 +33,7 @@ class Beam:
     token: np.ndarray
     history: np.ndarray | None
     recent: np.ndarray | None
+    tags: dict[str, np.ndarray] | None = None
 
     @property
     def size(self) -> int:
@@ -44,18 +48,23 @@ class Candidates:
         parent: int64 ``[j]``, the live row (position in this step's call) each extends.
         token: int64 ``[j]``.
         logprob: float64 ``[j]``: the parent's logprob plus the token's processed log-probability.
+        tags: None, or a strategy's own per-candidate data (name -> array with leading axis
+            ``[j]``: a constraint state, a group id, a perturbed score); ``take`` keeps it aligned
+            and the engine hands the live rows' tags back as ``Beam.tags`` at the next step.
     """
 
     parent: np.ndarray
     token: np.ndarray
     logprob: np.ndarray
+    tags: dict[str, np.ndarray] | None = None
 
     @property
     def size(self) -> int:
         return int(self.parent.shape[0])
 
     def take(self, idx: np.ndarray) -> Candidates:
-        return Candidates(self.parent[idx], self.token[idx], self.logprob[idx])
+        tags = None if self.tags is None else {name: a[idx] for name, a in self.tags.items()}
+        return Candidates(self.parent[idx], self.token[idx], self.logprob[idx], tags)
 
     @staticmethod
     def empty() -> Candidates:

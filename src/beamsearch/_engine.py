@@ -169,7 +169,7 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
     with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
     return Beam(inputs, live.logprob, live.token, _extend_history(beam, live, step, controls),
-                _extend_recent(beam.recent, live)), parent, done
+                _extend_recent(beam.recent, live), live.tags), parent, done
 
 
 def _extend_history(beam: Beam, live: Candidates, step: int, controls: Controls) -> np.ndarray | None:
