@@ -1,4 +1,4 @@
-"""Every python example in README.md runs and its assertions hold."""
+"""Every python example in README.md and docs/*.md runs and its assertions hold."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import re
 
 import pytest
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # README and every document under docs/
+BLOCKS = [block for doc in DOCS for block in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)]
 
 
 def test_readme_has_examples():
