@@ -178,18 +178,43 @@ def beam_search_batch(
         (stable), cut to n_best; when fewer than n_best finished, its live rows at the end fill up.
     """
     beam_size, n_best = check.search_sizes(beam_size, n_best)
-    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
     early_stop = check.flag("early_stop", early_stop)
-    opts = _options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
+    opts = batch_options(prompts, eos_token_id=eos_token_id, max_steps=max_steps, alpha=alpha,
+                         no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k,
+                         bos_token_id=bos_token_id, length_penalty=length_penalty,
+                         logits_processors=logits_processors, min_new_tokens=min_new_tokens,
+                         stop_sequences=stop_sequences, prefix=prefix)
+    bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
+    strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
+    return run_batch(step_fn, init_state, opts, strategy, n_best=n_best, pad_token_id=pad_token_id,
+                     return_token_logprobs=return_token_logprobs)
+
+
+def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Sequence[int],
+                  max_steps: int | Sequence[int], alpha: float = 0.6, no_repeat_ngram_size: int = 0,
+                  temperature: float = 1.0, top_k: int | None = None, bos_token_id: int | None = None,
+                  length_penalty: str = "gnmt", logits_processors: Sequence[LogitsProcessor] = (),
+                  min_new_tokens: int = 0, stop_sequences: Sequence[Sequence[int]] = (),
+                  prefix: Sequence[Sequence[int]] | None = None) -> _Options:
+    """The validated controls of a batched search: the keywords of :func:`beam_search_batch` that
+    every search mode shares (same names, defaults and meaning), checked before any model call.
+    A search mode takes them as ``**controls`` and passes them here."""
+    return _options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
                     length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
+
+
+def run_batch(step_fn: StepFn, init_state: Any, opts: _Options, strategy: Any, *, n_best: int | None,
+              pad_token_id: int | None = None, return_token_logprobs: bool = False,
+              finished_first: bool = True) -> BatchResults:
+    """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
+    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`)."""
+    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
     results = BatchResults(pad_token_id=pad)
     if not opts.prompts:
         return results
-    bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), strategy, opts.controls)
     results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=n_best,
-                         finished_first=True, token_logprobs=return_token_logprobs))
+                         finished_first=finished_first, token_logprobs=return_token_logprobs))
     return results
 
 
