@@ -103,7 +103,9 @@ class Backend(Protocol):
 
     def topk_stable(self, x: Any, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Host ``(idx, val)``, both ``[G, m]``: each row's m largest (no NaN), highest first,
-        ties to the lower column index. ``1 <= m <= x.shape[1]``."""
+        ties to the lower column index. ``1 <= m <= x.shape[1]``. Entries at -inf come last in
+        no set order (every caller drops them): a row with fewer than m finite entries takes
+        no tie-breaking pass."""
 
     def to_numpy(self, x: Any) -> np.ndarray: ...
 

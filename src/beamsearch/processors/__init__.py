@@ -14,20 +14,28 @@ it, and copies nothing for it).
 
 Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`TopP`,
 :class:`NoRepeatNGram`, :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,
-:class:`SuppressTokens`.
+:class:`SuppressTokens`; allowed-token constraints (generated tokens only, see
+``docs/allowed_tokens.md``): :class:`AllowedTokens` (a per-row callback), :class:`Catalogue` (a
+trie of allowed outputs), :class:`TokenDFA` (a finite automaton over token ids, and
+``TokenDFA.from_regex``).
 """
 
 from beamsearch.processors._base import LogitsProcessor, StepContext
+from beamsearch.processors.allowed_tokens import AllowedTokens
+from beamsearch.processors.catalogue import Catalogue
 from beamsearch.processors.no_repeat_ngram import NoRepeatNGram, banned_ngram_tokens
 from beamsearch.processors.repetition_penalty import RepetitionPenalty
 from beamsearch.processors.sequence_bias import BadWords, SequenceBias
 from beamsearch.processors.suppress_tokens import SuppressTokens
 from beamsearch.processors.temperature import Temperature
+from beamsearch.processors.token_dfa import TokenDFA
 from beamsearch.processors.top_k import TopK
 from beamsearch.processors.top_p import TopP
 
 __all__ = [
+    "AllowedTokens",
     "BadWords",
+    "Catalogue",
     "LogitsProcessor",
     "NoRepeatNGram",
     "RepetitionPenalty",
@@ -35,6 +43,7 @@ __all__ = [
     "StepContext",
     "SuppressTokens",
     "Temperature",
+    "TokenDFA",
     "TopK",
     "TopP",
     "banned_ngram_tokens",
