@@ -1,0 +1,200 @@
+"""``stochastic_beam_search``: k samples without replacement from a model's sequence distribution
+(Kool, van Hoof & Welling 2019), on the one engine (:mod:`beamsearch._strategies.stochastic`)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from beamsearch import _validate as check
+from beamsearch._engine import Outcome, StepFn, run
+from beamsearch._hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
+from beamsearch._search import batch_options
+from beamsearch._strategies.stochastic import StochasticBeam, StochasticState
+
+__all__ = ["StochasticResults", "stochastic_beam_search"]
+
+_REFUSED = {
+    "alpha": "samples are ranked by their perturbed score, not by a length-penalized one",
+    "length_penalty": "samples are ranked by their perturbed score, not by a length-penalized one",
+    "prefix": "a forced prefix is not a distribution to sample from; put it in the prompt instead",
+}
+
+
+class StochasticResults(BatchResults):
+    """``results[i]``: input i's samples, highest perturbed score first (a :class:`BatchResults`).
+
+    Each sample is a :class:`Hypothesis` whose ``score`` is its perturbed score
+    ``G = logprob + Gumbel`` (what the samples are ranked by) and whose ``logprob`` is the
+    processed log-probability ``log p(y)`` of the whole output.
+
+    Attributes:
+        kappa: float64 ``[N]``: per input, the (k+1)-th largest perturbed score over all outputs
+            (the largest G left out of the sample); -inf when the input has at most k outputs.
+    """
+
+    def __init__(self, *args: object, pad_token_id: int | None = None, kappa: np.ndarray | None = None) -> None:
+        super().__init__(*args, pad_token_id=pad_token_id)
+        self.kappa = np.zeros(0) if kappa is None else kappa
+
+    def inclusion_probabilities(self) -> list[np.ndarray]:
+        """Per input, float64 ``[k_i]``: ``q(y) = P(G_y > kappa) = 1 - exp(-exp(logprob - kappa))``
+        for each sample y (1 when kappa is -inf: every output was taken)."""
+        return [-np.expm1(-np.exp(np.array([h.logprob for h in hyps]) - kappa))
+                for hyps, kappa in zip(self, self.kappa.tolist())]
+
+    def importance_weights(self) -> list[np.ndarray]:
+        """Per input, float64 ``[k_i]``: ``p(y) / q(y)`` (Kool et al. 2019, section 4.1).
+
+        ``sum(w * f(y))`` over the samples is an unbiased estimate of ``E[f(y)]`` under the
+        sampled distribution; ``sum(w * f(y)) / sum(w)`` is the normalized (consistent,
+        lower-variance) estimate.
+        """
+        return [np.exp(np.array([h.logprob for h in hyps])) / q
+                for hyps, q in zip(self, self.inclusion_probabilities())]
+
+
+def stochastic_beam_search(
+    step_fn: StepFn,
+    init_state: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    k: int,
+    rng: Any = None,
+    seed: int | Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+    return_token_logprobs: bool = False,
+    **controls: Any,
+) -> StochasticResults:
+    """Stochastic beam search (Kool et al. 2019): per input, k samples without replacement.
+
+    The outputs are sequences of at most ``max_steps`` tokens: ending with an eos id (or a stop
+    sequence), or cut at ``max_steps`` (such a sequence counts as an output, with the probability
+    of its tokens). Their distribution is the processed one (``temperature``, ``top_k``,
+    ``no_repeat_ngram_size``, ``min_new_tokens``, ``logits_processors``: the same log-probabilities
+    :func:`beam_search_batch` ranks by). Each output y gets a perturbed score
+    ``G_y = log p(y) + Gumbel``, sampled top-down through the search tree; the k largest are
+    found exactly with k live rows per input, and are k samples without replacement (k = 1: one
+    sample from the distribution). When an input has fewer than k outputs, all come back.
+
+    Noise: input i's noise at step t is drawn from ``np.random.default_rng([*e_i, t])``, rows in
+    the order passed to the model, V entries each (step 0: one draw, the root's G), where
+    ``e_i = (s, i)`` for an int seed ``s``, ``(s_i,)`` for one seed per input, and an ``rng``
+    gives ``s``: a numpy Generator by ``rng.integers(2**63)``, a torch Generator by one
+    ``torch.randint`` draw. So numpy and torch step functions give the same samples, and an
+    input's samples do not depend on its batch companions (with per-input seeds, on its
+    position either).
+
+    A row whose every continuation is masked has no output; if that happens, an input may get
+    fewer than k samples.
+
+    Args:
+        step_fn: ``step_fn(state, y_prev [k]) -> (logits [k, V], new_state)``.
+        init_state: one row per prompt (axis 0 of every array leaf).
+        prompts: ``N`` lists of token ids; the first call gets each prompt's last token.
+        k: samples per input, >= 1 (and the live rows per input).
+        rng: a ``numpy.random.Generator`` or a ``torch.Generator``; it gives one seed.
+        seed: an int, or one int per input. Give at most one of ``rng`` and ``seed``; with
+            neither, fresh entropy.
+        pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
+        return_token_logprobs: samples are :class:`TokenLogprobHypothesis` objects.
+        **controls: the shared keywords of :func:`beam_search_batch` (``eos_token_id`` and
+            ``max_steps`` required); ``alpha``, ``length_penalty`` and ``prefix`` are refused.
+
+    Returns:
+        A :class:`StochasticResults`: per input, its samples by perturbed score (``score``),
+        highest first, and ``kappa`` for the estimator of Kool et al. section 4
+        (:meth:`StochasticResults.importance_weights`).
+
+    Raises:
+        ValueError: k < 1; both ``rng`` and ``seed``; a refused control; a per-input seed list of
+            the wrong length; any error of :func:`beam_search_batch`'s arguments.
+        TypeError: a non-integer k or seed; an ``rng`` that is not a numpy or torch Generator.
+    """
+    k = check.at_least("k", k, 1)
+    for name, why in _REFUSED.items():
+        if name in controls:
+            raise ValueError(f"{name} is not an argument of stochastic_beam_search ({why}); got {controls[name]!r}")
+    opts = batch_options(prompts, **controls)
+    n = len(opts.prompts)
+    entropy = _entropy(rng, seed, n)
+    results = StochasticResults(pad_token_id=None if pad_token_id is None
+                                else check.integer("pad_token_id", pad_token_id), kappa=np.zeros(0))
+    if n == 0:
+        return results
+    recorded = _LastState(StochasticBeam(k, opts.controls.max_steps, entropy))
+    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), recorded, opts.controls)
+    final = recorded.state
+    assert final is not None  # start() ran
+    results.extend(_samples(outcome, final, n, k, return_token_logprobs))
+    results.kappa = final.kappa
+    return results
+
+
+class _LastState:
+    """Runs a strategy and keeps its last state: the engine's :class:`Outcome` does not carry it,
+    and the samples' G and kappa live there. (A frozen state per step, as the strategy made it.)"""
+
+    def __init__(self, strategy: StochasticBeam) -> None:
+        self.strategy = strategy
+        self.state: StochasticState | None = None
+
+    def start(self, n_inputs: int) -> StochasticState:
+        self.state = self.strategy.start(n_inputs)
+        return self.state
+
+    def select(self, state: StochasticState, scores: Any) -> tuple[Any, StochasticState]:
+        selection, self.state = self.strategy.select(state, scores)
+        return selection, self.state
+
+
+def _entropy(rng: Any, seed: Any, n: int) -> np.ndarray:
+    """int64 ``[N, e]``: the entropy of each input's noise streams (see stochastic_beam_search)."""
+    if rng is not None and seed is not None:
+        raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
+    if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+        if len(seed) != n:
+            raise ValueError(f"seed must be one int or one int per prompt ({n}); got {len(seed)} seeds")
+        return np.array([[_seed(s)] for s in seed], np.int64).reshape(n, 1)
+    if seed is not None:
+        base = _seed(seed)
+    elif rng is None:
+        base = int(np.random.default_rng().integers(2**63))
+    elif isinstance(rng, np.random.Generator):
+        base = int(rng.integers(2**63))
+    elif type(rng).__module__.split(".")[0] == "torch" and type(rng).__name__ == "Generator":
+        import torch
+
+        base = int(torch.randint(0, 2**62, (1,), generator=rng).item())
+    else:
+        raise TypeError(f"rng must be a numpy.random.Generator or a torch.Generator; got {type(rng).__name__}")
+    return np.stack([np.full(n, base), np.arange(n)], axis=1).astype(np.int64)
+
+
+def _seed(value: Any) -> int:
+    """A seed: an integer in [0, 2**63)."""
+    v = check.at_least("seed", value, 0)
+    if v >= 2**63:
+        raise ValueError(f"seed must be < 2**63; got {v}")
+    return v
+
+
+def _samples(outcome: Outcome, state: StochasticState, n: int, k: int, token_logprobs: bool) -> list[list[Hypothesis]]:
+    """Per input, its top k ended hypotheses by G, highest first (ties in production order)."""
+    ended = outcome.ended
+    g = np.concatenate(state.ended) if state.ended else np.zeros(0)  # --> [h], aligned with ended
+    rank = np.lexsort((np.arange(g.shape[0]), -g, ended.input))
+    inputs = ended.input[rank]
+    first = np.searchsorted(inputs, inputs)  # first position of each one's input
+    rank = rank[np.arange(rank.shape[0]) - first < k]  # displaced samples rank below the top k
+    chosen = ended.take(rank)
+    tokens, per_token = outcome.trail.paths(chosen)
+    out: list[list[Hypothesis]] = [[] for _ in range(n)]
+    for j in range(rank.shape[0]):  # once, for the result
+        length, gj = int(chosen.step[j]), float(g[rank[j]])
+        args = (tokens[j, :length].tolist(), float(chosen.logprob[j]), gj, bool(chosen.finished[j]))
+        hyp = TokenLogprobHypothesis(*args, per_token[j, :length].tolist()) if token_logprobs else Hypothesis(*args)
+        out[int(chosen.input[j])].append(hyp)
+    return out
+
