@@ -1,0 +1,391 @@
+"""exact_search: brute-force enumeration on tiny models, never worse than any beam, the node
+budget, batch independence, processors and controls, numpy and torch, errors.
+
+The oracle (:func:`enumerate_outputs`) is written from the definition in ``beamsearch._exact``'s
+docstring with the plain per-row processing of ``tests/oracle_controls.py``: every finished output
+of at most max_steps tokens and every unfinished output of exactly max_steps tokens, ranked
+finished first, then by score.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from beamsearch import Hypothesis, beam_search_batch, select_state
+from beamsearch._exact import ExactResults, exact_search
+from models import SequenceModel, random_table
+from oracle_controls import PENALTIES, ends_with_stop, eos_ids, process_row, reference_score
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="torch not installed"))]
+
+
+def enumerate_outputs(table, prompt, vocab, *, eos, max_steps, alpha=0.6, penalty="gnmt", ngram=0,
+                      temperature=1.0, top_k=None, min_new_tokens=0, stop_sequences=(), prefix=()):
+    """Every output with a finite processed logprob, as ``(tokens, logprob, score, finished)``,
+    ranked finished first, then by score (highest first)."""
+    eos_t, lp, stops = eos_ids(eos), PENALTIES[penalty], [tuple(s) for s in stop_sequences]
+    out = []
+
+    def walk(tokens, logprob):
+        t = len(tokens) + 1
+        history = tuple(prompt) + tokens
+        row = process_row(table(history), history, t, eos=eos_t, min_new_tokens=min_new_tokens,
+                          temperature=temperature, top_k=top_k, ngram=ngram,
+                          forced=prefix[t - 1] if t <= len(prefix) else None)
+        for v in range(vocab):
+            if not math.isfinite(row[v]):
+                continue
+            new, s = tokens + (v,), logprob + row[v]
+            if v in eos_t or (t > min_new_tokens and ends_with_stop(new, stops)):
+                out.append((new, s, s / lp(len(new), alpha), True))
+            elif t == max_steps:
+                out.append((new, s, s / lp(len(new), alpha), False))
+            else:
+                walk(new, s)
+
+    walk((), 0.0)
+    out.sort(key=lambda o: (not o[3], -o[2]))
+    return out
+
+
+def assert_exact(hyps, ranked, n_best, tol=1e-10):
+    """``hyps`` are the first ``n_best`` of ``ranked`` up to ties: the same finished flags and
+    scores in order, distinct outputs, each one an output of that score; where a score is not
+    tied (clear by 1e-9 of every other output of its kind) the very same tokens."""
+    expect = ranked[:n_best]
+    assert len(hyps) == len(expect)
+    assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+    truth = {o[0]: o for o in ranked}
+    for h, e in zip(hyps, expect):
+        assert type(h) is Hypothesis
+        assert (h.finished, h.score) == (e[3], pytest.approx(e[2], abs=tol))
+        mine = truth[tuple(h.tokens)]  # it is an output, with that logprob and score
+        assert (h.logprob, h.score, h.finished) == (pytest.approx(mine[1], abs=tol), pytest.approx(mine[2], abs=tol),
+                                                    mine[3])
+        if all(abs(o[2] - e[2]) > 1e-9 for o in ranked if o is not e and o[3] == e[3]):
+            assert tuple(h.tokens) == e[0]
+
+
+def run_exact(table, prompts, backend="numpy", dtype=np.float64, **kw):
+    model = SequenceModel(table, backend=backend, dtype=dtype)
+    return exact_search(model.step, model.init_state(prompts), prompts, **kw), model
+
+
+# ---- brute force on tiny random models -----------------------------------------------------------
+
+CASES = [  # (seed, V, max_steps, alpha, penalty, levels (ties), n_best, eos_shift)
+    (seed, 3 + seed % 3, 3 + (seed // 3) % 3, (0.0, 0.6, 1.0)[seed % 3], ("gnmt", "power")[seed % 2],
+     (None, 2)[(seed // 2) % 2], (1, 1, 3)[seed % 3], (-1.0, 0.0, 1.5)[(seed // 5) % 3])
+    for seed in range(30)
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}" for c in CASES])
+def test_equals_brute_force(case, backend):
+    seed, vocab, steps, alpha, penalty, levels, n_best, shift = case
+    eos = vocab - 1
+    table = random_table(vocab, seed, levels=levels, eos=eos, eos_shift=shift)
+    prompts = [[0], [1, 0]]
+    # seed_beam=1: a greedy seed, often not the optimum, so that the branch and bound has work to do
+    results, _ = run_exact(table, prompts, backend, eos_token_id=eos, max_steps=steps, alpha=alpha,
+                           length_penalty=penalty, n_best=n_best, seed_beam=1)
+    assert isinstance(results, ExactResults) and results.proven.all()
+    for prompt, hyps in zip(prompts, results):
+        ranked = enumerate_outputs(table, prompt, vocab, eos=eos, max_steps=steps, alpha=alpha, penalty=penalty)
+        assert_exact(hyps, ranked, n_best)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unfinished_outputs_fill_up_when_too_few_finish(backend):
+    # eos is masked (min_new_tokens = max_steps), so no output finishes: the best unfinished
+    # outputs of max_steps tokens are returned, as beam_search_batch's fill-up returns its rows.
+    table = random_table(4, 7, eos=3)
+    results, _ = run_exact(table, [[0]], backend, eos_token_id=3, max_steps=3, min_new_tokens=3, n_best=2)
+    ranked = enumerate_outputs(table, [0], 4, eos=3, max_steps=3, min_new_tokens=3)
+    assert not any(o[3] for o in ranked)
+    assert_exact(results[0], ranked, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hand_computed_search_error_of_greedy(backend):
+    # V=6: 0 bos, 1 '1', 2 '2', 3 '8', 4 '0', 5 eos; probabilities by the previous token:
+    # bos -> '1' 0.6, '2' 0.4; '1' -> '8' 0.5, '0' 0.5; '2' -> '0' 1.0; '8', '0' -> eos 1.0.
+    # Outputs: "1 8 eos" and "1 0 eos" have p = 0.3 each, "2 0 eos" has p = 0.4: the exact best,
+    # which greedy (beam 1) misses by committing to '1'. With alpha = 0 its score is ln 0.4.
+    probs = {0: [0, .6, .4, 0, 0, 0], 1: [0, 0, 0, .5, .5, 0], 2: [0, 0, 0, 0, 1, 0],
+             3: [0, 0, 0, 0, 0, 1], 4: [0, 0, 0, 0, 0, 1], 5: [1 / 6] * 6}
+    with np.errstate(divide="ignore"):
+        table = {t: np.log(np.array(p)) for t, p in probs.items()}
+    model = SequenceModel(lambda seq: table[seq[-1]], backend=backend)
+    greedy = beam_search_batch(model.step, model.init_state([[0]]), [[0]], eos_token_id=5, max_steps=4,
+                               beam_size=1, alpha=0.0)[0][0]
+    assert greedy.tokens == [1, 3, 5] and greedy.score == pytest.approx(math.log(0.3), abs=1e-12)
+    model = SequenceModel(lambda seq: table[seq[-1]], backend=backend)
+    best = exact_search(model.step, model.init_state([[0]]), [[0]], eos_token_id=5, max_steps=4, alpha=0.0,
+                        seed_beam=1)
+    assert best[0][0].tokens == [2, 4, 5] and best[0][0].score == pytest.approx(math.log(0.4), abs=1e-12)
+    assert best.proven[0]
+
+
+# ---- never worse than a beam -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(8))
+def test_never_worse_than_any_beam(seed, backend, dtype):
+    vocab, eos = 5, 4
+    table = random_table(vocab, 100 + seed, levels=(None, 3)[seed % 2], eos=eos, eos_shift=-0.5)
+    prompts = [[0], [2], [1, 3]]
+    kw = dict(eos_token_id=eos, max_steps=5, alpha=(0.0, 0.6, 1.0, 2.0)[seed % 4],
+              length_penalty=("gnmt", "power")[seed // 4])
+    exact, _ = run_exact(table, prompts, backend, dtype, **kw)
+    assert exact.proven.all()
+    for beam in range(1, 7):
+        model = SequenceModel(table, backend=backend, dtype=dtype)
+        beams = beam_search_batch(model.step, model.init_state(prompts), prompts, beam_size=beam, **kw)
+        for e, b in zip(exact, beams):
+            assert (e[0].finished, e[0].score) >= (b[0].finished, b[0].score)
+
+
+# ---- the budget ------------------------------------------------------------------------------------
+
+def seed_rows(table, prompts, **kw):
+    """The seed beam's result (beam_search_batch, beam 4) and the rows it passes to the model,
+    counted by the model."""
+    model = SequenceModel(table)
+    result = beam_search_batch(model.step, model.init_state(prompts), prompts, beam_size=4, **kw)
+    return sum(len(c) for c in model.calls), result
+
+
+def rescored(table, prompt, h, **kw):
+    """Teacher-forced rescoring by the plain oracle: (logprob, score, finished)."""
+    return reference_score(table, [prompt], [h.tokens], **kw)[0][1:]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tiny_budget_gives_the_best_so_far_not_proven(seed):
+    vocab, eos = 5, 4
+    table = random_table(vocab, 200 + seed, eos=eos, eos_shift=-1.0)
+    kw = dict(eos_token_id=eos, max_steps=5, alpha=0.6)
+    ranked = enumerate_outputs(table, [0], vocab, eos=eos, max_steps=5, alpha=0.6)
+    rows, seed_result = seed_rows(table, [[0]], **kw)
+    # a budget the seed alone spends: the branch and bound cannot expand the root
+    tight, _ = run_exact(table, [[0]], node_budget=rows, **kw)
+    assert not tight.proven[0] and tight.expanded[0] == rows
+    assert tight[0][0].tokens == seed_result[0][0].tokens and tight[0][0].score == seed_result[0][0].score
+    full, _ = run_exact(table, [[0]], **kw)
+    assert full.proven[0] and full.expanded[0] > rows + 1
+    assert_exact(full[0], ranked, 1)
+    # half way between: still not proven, never worse than the seed, a valid output
+    budget = (rows + int(full.expanded[0])) // 2
+    some, model = run_exact(table, [[0]], node_budget=budget, **kw)
+    assert not some.proven[0] and some.expanded[0] == budget == sum(len(c) for c in model.calls)
+    assert (some[0][0].finished, some[0][0].score) >= (tight[0][0].finished, tight[0][0].score)
+    for results in (tight, some):
+        h = results[0][0]
+        logprob, score, finished = rescored(table, [0], h, eos=eos, alpha=0.6)
+        assert (h.logprob, h.score, h.finished) == (pytest.approx(logprob, abs=1e-12), pytest.approx(score, abs=1e-12),
+                                                    finished)
+
+
+def test_budget_is_per_input_and_counts_match_the_model():
+    table = random_table(4, 5, eos=3, eos_shift=-1.0)
+    prompts = [[0], [1], [2]]
+    kw = dict(eos_token_id=3, max_steps=4, alpha=0.6)
+    free, model = run_exact(table, prompts, **kw)
+    assert free.proven.all()
+    # every row of every call is counted once, for its input (a row's prompt tells its input)
+    per_input = [sum(1 for call in model.calls for row in call if row[: len(p)] == tuple(p)) for p in prompts]
+    assert free.expanded.tolist() == per_input
+    assert free.model_calls.tolist() == [sum(1 for call in model.calls if any(r[: len(p)] == tuple(p) for r in call))
+                                         for p in prompts]
+    # the budget of the input that needed the most, less one: it alone loses its proof
+    budget = int(free.expanded.max()) - 1
+    capped, _ = run_exact(table, prompts, node_budget=budget, **kw)
+    assert capped.proven.tolist() == (free.expanded <= budget).tolist()
+    assert (capped.expanded <= budget).all()
+
+
+# ---- pruning, batching, counts ----------------------------------------------------------------------
+
+def test_pruning_expands_far_fewer_prefixes_than_there_are():
+    # A peaky model (logits scaled by 4): the bound prunes almost everything.
+    vocab, eos, steps = 5, 4, 5
+    base = random_table(vocab, 11, eos=eos, eos_shift=1.0)
+    table = lambda seq: 4.0 * np.asarray(base(seq))
+    results, _ = run_exact(table, [[0]], eos_token_id=eos, max_steps=steps, alpha=0.6)
+    prefixes = sum((vocab - 1) ** t for t in range(steps))  # non-eos prefixes of 0 .. steps-1 tokens
+    assert results.proven[0] and results.expanded[0] < prefixes / 10
+    assert_exact(results[0], enumerate_outputs(table, [0], vocab, eos=eos, max_steps=steps, alpha=0.6), 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_independence(backend):
+    table = random_table(4, 21, levels=2, eos=3)
+    prompts = [[0], [1, 2], [2], [0, 0, 1]]
+    kw = dict(eos_token_id=3, max_steps=[4, 3, 5, 4], alpha=0.6, n_best=2, batch_rows=3, node_budget=40)
+    together, _ = run_exact(table, prompts, backend, **kw)
+    for i, prompt in enumerate(prompts):
+        alone, _ = run_exact(table, [prompt], backend, **{**kw, "max_steps": [kw["max_steps"][i]]})
+        assert alone[0] == together[i]
+        assert (alone.proven[0], alone.model_calls[0], alone.expanded[0]) == (
+            together.proven[i], together.model_calls[i], together.expanded[i])
+
+
+def test_calls_hold_at_most_batch_rows_rows_all_at_one_step():
+    base = random_table(4, 3, eos=3, eos_shift=-1.0)
+    table = lambda seq: 0.3 * np.asarray(base(seq))  # flat: many prefixes to expand
+    results, model = run_exact(table, [[0]], eos_token_id=3, max_steps=5, alpha=1.0, batch_rows=2, seed_beam=1)
+    assert max(len(c) for c in model.calls) == 2  # the seed's calls hold one row, the rest at most 2
+    assert all(len({len(p) for p in call}) == 1 for call in model.calls)  # one prefix length per call
+    assert results.proven[0]
+    assert_exact(results[0], enumerate_outputs(table, [0], 4, eos=3, max_steps=5, alpha=1.0), 1)
+
+
+# ---- processors and controls -------------------------------------------------------------------------
+
+PROCESSING = [
+    dict(temperature=0.5),
+    dict(temperature=2.0, no_repeat_ngram_size=2),
+    dict(top_k=2),
+    dict(no_repeat_ngram_size=1),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("processing", PROCESSING, ids=[str(p) for p in PROCESSING])
+def test_processors_are_applied(processing, backend):
+    table = random_table(4, 31, eos=3)
+    prompts = [[0, 1], [2]]
+    results, _ = run_exact(table, prompts, backend, eos_token_id=3, max_steps=4, alpha=0.6, n_best=2, **processing)
+    oracle = dict(temperature=processing.get("temperature", 1.0), top_k=processing.get("top_k"),
+                  ngram=processing.get("no_repeat_ngram_size", 0))
+    for prompt, hyps in zip(prompts, results):
+        assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6, **oracle), 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_decoding_controls(backend):
+    # several eos ids, min_new_tokens, a stop sequence, a forced prefix and per-input max_steps
+    table = random_table(5, 41, eos=4, eos_shift=0.5)
+    prompts = [[0], [1]]
+    kw = dict(eos_token_id=[3, 4], max_steps=[5, 4], min_new_tokens=1, stop_sequences=[[1, 2]],
+              prefix=[[2], []], length_penalty="power", alpha=1.0, n_best=3)
+    results, _ = run_exact(table, prompts, backend, **kw)
+    for i, prompt in enumerate(prompts):
+        ranked = enumerate_outputs(table, prompt, 5, eos=[3, 4], max_steps=kw["max_steps"][i], alpha=1.0,
+                                   penalty="power", min_new_tokens=1, stop_sequences=[[1, 2]],
+                                   prefix=tuple(kw["prefix"][i]))
+        assert_exact(results[i], ranked, 3)
+
+
+# ---- model states: joined rows of several calls --------------------------------------------------------
+
+class GrowingCacheModel:
+    """A torch (or numpy) model whose state has a cache growing by one column per step (as a KV
+    cache does) and a hidden vector: the logits are ``table(prompt + tokens fed)``, read back from
+    the cache, so a row gathered or joined wrongly gives wrong logits."""
+
+    def __init__(self, table, lib):
+        self.table, self.lib = table, lib
+
+    def init_state(self, prompts):
+        n, width = len(prompts), max(len(p) for p in prompts) - 1
+        cache = np.full((n, width), -1.0)
+        for i, p in enumerate(prompts):
+            cache[i, width - (len(p) - 1):] = p[:-1]
+        hidden = np.arange(n, dtype=np.float64)[:, None] * np.ones((1, 3))
+        return {"cache": self._array(cache), "h": self._array(hidden)}
+
+    def _array(self, a):
+        return torch.from_numpy(a) if self.lib == "torch" else a
+
+    def step(self, state, y_prev):
+        y = self._array(np.asarray(y_prev, dtype=np.float64)[:, None])
+        cache = torch.cat([state["cache"], y], 1) if self.lib == "torch" else np.concatenate([state["cache"], y], 1)
+        rows = np.asarray(cache)
+        logits = np.stack([self.table(tuple(int(v) for v in r if v >= 0)) for r in rows])
+        return self._array(logits), {"cache": cache, "h": state["h"] + 1}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_growing_cache_state_rows_are_joined_and_gathered(backend):
+    table = random_table(4, 51, eos=3, eos_shift=-0.5)
+    prompts = [[0], [1, 2], [2, 2, 1]]
+    model = GrowingCacheModel(table, backend)
+    results = exact_search(model.step, model.init_state(prompts), prompts, eos_token_id=3, max_steps=4,
+                           alpha=0.6, n_best=2, batch_rows=2)
+    for prompt, hyps in zip(prompts, results):
+        assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
+
+
+def test_a_registered_cache_type_cannot_be_joined():
+    class Cache:
+        def __init__(self, rows):
+            self.rows = rows
+
+    @select_state.register(Cache)
+    def _(cache, idx):
+        return Cache(cache.rows[np.asarray(idx)])
+
+    table = random_table(4, 61, eos=3, eos_shift=-2.0)
+
+    def step(state, y_prev):
+        return np.stack([table((int(t),)) for t in y_prev]), Cache(state.rows)
+
+    with pytest.raises(TypeError, match="Cache.*cannot be joined"):
+        exact_search(step, Cache(np.zeros(1)), [[0]], eos_token_id=3, max_steps=4, batch_rows=1)
+
+
+# ---- arrays and errors ----------------------------------------------------------------------------------
+
+def test_arrays_pad_like_beam_search_batch():
+    table = random_table(4, 71, eos=3)
+    results, _ = run_exact(table, [[0], [1]], eos_token_id=3, max_steps=4, n_best=2, pad_token_id=0)
+    arrays = results.arrays()
+    assert arrays.tokens.shape[:2] == (2, 2)
+    for i, hyps in enumerate(results):
+        for j, h in enumerate(hyps):
+            assert arrays.tokens[i, j, : len(h.tokens)].tolist() == h.tokens
+            assert arrays.scores[i, j] == h.score
+
+
+def test_no_prompts():
+    results = exact_search(lambda s, y: None, None, [], eos_token_id=1, max_steps=2)
+    assert results == [] and results.proven.shape == (0,)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(node_budget=0), ValueError, "node_budget must be >= 1; got 0"),
+    (dict(node_budget=2.5), TypeError, "node_budget must be an integer; got 2.5"),
+    (dict(batch_rows=0), ValueError, "batch_rows must be >= 1; got 0"),
+    (dict(n_best=0), ValueError, "n_best must be >= 1; got 0"),
+    (dict(seed_beam=True), TypeError, "seed_beam must be an integer; got True"),
+    (dict(pad_token_id="x"), TypeError, "pad_token_id must be an integer"),
+    (dict(max_steps=0), ValueError, "max_steps"),
+    (dict(alpha=-1.0), ValueError, "alpha"),
+    (dict(temperature=0.0), ValueError, "temperature"),
+    (dict(early_stop=False), TypeError, "early_stop"),
+])
+def test_errors_before_any_model_call(kwargs, error, match):
+    model = SequenceModel(random_table(4, 0, eos=3))
+    args = {"eos_token_id": 3, "max_steps": 3, **kwargs}
+    with pytest.raises(error, match=match):
+        exact_search(model.step, model.init_state([[0]]), [[0]], **args)
+    assert model.calls == []
+
+
+def test_init_state_rows_checked_before_any_model_call():
+    model = SequenceModel(random_table(4, 0, eos=3))
+    with pytest.raises(ValueError, match="init_state must have 2 rows"):
+        exact_search(model.step, model.init_state([[0]]), [[0], [1]], eos_token_id=3, max_steps=3)
+    assert model.calls == []
