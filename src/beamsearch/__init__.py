@@ -12,6 +12,7 @@ from beamsearch._score import score_sequences
 from beamsearch._search import beam_search, beam_search_batch, beam_search_each, greedy_decode
 from beamsearch._state import select_state
 from beamsearch._stochastic import StochasticResults, stochastic_beam_search
+from beamsearch._trace import StepRecord, Trace
 
 __all__ = [
     "AnyOf",
@@ -19,8 +20,10 @@ __all__ = [
     "BatchResults",
     "ExactResults",
     "Hypothesis",
+    "StepRecord",
     "StochasticResults",
     "TokenLogprobHypothesis",
+    "Trace",
     "beam_search",
     "beam_search_batch",
     "beam_search_each",

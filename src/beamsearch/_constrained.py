@@ -19,7 +19,8 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import _Options, batch_options, run_batch
+from beamsearch._search import StepCallback, _Options, batch_options, run_batch
+from beamsearch._trace import Trace
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
                                                Trackers)
@@ -54,6 +55,9 @@ def constrained_beam_search(
     ordered: bool = False,
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
     **controls: Any,
 ) -> BatchResults:
     """Beam search whose finished outputs contain every constraint (dynamic beam allocation).
@@ -83,6 +87,7 @@ def constrained_beam_search(
         ordered: the constraints must be met in the given order (without overlapping).
         pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
         return_token_logprobs: return :class:`TokenLogprobHypothesis` objects.
+        callback, trace, trace_width: as for :func:`beamsearch.beam_search`.
         **controls: the shared keywords of ``beam_search_batch``: ``eos_token_id`` and
             ``max_steps`` (required), ``alpha``, ``length_penalty``, ``no_repeat_ngram_size``,
             ``temperature``, ``top_k``, ``bos_token_id``, ``logits_processors``,
@@ -117,7 +122,8 @@ def constrained_beam_search(
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
     return run_batch(step_fn, init_state, opts, ConstrainedBeam(beam_size, trackers, finish), n_best=n_best,
-                     pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs)
+                     pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, callback=callback,
+                     trace=trace, trace_width=trace_width)
 
 
 def _constraints(value: Any, n_inputs: int, eos: np.ndarray

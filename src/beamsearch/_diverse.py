@@ -8,9 +8,10 @@ from typing import Any, Sequence
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import batch_options, run_batch
+from beamsearch._search import StepCallback, batch_options, run_batch
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.diverse import DiverseBeam
+from beamsearch._trace import Trace
 
 __all__ = ["diverse_beam_search"]
 
@@ -27,6 +28,9 @@ def diverse_beam_search(
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
     early_stop: bool = True,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
     **controls: Any,
 ) -> BatchResults:
     """Diverse beam search (Vijayakumar et al. 2016): G groups with a Hamming diversity penalty.
@@ -66,6 +70,7 @@ def diverse_beam_search(
         pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
         return_token_logprobs: return :class:`TokenLogprobHypothesis` objects.
         early_stop: stop an input once no live row can still enter its n_best (lossless).
+        callback, trace, trace_width: as for :func:`beamsearch.beam_search`.
         **controls: the shared keywords of :func:`beam_search_batch` (``eos_token_id`` and
             ``max_steps`` required; ``alpha``, ``length_penalty``, ``temperature``, ``top_k``,
             ``no_repeat_ngram_size``, ``logits_processors``, ``min_new_tokens``,
@@ -90,4 +95,5 @@ def diverse_beam_search(
     rule = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)
     return run_batch(step_fn, init_state, opts, strategy, n_best=n_best, pad_token_id=pad_token_id,
-                     return_token_logprobs=return_token_logprobs)
+                     return_token_logprobs=return_token_logprobs, callback=callback, trace=trace,
+                     trace_width=trace_width)

@@ -10,6 +10,10 @@ Every search of the package (``greedy_decode``, ``beam_search``, ``beam_search_b
 3. :func:`advance`: extend the kept rows, record what ended, retire inputs that stopped or reached
    their ``max_steps``; then the model state is reordered by the kept rows' parents.
 
+An optional observer (:class:`beamsearch._trace.Tracer`: a step callback, a search trace) looks
+at the step's scores before step 2 and at the selection after it, and may stop inputs; without
+one the loop does nothing more.
+
 Bookkeeping (:class:`~beamsearch._beam.Beam`, the back-pointer :class:`~beamsearch._beam.Trail`)
 is numpy on the host and O(k) per step; paths are rebuilt once, for the result. No Python loop
 runs over rows or tokens in the loop.
@@ -18,7 +22,7 @@ runs over rows or tokens in the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -39,14 +43,27 @@ _NO_PAIRS = np.zeros(0, np.int64)
 @dataclass(frozen=True)
 class Outcome:
     """What a search leaves for its result builder: every hypothesis that ended, in production
-    order, and the trail their paths are rebuilt from."""
+    order, the trail their paths are rebuilt from, and the strategy's state after the last step
+    (what a mode reports beside its results, such as stochastic beam search's kappa)."""
 
     ended: Ended
     trail: Trail
+    state: Any = None
+
+
+class Observer(Protocol):
+    """Watches a search step by step (:class:`beamsearch._trace.Tracer` is the one there is)."""
+
+    def before_select(self, scores: StepScores) -> Any:
+        """Read what it needs of the step's scores before the strategy may write into them."""
+
+    def after_select(self, seen: Any, scores: StepScores, selection: Selection, controls: Controls,
+                     trail: Trail) -> Selection:
+        """See the selection; return it, with more inputs to stop in ``stop`` if it wants."""
 
 
 def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: Strategy,
-        controls: Controls) -> Outcome:
+        controls: Controls, *, observer: Observer | None = None) -> Outcome:
     """Run a search.
 
     Args:
@@ -55,6 +72,7 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         first_tokens: int64 ``[N]``, ``y_prev`` of the first call (one row per input).
         strategy: the selection rule.
         controls: eos ids, per-input ``max_steps``, processors, masks, stop sequences.
+        observer: None, or an :class:`Observer` called around each step's selection.
 
     Returns:
         An :class:`Outcome`.
@@ -71,7 +89,10 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         out = step_fn(state, y_prev)
         scores, new_state = score_step(out, beam, step, controls, trail, vocab, scratch)
         vocab = scores.vocab
+        seen = observer.before_select(scores) if observer is not None else None
         selection, sstate = strategy.select(sstate, scores)
+        if observer is not None:
+            selection = observer.after_select(seen, scores, selection, controls, trail)
         scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
         beam, parent, done = advance(beam, selection, step, controls, trail)
         ended.extend(done)
@@ -80,7 +101,7 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         if not (parent.shape[0] == scores.beam.size and (parent == np.arange(parent.shape[0])).all()):
             new_state = select_state(new_state, index(parent))
         state, y_prev = new_state, index(beam.token)
-    return Outcome(Ended.concat(ended), trail)
+    return Outcome(Ended.concat(ended), trail, sstate)
 
 
 def start_beam(n: int, controls: Controls) -> Beam:
@@ -156,9 +177,7 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
     """
     live = selection.live
     inputs = beam.input[live.parent]
-    retire = controls.max_steps[inputs] <= step
-    if selection.stop is not None:
-        retire |= selection.stop[inputs]
+    retire = retiring(inputs, selection.stop, step, controls)
     done: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
     if selection.ended.size:
         done.append((beam, selection.ended, step, selection.ended_finished))
@@ -170,6 +189,15 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
     return Beam(inputs, live.logprob, live.token, _extend_history(beam, live, step, controls),
                 _extend_recent(beam.recent, live), live.tags), parent, done
+
+
+def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: Controls) -> np.ndarray:
+    """bool ``[j]``: which kept rows (of ``inputs [j]``) end here unfinished: their input stops
+    now (``stop [N]``) or reached its ``max_steps``."""
+    retire = controls.max_steps[inputs] <= step
+    if stop is not None:
+        retire |= stop[inputs]
+    return retire
 
 
 def _extend_history(beam: Beam, live: Candidates, step: int, controls: Controls) -> np.ndarray | None:

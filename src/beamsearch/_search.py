@@ -7,7 +7,7 @@ Each validates its arguments, picks a strategy and controls, runs the one engine
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -16,16 +16,20 @@ from beamsearch._controls import Controls
 from beamsearch._controls.min_new_tokens import MinNewTokens
 from beamsearch._controls.prefix import ForcedPrefix
 from beamsearch._controls.stop_sequences import StopSequences
-from beamsearch._engine import StepFn, run
+from beamsearch._engine import Outcome, StepFn, run
 from beamsearch._hypothesis import Hypothesis
 from beamsearch._penalties import LENGTH_PENALTIES, LengthPenalty, length_power, score
 from beamsearch._hypothesis import BatchResults
 from beamsearch._results import build
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.narrowing import NarrowingBeam
+from beamsearch._trace import StepRecord, Trace, tracer
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
 __all__ = ["beam_search", "beam_search_batch", "beam_search_each", "greedy_decode"]
+
+StepCallback = Callable[[StepRecord], Any]
+"""``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
 
 
 def beam_search(
@@ -36,6 +40,10 @@ def beam_search(
     beam_size: int,
     max_len: int,
     length_penalty: float = 1.0,
+    *,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
 ) -> list[Hypothesis]:
     """Beam search for one input (SPEC section 4).
 
@@ -53,12 +61,17 @@ def beam_search(
         beam_size: K >= 1, the most live rows.
         max_len: the most tokens generated (eos counted), >= 1.
         length_penalty: alpha >= 0; ``score = logprob / len(tokens) ** alpha``.
+        callback: ``callback(record) -> None | inputs to stop``, called once per step with a
+            :class:`~beamsearch._trace.StepRecord` (see ``docs/trace.md``).
+        trace: a new :class:`~beamsearch.viz.Trace`, filled with the search tree.
+        trace_width: the best pruned candidates recorded per row and step (>= 0).
 
     Returns:
         Every finished hypothesis and the rows live at ``max_len`` (unfinished), sorted by score,
         highest first (stable: ties keep production order, finished before unfinished).
     """
-    return beam_search_each(step_fn, init_state, 1, bos, eos, beam_size, max_len, length_penalty)[0]
+    return beam_search_each(step_fn, init_state, 1, bos, eos, beam_size, max_len, length_penalty,
+                            callback=callback, trace=trace, trace_width=trace_width)[0]
 
 
 def beam_search_each(
@@ -70,6 +83,10 @@ def beam_search_each(
     beam_size: int,
     max_len: int,
     length_penalty: float = 1.0,
+    *,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
 ) -> list[list[Hypothesis]]:
     """:func:`beam_search` for ``n_inputs`` inputs at once: one model call per step for the live
     rows of every input (input 0's rows first). Result i equals ``beam_search`` on input i alone.
@@ -78,7 +95,8 @@ def beam_search_each(
         init_state: one row per input (axis 0 of every array leaf).
         n_inputs: N >= 0; the first call passes N rows, each with ``y_prev = bos``.
         eos: the eos id, or a non-empty sequence of ids (any of them finishes a hypothesis).
-        step_fn, bos, beam_size, max_len, length_penalty: as for :func:`beam_search`.
+        step_fn, bos, beam_size, max_len, length_penalty, callback, trace, trace_width: as for
+            :func:`beam_search`.
 
     Returns:
         Per input, its hypotheses sorted by score as :func:`beam_search` returns them.
@@ -89,26 +107,35 @@ def beam_search_each(
     beam_size = check.at_least("beam_size", beam_size, 1)
     max_len = check.at_least("max_len", max_len, 1)
     alpha = check.penalty_strength("length_penalty", length_penalty, length_power, max_len)
+    observer = tracer(callback, trace, trace_width, n, length_power, alpha, keep=beam_size + eos_ids.shape[0])
     if n == 0:
-        return []
-    controls = Controls(eos_ids, np.full(n, max_len), vocab_checks=(("bos", bos), ("eos", check.ids_as_given(eos))))
-    outcome = run(step_fn, init_state, np.full(n, bos), NarrowingBeam(beam_size), controls)
-    return build(outcome, n, length_power, alpha, n_best=None, finished_first=False)
+        results: list[list[Hypothesis]] = []
+    else:
+        controls = Controls(eos_ids, np.full(n, max_len),
+                            vocab_checks=(("bos", bos), ("eos", check.ids_as_given(eos))))
+        outcome = run(step_fn, init_state, np.full(n, bos), NarrowingBeam(beam_size), controls, observer=observer)
+        results = build(outcome, n, length_power, alpha, n_best=None, finished_first=False)
+    if observer is not None:
+        observer.finish(results)
+    return results
 
 
-def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int) -> Hypothesis:
+def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int, *,
+                  callback: StepCallback | None = None, trace: Trace | None = None,
+                  trace_width: int = 3) -> Hypothesis:
     """Greedy decoding: the argmax of each step (ties to the lowest id) until eos or ``max_len``.
 
     It is :func:`beam_search` with one row and no length penalty, so ``score == logprob``.
 
     Args:
-        step_fn, init_state, bos, eos, max_len: as for :func:`beam_search`.
+        step_fn, init_state, bos, eos, max_len, callback, trace, trace_width: as for
+            :func:`beam_search` (a greedy trace is what ``beamsearch.viz`` overlays as the greedy path).
 
     Returns:
         The one hypothesis, finished iff it ended with eos.
     """
-    return beam_search(step_fn, init_state, bos, eos, beam_size=1, max_len=max_len,
-                       length_penalty=0.0)[0]
+    return beam_search(step_fn, init_state, bos, eos, beam_size=1, max_len=max_len, length_penalty=0.0,
+                       callback=callback, trace=trace, trace_width=trace_width)[0]
 
 
 def beam_search_batch(
@@ -133,6 +160,9 @@ def beam_search_batch(
     min_new_tokens: int = 0,
     stop_sequences: Sequence[Sequence[int]] = (),
     prefix: Sequence[Sequence[int]] | None = None,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
 ) -> BatchResults:
     """Batched beam search over many inputs at once (SPEC sections 6 and 10).
 
@@ -172,6 +202,7 @@ def beam_search_batch(
             generated tokens end with one finishes like eos (its tokens end with the sequence).
         prefix: None, or one token-id sequence per input forced as its first generated tokens
             and scored (each keeps its processed log-probability).
+        callback, trace, trace_width: as for :func:`beam_search`; the record covers every input.
 
     Returns:
         A :class:`BatchResults` (a list): per input, its finished hypotheses sorted by score
@@ -187,7 +218,8 @@ def beam_search_batch(
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     return run_batch(step_fn, init_state, opts, strategy, n_best=n_best, pad_token_id=pad_token_id,
-                     return_token_logprobs=return_token_logprobs)
+                     return_token_logprobs=return_token_logprobs, callback=callback, trace=trace,
+                     trace_width=trace_width)
 
 
 def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Sequence[int],
@@ -205,16 +237,30 @@ def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Seque
 
 def run_batch(step_fn: StepFn, init_state: Any, opts: _Options, strategy: Any, *, n_best: int | None,
               pad_token_id: int | None = None, return_token_logprobs: bool = False,
-              finished_first: bool = True) -> BatchResults:
+              finished_first: bool = True, callback: StepCallback | None = None, trace: Trace | None = None,
+              trace_width: int = 3, results: BatchResults | None = None,
+              builder: Callable[[Outcome, BatchResults], None] | None = None) -> BatchResults:
     """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
-    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`)."""
-    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
-    results = BatchResults(pad_token_id=pad)
-    if not opts.prompts:
-        return results
-    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), strategy, opts.controls)
-    results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=n_best,
-                         finished_first=finished_first, token_logprobs=return_token_logprobs))
+    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).
+
+    ``callback``, ``trace`` and ``trace_width`` are :func:`beam_search`'s; the pruned candidates
+    read per row are the ``strategy.beam_size`` (1 without that attribute) plus the eos ids, plus
+    ``trace_width``. A mode with results of its own passes its (empty) ``results`` container and
+    a ``builder(outcome, results)`` that fills it (``pad_token_id`` then belongs to ``results``)."""
+    if results is None:
+        results = BatchResults(pad_token_id=None if pad_token_id is None else check.integer("pad_token_id", pad_token_id))
+    keep = getattr(strategy, "beam_size", 1) + opts.controls.eos.shape[0]
+    observer = tracer(callback, trace, trace_width, len(opts.prompts), opts.penalty, opts.alpha, keep, opts.prompts)
+    if opts.prompts:
+        outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), strategy, opts.controls,
+                      observer=observer)
+        if builder is None:
+            results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=n_best,
+                                 finished_first=finished_first, token_logprobs=return_token_logprobs))
+        else:
+            builder(outcome, results)
+    if observer is not None:
+        observer.finish(results)
     return results
 
 

@@ -8,9 +8,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from beamsearch import _validate as check
-from beamsearch._engine import Outcome, StepFn, run
+from beamsearch._engine import Outcome, StepFn
 from beamsearch._hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
-from beamsearch._search import batch_options
+from beamsearch._search import StepCallback, batch_options, run_batch
+from beamsearch._trace import Trace
 from beamsearch._strategies.stochastic import StochasticBeam, StochasticState
 
 __all__ = ["StochasticResults", "stochastic_beam_search"]
@@ -65,6 +66,9 @@ def stochastic_beam_search(
     seed: int | Sequence[int] | None = None,
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
+    callback: StepCallback | None = None,
+    trace: Trace | None = None,
+    trace_width: int = 3,
     **controls: Any,
 ) -> StochasticResults:
     """Stochastic beam search (Kool et al. 2019): per input, k samples without replacement.
@@ -99,6 +103,8 @@ def stochastic_beam_search(
             neither, fresh entropy.
         pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
         return_token_logprobs: samples are :class:`TokenLogprobHypothesis` objects.
+        callback, trace, trace_width: as for :func:`beamsearch.beam_search` (the trace's scores
+            are the length-penalty-free logprobs; the results' ``score`` is G).
         **controls: the shared keywords of :func:`beam_search_batch` (``eos_token_id`` and
             ``max_steps`` required); ``alpha``, ``length_penalty`` and ``prefix`` are refused.
 
@@ -121,32 +127,13 @@ def stochastic_beam_search(
     entropy = _entropy(rng, seed, n)
     results = StochasticResults(pad_token_id=None if pad_token_id is None
                                 else check.integer("pad_token_id", pad_token_id), kappa=np.zeros(0))
-    if n == 0:
-        return results
-    recorded = _LastState(StochasticBeam(k, opts.controls.max_steps, entropy))
-    outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), recorded, opts.controls)
-    final = recorded.state
-    assert final is not None  # start() ran
-    results.extend(_samples(outcome, final, n, k, return_token_logprobs))
-    results.kappa = final.kappa
-    return results
 
+    def samples(outcome: Outcome, out: BatchResults) -> None:  # G and kappa: the strategy's last state
+        out.extend(_samples(outcome, outcome.state, n, k, return_token_logprobs))
+        results.kappa = outcome.state.kappa
 
-class _LastState:
-    """Runs a strategy and keeps its last state: the engine's :class:`Outcome` does not carry it,
-    and the samples' G and kappa live there. (A frozen state per step, as the strategy made it.)"""
-
-    def __init__(self, strategy: StochasticBeam) -> None:
-        self.strategy = strategy
-        self.state: StochasticState | None = None
-
-    def start(self, n_inputs: int) -> StochasticState:
-        self.state = self.strategy.start(n_inputs)
-        return self.state
-
-    def select(self, state: StochasticState, scores: Any) -> tuple[Any, StochasticState]:
-        selection, self.state = self.strategy.select(state, scores)
-        return selection, self.state
+    return run_batch(step_fn, init_state, opts, StochasticBeam(k, opts.controls.max_steps, entropy), n_best=None,
+                     callback=callback, trace=trace, trace_width=trace_width, results=results, builder=samples)
 
 
 def _entropy(rng: Any, seed: Any, n: int) -> np.ndarray:

@@ -52,10 +52,12 @@ class BatchBeam:
         live = best_per_input(scores, logp, width)
         if not self.early_stop:
             return Selection(live, finished, True), state
-        state = self._with_finished(state, scores, finished)
-        return Selection(live, finished, True, self._stopped(state, scores, live)), state
+        state = self.with_finished(state, scores, finished)
+        return Selection(live, finished, True, self.stopped(state, scores, live)), state
 
-    def _with_finished(self, state: BatchState, scores: StepScores, finished: Candidates) -> BatchState:
+    def with_finished(self, state: BatchState, scores: StepScores, finished: Candidates) -> BatchState:
+        """The state with this step's finished candidates merged into each input's n_best best
+        scores (other strategies that finish outside the beam reuse it, and :meth:`stopped`)."""
         if finished.size == 0:
             return state
         inputs = scores.beam.input[finished.parent]
@@ -67,7 +69,7 @@ class BatchBeam:
         top = -np.sort(-merged)[:, : self.n_best]
         return BatchState(top, state.n_finished + np.bincount(inputs, minlength=state.top.shape[0]))
 
-    def _stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:
+    def stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:
         """bool ``[N]``: inputs with n_best finished that no live row can still beat."""
         n = state.top.shape[0]
         inputs = scores.beam.input[live.parent]

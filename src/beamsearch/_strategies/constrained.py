@@ -276,8 +276,8 @@ class ConstrainedBeam:
         after = tr.next(at[ends.parent], beam.input[ends.parent], ends.token)
         finished = ends.take(tr.need[after] == 0)  # the others are discarded
         live = self._allocate(scores, self._candidates(scores, logp, at))
-        state = self.finish._with_finished(state, scores, finished)
-        return Selection(live, finished, True, self.finish._stopped(state, scores, live)), state
+        state = self.finish.with_finished(state, scores, finished)
+        return Selection(live, finished, True, self.finish.stopped(state, scores, live)), state
 
     def _candidates(self, scores: StepScores, logp: Any, at: np.ndarray) -> Candidates:
         """Each row's ``beam_size`` best finite tokens and its finite advancing tokens (no pair

@@ -44,6 +44,11 @@ class DiverseBeam:
     penalty: float
     rule: BatchBeam
 
+    @property
+    def beam_size(self) -> int:
+        """The most children one row keeps (a trace reads this many per row, then the pruned)."""
+        return self.width
+
     def start(self, n_inputs: int) -> BatchState:
         return self.rule.start(n_inputs)
 
@@ -64,8 +69,8 @@ class DiverseBeam:
             return Selection(live, finished, True), state
         # lossless per input: it stops once no live row of any group can beat its n_best-th
         # finished score over all groups (the merged result), and all its groups stop together
-        state = self.rule._with_finished(state, scores, finished)
-        return Selection(live, finished, True, self.rule._stopped(state, scores, live)), state
+        state = self.rule.with_finished(state, scores, finished)
+        return Selection(live, finished, True, self.rule.stopped(state, scores, live)), state
 
     def _choose(self, scores: StepScores, logp: object, rows: np.ndarray, g: int,
                 earlier: list[Candidates], n_inputs: int) -> Candidates:

@@ -63,6 +63,11 @@ class StochasticBeam:
     max_steps: np.ndarray
     entropy: np.ndarray
 
+    @property
+    def beam_size(self) -> int:
+        """The most children one row keeps (a trace reads this many per row, then the pruned)."""
+        return self.k
+
     def start(self, n_inputs: int) -> StochasticState:
         return StochasticState(np.full((n_inputs, self.k), -np.inf), np.full(n_inputs, -np.inf), ())
 

@@ -1,0 +1,70 @@
+"""Make the README's search-tree pictures: docs/pictures/*.svg (static) and *.html (interactive).
+
+    python tools/make_pictures.py             # both pictures (the dates one needs the zoo extra)
+
+1. ``hand_example``: the course chapter's hand example (seed 000 section 3: eos, a, b with
+   p(a) = .5, p(b) = .4 first, then p(b | a) = .7, p(eos | b) = .9), beam 2, two tokens, no
+   length penalty. Greedy takes a (0.5) then b: "ab" (.35); the beam keeps b and finds "b<eos>"
+   (.36).
+2. ``dates``: the shipped seq2seq dates model on "march 3 '87", beam 5 with the greedy path
+   overlaid: greedy commits to the century '19' (the first digit '1' has probability 0.6), the
+   beam finds the likelier '2087-03-03'.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from beamsearch import beam_search, beam_search_batch, greedy_decode
+from beamsearch.toy import HAND_EXAMPLE, TableModel
+from beamsearch.viz import Trace, to_html, to_svg
+
+OUT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "pictures"
+
+
+def write(name: str, trace: Trace, greedy: Trace, vocab: list[str], title: str) -> None:
+    (OUT / f"{name}.svg").write_text(to_svg(trace, vocab=vocab, greedy=greedy))
+    (OUT / f"{name}.html").write_text(to_html(trace, vocab=vocab, greedy=greedy, title=title))
+    print(f"wrote {OUT / name}.svg and .html ({len(trace)} nodes)")
+
+
+def hand_example() -> None:
+    model = TableModel(HAND_EXAMPLE, vocab=3)
+    trace, greedy = Trace(), Trace()
+    best = beam_search(model.step, model.init_state(), 0, 0, 2, 2, 0.0, trace=trace)[0]
+    g = greedy_decode(model.step, model.init_state(), 0, 0, 2, trace=greedy)
+    assert best.tokens == [2, 0] and g.tokens == [1, 2]
+    write("hand_example", trace, greedy, ["<eos>", "a", "b"], "Seed 000 hand example: beam 2 against greedy")
+
+
+def dates(text: str = "march 3 '87") -> None:
+    import torch
+
+    from beamsearch.zoo.dates import TARGET_VOCAB
+    from beamsearch.zoo.translator import Translator
+
+    translator = Translator.load("seq2seq")
+    model, cfg = translator.model, translator.cfg
+    trace, greedy = Trace(), Trace()
+    with torch.no_grad():
+        results = beam_search_batch(model.step, model.init_state(translator.encode([text])), [[cfg.bos]],
+                                    eos_token_id=cfg.eos, max_steps=translator.max_steps, beam_size=5,
+                                    n_best=3, trace=trace, trace_width=1)
+        g = greedy_decode(model.step, model.init_state(translator.encode([text])), cfg.bos, cfg.eos,
+                          translator.max_steps, trace=greedy, trace_width=1)
+    best, first = TARGET_VOCAB.decode(results[0][0].tokens), TARGET_VOCAB.decode(g.tokens)
+    print(f"{text!r}: beam 5 {best}, greedy {first}")
+    write("dates", trace, greedy, TARGET_VOCAB.itos, f"{text!r}: beam 5 ({best}) against greedy ({first})")
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    hand_example()
+    try:
+        dates()
+    except ImportError as e:
+        print(f"skipped the dates picture: {e.name} is not installed (pip install -e '.[zoo]')")
+
+
+if __name__ == "__main__":
+    main()
