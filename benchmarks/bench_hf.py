@@ -1,32 +1,42 @@
-"""``generate(num_beams=B)`` against ``beamsearch.hf`` + ``beam_search_batch``, side by side.
+"""``generate(num_beams=B)`` against ``beamsearch.hf.generate``, side by side, 1 and 2 threads.
 
-Same models (random weights from configs, seeded), same prompts, same machine, one run. For each
-search: total seconds, seconds inside the model's forward (measured with forward hooks on the
-model and its encoder, the same way for both), and the search's share of the total (everything
-outside the forward). 32 new tokens; the models almost never produce eos, so both run all 32.
+Same models (random weights from configs, seeded), same prompts, same settings (beam 4, 32 new
+tokens, length penalty 1, eos 2, which these random models almost never produce, so both run
+all 32 steps), one run. Repetitions are interleaved: for each repetition, for 1 then 2 threads,
+``generate`` then ours (the order alternates between repetitions), so load on a shared machine
+hits both alike; each cell is the median over the repetitions.
 
-    python benchmarks/bench_hf.py            # the full grid
-    python benchmarks/bench_hf.py --quick    # one model, fewer settings
+Columns, per thread count: the total seconds of ``generate`` and ours and their ratio
+(``speed-up`` > 1: ours is faster); the cache reorder time (milliseconds, whole call): for
+``generate`` its ``reorder_cache`` calls, for us every ``select_state`` call of the search
+(cache, mask, positions, encoder states), timed the same way by wrapping the function; the
+search + adapter share: everything outside the model's forward (forward hooks on the model and
+its encoder, the same for both) as a share of the total.
+
+    python benchmarks/bench_hf.py            # every row, 5 repetitions
+    python benchmarks/bench_hf.py --reps 3
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import functools
+import statistics
 import time
 
 import torch
 import transformers
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from beamsearch import beam_search_batch, beam_search_each
-from beamsearch.hf import causal_lm, seq2seq_lm
+import beamsearch._engine as engine
+from beamsearch import hf
 
-EOS, PAD = 2, 0
+EOS, PAD, NEW, BEAMS = 2, 0, 32, 4
 
 
 def gpt2(layers: int, width: int, vocab: int):
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=128, n_embd=width, n_layer=layers, n_head=4,
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=512, n_embd=width, n_layer=layers, n_head=4,
                                   bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD)
     return transformers.GPT2LMHeadModel(cfg).eval()
 
@@ -41,91 +51,116 @@ def bart(layers: int, width: int, vocab: int):
     return transformers.BartForConditionalGeneration(cfg).eval()
 
 
-class ForwardClock:
-    """Seconds spent inside ``modules``' forward calls (outermost calls only)."""
+class Clock:
+    """Seconds spent inside the wrapped callables (outermost calls only)."""
 
-    def __init__(self, *modules: torch.nn.Module) -> None:
-        self.seconds, self._depth, self._start = 0.0, 0, 0.0
+    def __init__(self) -> None:
+        self.seconds, self._depth = 0.0, 0
+
+    def wrap(self, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.perf_counter() - start
+        return timed
+
+    def hook(self, *modules: torch.nn.Module) -> None:
+        """Time the modules' forward calls with forward hooks."""
+        starts: list[float] = []
+
+        def pre(*_: object) -> None:
+            if self._depth == 0:
+                starts.append(time.perf_counter())
+            self._depth += 1
+
+        def post(*_: object) -> None:
+            self._depth -= 1
+            if self._depth == 0:
+                self.seconds += time.perf_counter() - starts.pop()
+
         for m in modules:
-            m.register_forward_pre_hook(self._pre)
-            m.register_forward_hook(self._post)
-
-    def _pre(self, *_: object) -> None:
-        if self._depth == 0:
-            self._start = time.perf_counter()
-        self._depth += 1
-
-    def _post(self, *_: object) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self.seconds += time.perf_counter() - self._start
+            m.register_forward_pre_hook(pre)
+            m.register_forward_hook(post)
 
 
-def prompts_for(n: int, vocab: int) -> list[list[int]]:
+REORDER = Clock()
+# generate reorders its cache with Cache.reorder_cache; the search with select_state (the engine's
+# one call per step, which the adapter's cache, mask and positions all go through)
+DynamicCache.reorder_cache = REORDER.wrap(DynamicCache.reorder_cache)
+EncoderDecoderCache.reorder_cache = REORDER.wrap(EncoderDecoderCache.reorder_cache)
+engine.select_state = REORDER.wrap(engine.select_state)
+
+
+def prompts_for(n: int, vocab: int, length: int | None = None) -> list[list[int]]:
     g = torch.Generator().manual_seed(n)
-    lengths = [8 + (5 * i) % 9 for i in range(n)]
-    return [torch.randint(3, vocab, (length,), generator=g).tolist() for length in lengths]
+    lengths = [length or 8 + (5 * i) % 9 for i in range(n)]
+    return [torch.randint(3, vocab, (k,), generator=g).tolist() for k in lengths]
 
 
-def run_generate(model, prompts, beams: int, ngram: int, new: int) -> None:
+def padded(model, prompts):
     width = max(map(len, prompts))
     left = not model.config.is_encoder_decoder
     ids = torch.tensor([([PAD] * (width - len(p)) + p) if left else (p + [PAD] * (width - len(p))) for p in prompts])
-    mask = (ids != PAD).long()
-    model.generate(input_ids=ids, attention_mask=mask, num_beams=beams, do_sample=False, max_new_tokens=new,
-                   no_repeat_ngram_size=ngram, eos_token_id=EOS, pad_token_id=PAD,
-                   **({"length_penalty": 1.0, "early_stopping": True} if beams > 1 else {}))
+    return ids, (ids != PAD).long()
 
 
-def run_ours(model, prompts, beams: int, ngram: int, new: int) -> None:
-    dec = (seq2seq_lm if model.config.is_encoder_decoder else causal_lm)(model, prompts)
-    if beams == 1 and ngram == 0:  # greedy, stopping at eos as generate(num_beams=1) does
-        beam_search_each(dec.step, dec.init_state, len(prompts), dec.prompts[0][-1], dec.eos_token_id, 1, new, 0.0)
-        return
-    # beam 1 with n-gram blocking: the batched rule, which goes on past an eos extension
-    beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=new,
-                      beam_size=beams, no_repeat_ngram_size=ngram, alpha=1.0, length_penalty="power")
+SETTINGS = dict(num_beams=BEAMS, max_new_tokens=NEW, eos_token_id=EOS, pad_token_id=PAD, length_penalty=1.0,
+                early_stopping=True, do_sample=False)
 
 
-def measure(fn, model, clock: ForwardClock, *args: object, reps: int = 2) -> tuple[float, float]:
-    best = (float("inf"), 0.0)
-    for _ in range(reps):
-        clock.seconds = 0.0
-        start = time.perf_counter()
-        with torch.no_grad():
-            fn(model, *args)
-        total = time.perf_counter() - start
-        if total < best[0]:
-            best = (total, clock.seconds)
-    return best
+def run_generate(model, prompts) -> None:
+    ids, mask = padded(model, prompts)
+    model.generate(input_ids=ids, attention_mask=mask, **SETTINGS)
+
+
+def run_ours(model, prompts) -> None:
+    hf.generate(model, prompts, **SETTINGS)
+
+
+def once(fn, model, prompts, forward: Clock) -> tuple[float, float, float]:
+    """(total seconds, reorder seconds, share outside the forward) of one call."""
+    forward.seconds = REORDER.seconds = 0.0
+    start = time.perf_counter()
+    with torch.no_grad():
+        fn(model, prompts)
+    total = time.perf_counter() - start
+    return total, REORDER.seconds, 1 - forward.seconds / total
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    models = {"gpt2 2x128 V=1000": lambda: gpt2(2, 128, 1000), "gpt2 4x256 V=8000": lambda: gpt2(4, 256, 8000),
-              "bart 2x128 V=1000": lambda: bart(2, 128, 1000)}
-    if args.quick:
-        models = dict(list(models.items())[:1])
-    print(f"transformers {transformers.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
-          f"{args.new} new tokens; seconds, best of 2")
-    print(f"{'model':<18} {'N':>2} {'B':>2} {'ngram':>5} | {'generate':>8} {'fwd':>7} {'share':>6} | "
-          f"{'ours':>8} {'fwd':>7} {'share':>6} | {'speed-up':>8}")
-    for name, build in models.items():
+    rows = [("gpt2 2x128 V=1000", lambda: gpt2(2, 128, 1000), prompts_for(8, 1000)),
+            ("bart 2x128 V=1000", lambda: bart(2, 128, 1000), prompts_for(8, 1000)),
+            ("gpt2 4x256 V=8000", lambda: gpt2(4, 256, 8000), prompts_for(8, 8000)),
+            ("gpt2 4x256 long", lambda: gpt2(4, 256, 8000), prompts_for(8, 8000, length=256))]
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}; N=8 prompts (8-16 tokens; 'long': "
+          f"256 each), beam {BEAMS}, {NEW} new tokens; median of {args.reps} interleaved repetitions")
+    print(f"{'model':<18} {'thr':>3} | {'generate':>8} {'ours':>7} {'speed-up':>8} | {'reorder ms gen':>14} "
+          f"{'ours':>6} | {'share gen':>9} {'ours':>6}")
+    for name, build, prompts in rows:
         model = build()
-        clock = ForwardClock(model, *([model.get_encoder()] if model.config.is_encoder_decoder else []))
-        vocab = model.config.vocab_size
-        for n, beams, ngram in itertools.product([1, 8], [1, 4, 8], [0, 3]):
-            if args.quick and (n, ngram) != (8, 0):
-                continue
-            prompts = prompts_for(n, vocab)
-            g_total, g_fwd = measure(run_generate, model, clock, prompts, beams, ngram, args.new)
-            o_total, o_fwd = measure(run_ours, model, clock, prompts, beams, ngram, args.new)
-            print(f"{name:<18} {n:>2} {beams:>2} {ngram:>5} | {g_total:>8.3f} {g_fwd:>7.3f} {1 - g_fwd / g_total:>6.1%} | "
-                  f"{o_total:>8.3f} {o_fwd:>7.3f} {1 - o_fwd / o_total:>6.1%} | {g_total / o_total:>7.2f}x",
-                  flush=True)
+        forward = Clock()
+        forward.hook(model, *([model.get_encoder()] if model.config.is_encoder_decoder else []))
+        cells: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+        for rep in range(args.reps):
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                order = [("generate", run_generate), ("ours", run_ours)]
+                for who, fn in order if rep % 2 == 0 else order[::-1]:
+                    cells.setdefault((threads, who), []).append(once(fn, model, prompts, forward))
+        for threads in (1, 2):
+            g = [statistics.median(col) for col in zip(*cells[threads, "generate"])]
+            o = [statistics.median(col) for col in zip(*cells[threads, "ours"])]
+            print(f"{name:<18} {threads:>3} | {g[0]:>8.3f} {o[0]:>7.3f} {g[0] / o[0]:>7.2f}x | {g[1] * 1e3:>14.1f} "
+                  f"{o[1] * 1e3:>6.1f} | {g[2]:>9.1%} {o[2]:>6.1%}", flush=True)
 
 
 if __name__ == "__main__":

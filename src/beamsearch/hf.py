@@ -4,18 +4,22 @@ Importing this module registers ``select_state`` for the library's cache classes
 (``DynamicCache``, ``EncoderDecoderCache``), so the search reorders a model's KV cache row by
 row like any other state, and rows of inputs that have stopped simply leave the cache.
 
-``causal_lm(model, prompts)`` and ``seq2seq_lm(model, sources)`` return a :class:`Prepared`: the
-``init_state``, ``step`` and ``prompts`` that :func:`beamsearch.beam_search_batch` takes, and the
-``eos_token_id`` to search with::
+Two layers:
+
+- :func:`generate` takes a model and its generation config (or the model's own) and decodes with
+  the same settings: token ids or text in, :class:`Generation` (hypotheses, and text) out.
+- :func:`causal_lm` and :func:`seq2seq_lm` return a :class:`Prepared`: the ``init_state``,
+  ``step`` and ``prompts`` that :func:`beamsearch.beam_search_batch` takes, and the
+  ``eos_token_id`` to search with::
 
     dec = causal_lm(model, [[5, 6, 7], [8]])
     results = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
                                 max_steps=32, beam_size=4)
 
-The prompt (all of it) is run through the model once, in ``causal_lm``, exactly as
-``generate`` runs it: the first ``step`` returns the logits of the prompt's last position, and
-every later step feeds one token per row with the growing attention mask and the positions
-that left padding implies.
+The prompt (all of it) is run through the model once, in ``causal_lm``, one row per input (not
+one per beam, as ``generate`` does), keeping only the last position's logits: the first ``step``
+returns them, and every later step feeds one token per row with the attention mask and the
+positions of a buffer allocated once.
 """
 
 from __future__ import annotations
@@ -27,13 +31,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
+from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from beamsearch import _validate as check
+from beamsearch._backends import NEG_INF
+from beamsearch._hypothesis import BatchResults
+from beamsearch._search import batch_options, beam_search_batch, run_batch
 from beamsearch._state import select_state
+from beamsearch._strategies.narrowing import NarrowingBeam
+from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
-__all__ = ["Prepared", "causal_lm", "seq2seq_lm"]
+__all__ = ["Generation", "Prepared", "causal_lm", "generate", "position_limit", "seq2seq_lm"]
 
 
 @select_state.register(DynamicCache)
@@ -78,6 +89,9 @@ class Prepared:
             ``eos_token_id`` to ``beam_search_batch`` (or as ``eos`` to ``beam_search_each``).
         forward_seconds: time spent inside the model's forward so far (prefill included).
         forward_calls: model forward calls so far.
+
+    A ``Prepared`` is for one search: the model extends its KV cache in place, and the search
+    reorders it in place (``select_state`` on the adapter's state), as ``generate`` does.
     """
 
     init_state: Any
@@ -89,31 +103,112 @@ class Prepared:
 
 
 class CausalState(NamedTuple):
+    """A decoder-only model's state; every tensor has one row per live hypothesis."""
+
     cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]
-    mask: torch.Tensor  # int64 [k, t]: 1 for real tokens (left padding is 0)
+    mask: torch.Tensor  # int64 [k, P + C]: 0 on the prompt's left padding, 1 elsewhere (allocated once)
+    positions: torch.Tensor  # int64 [k, C]: position of the s-th token fed after the prompt (len + s)
+    fed: int  # tokens fed after the prompt so far (the same for every row): the step reads column fed
     first: torch.Tensor | None  # float [k, V]: logits of the prompt's last position, until used
 
 
 class Seq2SeqState(NamedTuple):
+    """An encoder-decoder model's state; every tensor has one row per live hypothesis."""
+
     cache: EncoderDecoderCache
     encoder_hidden: torch.Tensor  # float [k, S, d]
     encoder_mask: torch.Tensor  # int64 [k, S]
+    fed: int  # decoder tokens fed so far (the decoder start token is the first)
 
 
-def _ids(prompts: Sequence[Sequence[int]] | Sequence[str], tokenizer: Any, name: str) -> list[list[int]]:
-    """Each input's token ids; refuses an empty batch and an empty input, naming ``name``."""
-    if isinstance(prompts, str) or len(prompts) == 0:
-        raise ValueError(f"{name} must hold at least one input (a list of token-id lists or strings); "
-                         f"got {prompts!r:.80}")
-    if isinstance(prompts[0], str):
+@select_state.register(CausalState)
+def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
+    """Rows ``idx`` of the adapter's state. Its cache belongs to the one search that runs it, so
+    it is reordered in place, as ``generate``'s ``reorder_cache`` does: each old key/value
+    tensor is released as soon as its gathered copy exists (a whole second cache alive at once
+    costs 3 to 5 times the time in fresh memory)."""
+    idx = torch.as_tensor(idx, device=state.mask.device)
+    _reorder_in_place(state.cache, idx)
+    return CausalState(state.cache, state.mask.index_select(0, idx), state.positions.index_select(0, idx),
+                       state.fed, None if state.first is None else state.first.index_select(0, idx))
+
+
+@select_state.register(Seq2SeqState)
+def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
+    """Rows ``idx`` of the adapter's state; its cache reordered in place (see the causal one)."""
+    idx = torch.as_tensor(idx, device=state.encoder_mask.device)
+    _reorder_in_place(state.cache.self_attention_cache, idx)
+    _reorder_in_place(state.cache.cross_attention_cache, idx)
+    return Seq2SeqState(state.cache, state.encoder_hidden.index_select(0, idx),
+                        state.encoder_mask.index_select(0, idx), state.fed)
+
+
+def _reorder_in_place(cache: DynamicCache, idx: torch.Tensor) -> None:
+    """Every layer's keys and values replaced by their rows ``idx`` (``index_select``)."""
+    for layer in cache.layers:
+        layer_: Any = layer
+        if not hasattr(layer_, "keys"):
+            raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
+                            "not supported")
+        if layer_.keys is not None and layer_.keys.dim() > 0:
+            layer_.keys = layer_.keys.index_select(0, idx)
+            layer_.values = layer_.values.index_select(0, idx)
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+
+
+def _rows(inputs: Any, attention_mask: Any, tokenizer: Any, name: str) -> list[list[int]]:
+    """Each input's token ids (padding removed); refuses an empty batch and an empty input,
+    naming ``name``. ``inputs``: token-id lists, strings (with ``tokenizer``), or a 2-D tensor
+    ``[N, P]`` with its ``attention_mask`` ``[N, P]`` (left or right padding)."""
+    if isinstance(inputs, torch.Tensor):
+        return _unpadded(inputs, attention_mask, name)
+    if attention_mask is not None:
+        raise ValueError(f"attention_mask is only taken with a 2-D tensor of {name}; got {name} of type "
+                         f"{type(inputs).__name__}")
+    if isinstance(inputs, str) or len(inputs) == 0:
+        raise ValueError(f"{name} must hold at least one input (a list of token-id lists or strings, or a "
+                         f"2-D tensor); got {inputs!r:.80}")
+    if isinstance(inputs[0], str):
         if tokenizer is None:
             raise ValueError(f"{name} are strings: pass the model's tokenizer")
-        rows = [list(tokenizer(text)["input_ids"]) for text in prompts]
+        rows = [list(tokenizer(text)["input_ids"]) for text in inputs]
     else:
-        rows = [[int(t) for t in p] for p in prompts]
+        rows = [check.token_list(f"{name}[{i}]", p, allow_empty=True) for i, p in enumerate(inputs)]
     empty = [i for i, r in enumerate(rows) if not r]
     if empty:
         raise ValueError(f"{name}[{empty[0]}] is empty: every input needs at least one token")
+    return rows
+
+
+def _unpadded(ids: torch.Tensor, attention_mask: Any, name: str) -> list[list[int]]:
+    """The token lists of a padded ``[N, P]`` tensor: where ``attention_mask`` is 1 (all of it
+    without a mask). Each mask row must be one block of ones at the left or at the right end."""
+    if ids.dim() != 2 or ids.shape[0] == 0 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"{name} as a tensor must be 2-D [N, P] integer token ids with N >= 1; got dtype "
+                         f"{ids.dtype} and shape {tuple(ids.shape)}")
+    if attention_mask is None:
+        mask = torch.ones_like(ids, dtype=torch.bool)
+    else:
+        mask = torch.as_tensor(attention_mask)
+        if tuple(mask.shape) != tuple(ids.shape) or not ((mask == 0) | (mask == 1)).all():
+            raise ValueError(f"attention_mask must be 0/1 of the shape of {name} {tuple(ids.shape)}; got shape "
+                             f"{tuple(mask.shape)}")
+        mask = mask.to(device=ids.device, dtype=torch.bool)
+        step = mask.long().diff(dim=1)  # --> [N, P-1]: +1 where a left padding ends, -1 where a right one starts
+        padded_once = (step >= 0).all(dim=1) | (step <= 0).all(dim=1)
+        if not padded_once.all():
+            row = int((~padded_once).nonzero()[0, 0])
+            raise ValueError(f"attention_mask[{row}] must be left or right padding (one block of ones); got "
+                             f"{mask[row].long().tolist()}")
+    if (ids[mask] < 0).any():
+        raise ValueError(f"{name} holds a negative token id where attention_mask is 1")
+    rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]  # once per input, at entry
+    empty = [i for i, r in enumerate(rows) if not r]
+    if empty:
+        raise ValueError(f"{name}[{empty[0]}] is empty (its attention_mask is all 0): every input needs at "
+                         "least one token")
     return rows
 
 
@@ -124,13 +219,52 @@ def _in_eval_mode(model: Any) -> None:
                       "call model.eval() first", stacklevel=3)
 
 
-def _padded(rows: list[list[int]], pad: int, device: Any, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> ids int64 ``[N, P]`` padded on the left (causal LM) or the right (encoder), mask ``[N, P]``."""
+def position_limit(model: Any) -> int | None:
+    """The most positions the model takes: ``n_positions`` or ``max_position_embeddings`` of its
+    (text) config, None when it has neither (T5's relative positions). A sliding window is not a
+    limit: a sliding-window model (Mistral) is limited by its ``max_position_embeddings`` alone."""
+    cfg = model.config.get_text_config()
+    for name in ("n_positions", "max_position_embeddings"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _check_positions(model: Any, longest: int, name: str, new_tokens: int | None, *, decoder_start: bool) -> None:
+    """A clear error, before the model runs, when an input or the positions the search will feed
+    exceed the model's limit. A causal LM is fed the prompt and then every generated token but
+    the last: ``len + max_new_tokens - 1`` positions; an encoder-decoder's encoder takes the
+    source and its decoder the start token and ``max_new_tokens - 1`` tokens."""
+    limit = position_limit(model)
+    if limit is None:
+        return
+    if longest > limit:
+        raise ValueError(f"{name}: an input of {longest} tokens is longer than the model's {limit} positions "
+                         "(config n_positions / max_position_embeddings)")
+    if new_tokens is None:
+        return
+    fed = new_tokens if decoder_start else longest + new_tokens - 1
+    if fed > limit:
+        raise ValueError(f"max_new_tokens={new_tokens} needs {fed} positions "
+                         f"({'the decoder start and ' if decoder_start else f'a prompt of {longest} and '}"
+                         f"{new_tokens - 1} generated tokens fed back), more than the model's {limit}")
+
+
+def _left_padded(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> ids int64 ``[N, P]`` padded on the left, mask int64 ``[N, P]`` (1 on real tokens)."""
     width = max(len(r) for r in rows)
-    fill = [width - len(r) for r in rows]
-    ids = [[pad] * f + r if left else r + [pad] * f for r, f in zip(rows, fill)]
-    mask = [[0] * f + [1] * len(r) if left else [1] * len(r) + [0] * f for r, f in zip(rows, fill)]
-    return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    return ids, mask
+
+
+def _right_padded(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> ids int64 ``[N, S]`` padded on the right, mask int64 ``[N, S]`` (1 on real tokens)."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    return ids, mask
 
 
 def _eos(model: Any, eos_token_id: Any) -> tuple[int | list[int], bool]:
@@ -148,12 +282,25 @@ def _eos(model: Any, eos_token_id: Any) -> tuple[int | list[int], bool]:
     return check.ids_as_given(eos_token_id), False
 
 
+def _pad_id(model: Any, pad_token_id: int | None) -> int:
+    if pad_token_id is not None:
+        return check.token("pad_token_id", pad_token_id)
+    pad = model.generation_config.pad_token_id
+    return int(pad) if isinstance(pad, int) else 0
+
+
 def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
     start = time.perf_counter()
     out = model(**inputs, use_cache=True, return_dict=True)
     prepared.forward_seconds += time.perf_counter() - start
     prepared.forward_calls += 1
     return out
+
+
+def _cache_keyword(model: Any) -> str:
+    """The forward's name for the KV cache argument: ``cache`` (transformers >= 5.24; the old
+    ``past_key_values`` is deprecated there), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _cache_of(out: Any) -> Any:
@@ -169,84 +316,375 @@ def _logits(out: Any, extra_column: bool) -> torch.Tensor:
     return logits
 
 
+# ---- the two adapters ----------------------------------------------------------------------------
+
+
+_CAPACITY = 64  # generated-token columns allocated at once when max_new_tokens is not given
+
+
 @torch.no_grad()
-def causal_lm(model: Any, prompts: Sequence[Sequence[int]] | Sequence[str], *, tokenizer: Any = None,
-              pad_token_id: int | None = None, eos_token_id: Any = "model") -> Prepared:
-    """Prepare a decoder-only ``transformers`` model (GPT-2 and the like) for the search.
+def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer: Any = None,
+              pad_token_id: int | None = None, eos_token_id: Any = "model",
+              max_new_tokens: int | None = None) -> Prepared:
+    """Prepare a decoder-only ``transformers`` model (GPT-2, Llama, Qwen, Mistral, ...) for the search.
 
     Args:
         model: a causal LM, in eval mode.
-        prompts: token-id lists (or strings, with ``tokenizer``), of different lengths, each >= 1
-            token.
+        prompts: N token-id lists (or strings, with ``tokenizer``) of different lengths, each
+            >= 1 token; or a 2-D tensor ``[N, P]`` of token ids padded on the left or the right,
+            with its ``attention_mask`` ``[N, P]`` (1 on tokens, 0 on padding).
+        attention_mask: only with a tensor of prompts; None means every position is a token.
         pad_token_id: fills the left padding (default: the model's, or 0); masked out.
         eos_token_id: ``"model"`` (the model's generation config: one id or all of its list), an
             id, a list of ids, or None for a search that never finishes a hypothesis (eos becomes
             an extra, always masked, column V).
+        max_new_tokens: the search's ``max_steps``, when known: the mask and positions are
+            allocated for exactly that many tokens, and a prompt plus that many tokens beyond the
+            model's positions is refused before the model runs (without it they grow by 64
+            columns at a time, and a step past the limit is refused when it comes).
 
     Returns:
         A :class:`Prepared`; pass ``prepared.prompts`` as ``prompts``.
+
+    Raises:
+        ValueError: an empty batch or prompt, a malformed tensor or mask, a prompt longer than the
+            model's ``n_positions`` / ``max_position_embeddings``. TypeError: a non-integer id.
     """
-    rows = _ids(prompts, tokenizer, "prompts")
+    rows = _rows(prompts, attention_mask, tokenizer, "prompts")
     _in_eval_mode(model)
-    pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
+    pad = _pad_id(model, pad_token_id)
     eos, extra = _eos(model, eos_token_id)
+    capacity = _CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
+    longest, limit = max(len(r) for r in rows), position_limit(model)
+    _check_positions(model, longest, "prompts", max_new_tokens, decoder_start=False)
     device = next(model.parameters()).device
-    ids, mask = _padded(rows, pad, device, left=True)
+    ids, mask = _left_padded(rows, pad, device)
     prepared = Prepared(None, None, rows, eos)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    lengths = mask.sum(dim=1, keepdim=True)  # --> [N, 1]
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # --> [N, P]
+    cache_kw = _cache_keyword(model)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep)
-    prepared.init_state = CausalState(_cache_of(out), mask, _logits(out, extra))
+    width = ids.shape[1]
+    full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
+    fed_positions = lengths + torch.arange(capacity, device=device)  # --> [N, C]
+    prepared.init_state = CausalState(_cache_of(out), full, fed_positions, 0, _logits(out, extra))
 
     @torch.no_grad()
     def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
         if state.first is not None:  # the prompt's last position was scored by the prefill
             return state.first, state._replace(first=None)
-        attention = torch.cat([state.mask, state.mask.new_ones(state.mask.shape[0], 1)], dim=1)
-        position = attention.sum(dim=1, keepdim=True) - 1  # --> [k, 1]
-        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=attention,
-                     position_ids=position, past_key_values=state.cache)
-        return _logits(out, extra), CausalState(_cache_of(out), attention, None)
+        s = state.fed
+        if limit is not None and longest + s >= limit:
+            raise ValueError(f"the search asks for a token at position {longest + s}, beyond the model's {limit} "
+                             "positions: lower max_steps")
+        if s == state.positions.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
+            state = _grown(state)
+        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=state.mask[:, : width + s + 1],
+                     position_ids=state.positions[:, s : s + 1], **{cache_kw: state.cache})
+        return _logits(out, extra), CausalState(_cache_of(out), state.mask, state.positions, s + 1, None)
 
     prepared.step = step
     return prepared
 
 
-@torch.no_grad()
-def seq2seq_lm(model: Any, sources: Sequence[Sequence[int]] | Sequence[str], *, tokenizer: Any = None,
-               pad_token_id: int | None = None, eos_token_id: Any = "model",
-               decoder_start_token_id: int | None = None) -> Prepared:
-    """Prepare an encoder-decoder ``transformers`` model (BART, T5, ...) for the search.
+def _grown(state: CausalState) -> CausalState:
+    """The state with ``_CAPACITY`` more generated-token columns in its mask and positions."""
+    k, c = state.positions.shape
+    more = state.positions[:, -1:] + torch.arange(1, _CAPACITY + 1, device=state.positions.device)
+    return state._replace(mask=torch.cat([state.mask, state.mask.new_ones(k, _CAPACITY)], dim=1),
+                          positions=torch.cat([state.positions, more], dim=1))
 
-    The encoder runs once here; each step feeds one decoder token per row. Arguments as for
-    :func:`causal_lm`; ``decoder_start_token_id`` defaults to the model's.
+
+@torch.no_grad()
+def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenizer: Any = None,
+               pad_token_id: int | None = None, eos_token_id: Any = "model",
+               decoder_start_token_id: int | None = None, max_new_tokens: int | None = None) -> Prepared:
+    """Prepare an encoder-decoder ``transformers`` model (BART, T5, Marian, ...) for the search.
+
+    The encoder runs once here, one row per source; each step feeds one decoder token per row.
+    ``sources`` and the other arguments as for :func:`causal_lm` (a source tensor ``[N, S]`` may
+    be padded on either side); ``decoder_start_token_id`` defaults to the model's.
     """
-    rows = _ids(sources, tokenizer, "sources")
+    rows = _rows(sources, attention_mask, tokenizer, "sources")
     _in_eval_mode(model)
-    pad = pad_token_id if pad_token_id is not None else (model.generation_config.pad_token_id or 0)
+    pad = _pad_id(model, pad_token_id)
     eos, extra = _eos(model, eos_token_id)
     start = decoder_start_token_id
     if start is None:
         start = model.generation_config.decoder_start_token_id
     if start is None:
         raise ValueError("decoder_start_token_id is None: pass it, or set it in the model's generation config")
+    start = check.token("decoder_start_token_id", start)
+    if max_new_tokens is not None:
+        check.at_least("max_new_tokens", max_new_tokens, 1)
+    limit = position_limit(model)
+    _check_positions(model, max(len(r) for r in rows), "sources", max_new_tokens, decoder_start=True)
     device = next(model.parameters()).device
-    ids, mask = _padded(rows, pad, device, left=False)
-    prepared = Prepared(None, None, [[int(start)] for _ in rows], eos)
+    ids, mask = _right_padded(rows, pad, device)
+    prepared = Prepared(None, None, [[start] for _ in rows], eos)
     t0 = time.perf_counter()
     hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
     prepared.forward_seconds += time.perf_counter() - t0
     prepared.forward_calls += 1
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
-    prepared.init_state = Seq2SeqState(cache, hidden, mask)
+    cache_kw = _cache_keyword(model)
+    prepared.init_state = Seq2SeqState(cache, hidden, mask, 0)
 
     @torch.no_grad()
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
+        if limit is not None and state.fed >= limit:
+            raise ValueError(f"the search asks for a decoder token at position {state.fed}, beyond the model's "
+                             f"{limit} positions: lower max_steps")
         out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
-                     decoder_input_ids=y_prev[:, None], past_key_values=state.cache)
-        return _logits(out, extra), Seq2SeqState(_cache_of(out), state.encoder_hidden, state.encoder_mask)
+                     decoder_input_ids=y_prev[:, None], **{cache_kw: state.cache})
+        return _logits(out, extra), state._replace(cache=_cache_of(out), fed=state.fed + 1)
 
     prepared.step = step
     return prepared
 
+
+# ---- generate(): a model and its generation config ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ForcedTokens:
+    """``generate``'s ForcedBOS / ForcedEOS processors: at step ``at[i]`` of input i, every token
+    but ``token_ids`` becomes -inf (after log_softmax a single forced id has logprob 0, the 0
+    ``generate`` gives it).
+
+    Attributes:
+        token_ids: int64 ``[E]``, the forced id (or every eos id).
+        at: int64 ``[N]``, the step at which each input's rows are forced.
+    """
+
+    token_ids: np.ndarray
+    at: np.ndarray
+    needs_history = False
+
+    @property
+    def last_step(self) -> int:
+        return int(self.at.max())
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        rows = np.flatnonzero(self.at[ctx.row_input] == ctx.step)
+        if rows.size == 0:
+            return logits
+        return ctx.backend.keep_only(logits, np.repeat(rows, self.token_ids.size), np.tile(self.token_ids, rows.size))
+
+
+@dataclass
+class Generation:
+    """What :func:`generate` returns.
+
+    Attributes:
+        hypotheses: per input, up to ``num_return_sequences`` :class:`beamsearch.Hypothesis`
+            (new tokens only, eos included iff finished), best first.
+        texts: per input, each hypothesis's tokens decoded by the tokenizer (special tokens
+            skipped), or None when no tokenizer was given.
+        settings: the search the generation config was mapped to: ``beam_search_batch``'s
+            keywords (``beam_size``, ``n_best``, ``max_steps`` (one per input), ``alpha``,
+            ``length_penalty``, ``eos_token_id``, ``min_new_tokens``, ``no_repeat_ngram_size``,
+            ``logits_processors``, ``stop_sequences``); ``beam_size == 1`` is greedy decoding.
+    """
+
+    hypotheses: BatchResults
+    texts: list[list[str]] | None
+    settings: dict[str, Any]
+
+
+# settings of a GenerationConfig that this adapter cannot honour: set away from their default,
+# they are a ValueError naming them
+_UNSUPPORTED = ("num_beam_groups", "diversity_penalty", "constraints", "force_words_ids", "penalty_alpha",
+                "guidance_scale", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty",
+                "exponential_decay_length_penalty", "max_time", "remove_invalid_values", "watermarking_config",
+                "prompt_lookup_num_tokens", "assistant_early_exit", "dola_layers", "token_healing")
+# sampling settings: generate uses them only with do_sample=True, and so (never) do we
+_SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "epsilon_cutoff", "eta_cutoff")
+
+
+def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> GenerationConfig:
+    """The settings ``model.generate`` would use, resolved in its order: ``generation_config``
+    (default: an empty one), its unset fields from the model's generation config, then the
+    library's defaults, then ``overrides``; an override that is not a generation setting is a
+    TypeError naming it."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise TypeError(f"generation_config must be a transformers.GenerationConfig; got "
+                        f"{type(generation_config).__name__}")
+    cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
+    cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
+    cfg.update(**_defaults(), defaults_only=True)
+    unknown = cfg.update(**overrides)
+    if unknown:
+        raise TypeError(f"generate() got settings that are not GenerationConfig fields: {sorted(unknown)}")
+    return cfg
+
+
+def _defaults() -> dict[str, Any]:
+    """The library's default generation settings (what ``generate`` fills unset fields with)."""
+    return GenerationConfig()._get_default_generation_params()
+
+
+def _refuse_unsupported(cfg: GenerationConfig) -> None:
+    default = _defaults()
+    unsupported = {name: getattr(cfg, name, None) for name in _UNSUPPORTED
+                   if getattr(cfg, name, None) != default.get(name)}
+    if unsupported:
+        raise ValueError(f"these generation settings are not supported by beamsearch.hf.generate: {unsupported}")
+    if cfg.do_sample:
+        sampled = {name: getattr(cfg, name) for name in _SAMPLING if getattr(cfg, name, None) is not None}
+        warnings.warn(f"do_sample=True: beamsearch decodes deterministically (greedy or beam search), so "
+                      f"do_sample and the sampling settings {sampled} are not used; pass do_sample=False to "
+                      "silence this", stacklevel=3)
+
+
+def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool) -> tuple[list[int], int]:
+    """(max_steps per input, min_new_tokens). ``max_new_tokens`` wins over ``max_length``, which
+    counts the prompt (a causal LM's, per input; an encoder-decoder's decoder start token)."""
+    base = [1] * len(rows) if encoder_decoder else [len(r) for r in rows]
+    if cfg.max_new_tokens is not None:
+        steps = [check.at_least("max_new_tokens", cfg.max_new_tokens, 1)] * len(rows)
+    else:
+        steps = [check.integer("max_length", cfg.max_length) - b for b in base]
+        short = [i for i, s in enumerate(steps) if s < 1]
+        if short:
+            raise ValueError(f"max_length={cfg.max_length} leaves no new token for inputs[{short[0]}] "
+                             f"({base[short[0]]} tokens already): set max_new_tokens")
+    m = check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0)
+    if cfg.min_length:
+        if len(set(base)) > 1:
+            raise ValueError(f"min_length={cfg.min_length} counts the prompt, and the prompts differ in length "
+                             "(generate would count the padding): set min_new_tokens instead")
+        m = max(m, check.integer("min_length", cfg.min_length) - base[0])
+    return steps, m
+
+
+def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
+                encoder_decoder: bool) -> list[Any]:
+    """The generation config's logits processors, in ``generate``'s order (the n-gram block and
+    the min-new-tokens mask are the search's own keywords)."""
+    out: list[Any] = []
+    if cfg.sequence_bias is not None:
+        bias = cfg.sequence_bias
+        if isinstance(bias, list):  # generate's list form [[ids, bias], ...]
+            bias = {tuple(ids): b for ids, b in bias}
+        out.append(SequenceBias(bias))
+    if cfg.repetition_penalty is not None and cfg.repetition_penalty != 1.0:
+        out.append(RepetitionPenalty(cfg.repetition_penalty))
+    if cfg.bad_words_ids is not None:
+        # as generate does: a bad word that is a single eos id is dropped
+        words = [w for w in cfg.bad_words_ids if eos is None or not (len(w) == 1 and w[0] in eos)]
+        if words:
+            out.append(BadWords(words))
+    n = len(steps)
+    if cfg.forced_bos_token_id is not None:
+        if not encoder_decoder:
+            raise ValueError("forced_bos_token_id is set: generate forces it only where the decoder input is one "
+                             "token (encoder-decoders); unset it for a decoder-only model")
+        ids = np.array([check.token("forced_bos_token_id", cfg.forced_bos_token_id)])
+        out.append(_ForcedTokens(ids, np.ones(n, np.int64)))
+    if cfg.forced_eos_token_id is not None:
+        forced = cfg.forced_eos_token_id
+        out.append(_ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
+    if cfg.suppress_tokens:
+        out.append(SuppressTokens(list(cfg.suppress_tokens)))
+    if cfg.begin_suppress_tokens:
+        if cfg.forced_bos_token_id is not None:
+            raise ValueError("begin_suppress_tokens with forced_bos_token_id (suppression at the second token) is "
+                             "not supported")
+        out.append(SuppressTokens(list(cfg.begin_suppress_tokens), first_steps=1))
+    return out
+
+
+def _stop_sequences(cfg: GenerationConfig, tokenizer: Any) -> list[list[int]]:
+    """``stop_strings`` as token sequences: each string as the tokenizer encodes it alone."""
+    strings = cfg.stop_strings
+    if not strings:
+        return []
+    if tokenizer is None:
+        raise ValueError(f"stop_strings={strings!r} needs the tokenizer: pass tokenizer=")
+    if isinstance(strings, str):
+        strings = [strings]
+    return [list(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in strings]
+
+
+def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any) -> dict[str, Any]:
+    """The search a generation config asks for (see :attr:`Generation.settings`), checked before
+    the model runs."""
+    _refuse_unsupported(cfg)
+    encoder_decoder = bool(model.config.is_encoder_decoder)
+    eos, extra = _eos(model, cfg.eos_token_id)
+    eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
+    beams = check.at_least("num_beams", cfg.num_beams, 1)
+    n_best = check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1)
+    if n_best > beams:
+        raise ValueError(f"num_return_sequences={n_best} must be at most num_beams={beams}")
+    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
+    if alpha < 0:
+        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
+                         "supported")
+    steps, m = _lengths(cfg, rows, encoder_decoder)
+    return {"beam_size": beams, "n_best": n_best, "max_steps": steps, "alpha": alpha if beams > 1 else 0.0,
+            "length_penalty": "power", "eos_token_id": eos, "min_new_tokens": m,
+            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
+            "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder),
+            "stop_sequences": _stop_sequences(cfg, tokenizer)}
+
+
+@torch.no_grad()
+def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
+             attention_mask: Any = None, **overrides: Any) -> Generation:
+    """Decode a batch with a ``transformers`` model under its generation config, as
+    ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
+    differ").
+
+    The settings honoured: ``num_beams`` (1: greedy; more: :func:`beamsearch.beam_search_batch`),
+    ``num_return_sequences`` (n_best), ``length_penalty`` (the power penalty
+    ``logprob / len ** length_penalty``), ``max_new_tokens`` / ``max_length``,
+    ``min_new_tokens`` / ``min_length``, ``eos_token_id`` (one id or several),
+    ``no_repeat_ngram_size``, ``bad_words_ids``, ``repetition_penalty``, ``sequence_bias``,
+    ``suppress_tokens``, ``begin_suppress_tokens``, ``forced_bos_token_id``,
+    ``forced_eos_token_id``, ``stop_strings`` (with ``tokenizer``). ``early_stopping`` is
+    accepted with any value: our early stop is exact (it never loses a better hypothesis), so
+    every value gives what ``"never"`` aims at. Sampling settings are not used (a warning when
+    ``do_sample=True``); output flags (``output_scores``, ...), ``use_cache`` and
+    ``cache_implementation`` change nothing (hypotheses always carry their scores). Any other
+    setting away from its default is a ValueError naming it.
+
+    Args:
+        model: a causal LM or an encoder-decoder, in eval mode.
+        inputs: N strings (with ``tokenizer``), N token-id lists, or a 2-D tensor ``[N, P]`` of
+            ids with its ``attention_mask`` ``[N, P]`` (padding left or right).
+        tokenizer: turns strings into ids and the results back into strings; needed for
+            ``stop_strings``.
+        generation_config: a ``GenerationConfig``; default ``model.generation_config``.
+        attention_mask: with a tensor of ``inputs`` only.
+        **overrides: generation settings that replace the config's (``num_beams=4``, ...).
+
+    Returns:
+        A :class:`Generation`: ``hypotheses[i]`` best first, and ``texts[i]`` with a tokenizer.
+
+    Raises:
+        ValueError / TypeError: before the model runs, naming the setting or argument at fault.
+    """
+    cfg = _config(model, generation_config, overrides)
+    rows = _rows(inputs, attention_mask, tokenizer, "inputs")
+    settings = _settings(model, cfg, rows, tokenizer)
+    prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
+    eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
+    dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
+                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
+    search = dict(settings, eos_token_id=dec.eos_token_id)
+    beams = search.pop("beam_size")
+    if beams == 1:  # greedy: the argmax of each step until an eos (SPEC section 4 with one row)
+        search.pop("n_best")
+        opts = batch_options(dec.prompts, **search)
+        hypotheses = run_batch(dec.step, dec.init_state, opts, NarrowingBeam(1), n_best=1, finished_first=False)
+    else:
+        hypotheses = beam_search_batch(dec.step, dec.init_state, dec.prompts, beam_size=beams, early_stop=True,
+                                       **search)
+    texts = None
+    if tokenizer is not None:
+        texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
+    return Generation(hypotheses, texts, settings)

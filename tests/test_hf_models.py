@@ -1,0 +1,267 @@
+"""``beamsearch.hf.generate`` against ``model.generate`` on eight architectures (small random weights).
+
+GPT-2, Llama, Qwen2, Qwen3, Mistral (sliding window of 4, shorter than the prompts and the
+outputs), BART, T5 and Marian, each built from its config with seeded random weights, tiny
+sizes. Every generation config holds two eos ids (Llama 3 / Qwen2.5 style). The oracles are
+``generate`` itself where its rules and ours coincide, and a teacher-forced rescoring of the
+model (one row, no cache, a plain loop) where they do not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
+
+from beamsearch import beam_search_batch  # noqa: E402
+from beamsearch.hf import causal_lm, generate, position_limit, seq2seq_lm  # noqa: E402
+
+VOCAB, PAD, BOS, START = 61, 0, 1, 2
+EOS = [3, 7]  # two eos ids, as the generation configs of Llama 3 and Qwen2.5 hold
+PROMPTS = [[5, 17, 33, 8, 41], [9], [60, 2, 11, 12, 13, 14, 15], [22, 23]]
+
+_DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=40, bos_token_id=BOS, eos_token_id=EOS,
+                pad_token_id=PAD)
+_SEQ2SEQ = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+                bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, decoder_start_token_id=START,
+                forced_bos_token_id=None, forced_eos_token_id=None)
+CONFIGS = {
+    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=40, n_embd=32, n_layer=2, n_head=4, bos_token_id=BOS, eos_token_id=EOS,
+        pad_token_id=PAD)),
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**_DECODER)),
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**_DECODER)),
+    "qwen3": lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**_DECODER, head_dim=8)),
+    "mistral": lambda: transformers.MistralForCausalLM(transformers.MistralConfig(**_DECODER, sliding_window=4)),
+    "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(**_SEQ2SEQ)),
+    "t5": lambda: transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, eos_token_id=EOS,
+        pad_token_id=PAD, decoder_start_token_id=START)),
+    "marian": lambda: transformers.MarianMTModel(transformers.MarianConfig(**_SEQ2SEQ)),
+}
+NAMES = list(CONFIGS)
+SHARPEN = {"t5": 1.0}  # T5's tied head is already sharp at random init (x 8 makes it repeat one token)
+
+
+def build(name: str, seed: int = 0, *, eos_bias: float = 0.0, dtype=torch.float32):
+    """The model ``name`` with seeded random weights, in eval mode, its logits sharpened (x 8, so
+    that searches disagree; see SHARPEN) and the eos ids' logits raised by ``eos_bias`` (a hook on the output
+    layer, so tied and untied heads alike)."""
+    torch.manual_seed(seed)
+    model = CONFIGS[name]().to(dtype).eval()
+    model.generation_config.eos_token_id = list(EOS)
+    model.generation_config.pad_token_id = PAD
+    bias = torch.zeros(VOCAB)
+    bias[EOS] = eos_bias
+
+    def sharpen(module, args, out):
+        return out * SHARPEN.get(name, 8.0) + bias.to(out.dtype)
+
+    model.get_output_embeddings().register_forward_hook(sharpen)
+    return model
+
+
+def padded(model, prompts):
+    """generate's input: left padding for a causal LM, right padding for an encoder."""
+    width = max(map(len, prompts))
+    left = not model.config.is_encoder_decoder
+    ids = [([PAD] * (width - len(p)) + p) if left else (p + [PAD] * (width - len(p))) for p in prompts]
+    mask = [([0] * (width - len(p)) + [1] * len(p)) if left else ([1] * len(p) + [0] * (width - len(p)))
+            for p in prompts]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def theirs(model, prompts, **kw):
+    """model.generate on the batch -> (per returned sequence, its new tokens up to and including
+    the first eos; the output object)."""
+    ids, mask = padded(model, prompts)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, return_dict_in_generate=True,
+                             output_scores=True, **kw)
+    start = 1 if model.config.is_encoder_decoder else ids.shape[1]
+    eos = kw.get("eos_token_id", EOS)
+    eos = set([] if eos is None else eos)
+    rows = []
+    for seq in out.sequences[:, start:].tolist():
+        row = []
+        for t in seq:
+            row.append(t)
+            if t in eos:
+                break
+        rows.append(row)
+    return rows, out
+
+
+def rescore(model, prompt, tokens):
+    """Teacher forcing, written from the definition: the sum over the tokens of
+    log_softmax(model logits) at that token, one row, the whole sequence at once, no cache."""
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            dec = torch.tensor([[model.generation_config.decoder_start_token_id] + tokens[:-1]])
+            logits = model(input_ids=torch.tensor([prompt]), decoder_input_ids=dec).logits[0]
+            rows = range(len(tokens))
+        else:
+            logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0]
+            rows = range(len(prompt) - 1, len(prompt) - 1 + len(tokens))
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return sum(logp[r, t].item() for r, t in zip(rows, tokens))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_class_exists_and_builds(name):
+    model = build(name)
+    assert model.config.is_encoder_decoder == (name in ("bart", "t5", "marian"))
+    assert position_limit(model) == (None if name == "t5" else 40)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_greedy_equals_generate_with_two_eos_ids(name):
+    model = build(name, 1, eos_bias=2.0)
+    expected, _ = theirs(model, PROMPTS, num_beams=1, max_new_tokens=10)
+    got = generate(model, PROMPTS, num_beams=1, max_new_tokens=10)
+    assert [hyps[0].tokens for hyps in got.hypotheses] == expected
+    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+        h = hyps[0]
+        assert h.finished == (h.tokens[-1] in EOS)
+        assert h.score == h.logprob  # greedy: no length penalty
+        assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_beam_search_equals_generate_where_the_rules_coincide(name):
+    """No eos (eos_token_id=None on both sides), the power penalty, n_best = num_beams: the same
+    sequences in the same order, and our score is generate's ``sequences_scores``."""
+    model, beams, new = build(name, 2), 3, 6
+    expected, out = theirs(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                           eos_token_id=None, length_penalty=1.0, early_stopping=False)
+    got = generate(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                   eos_token_id=None, length_penalty=1.0)
+    for i, hyps in enumerate(got.hypotheses):
+        assert [h.tokens for h in hyps] == expected[i * beams:(i + 1) * beams]
+        for j, h in enumerate(hyps):
+            assert h.score == pytest.approx(out.sequences_scores[i * beams + j].item(), abs=1e-5)
+            assert h.score == pytest.approx(h.logprob / new, abs=1e-12)  # length_penalty 1: / len ** 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_with_eos_and_no_processors_our_best_finished_is_at_least_generates(name):
+    """Without processors our live beams are generate's running beams and we keep every eos
+    extension of them (generate keeps those among its top 2 * beams), so our best finished score
+    is at least generate's, both scored by our rule: logprob / len (eos counted)."""
+    model, beams, new = build(name, 3, eos_bias=4.0), 3, 8
+    got = generate(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                   length_penalty=1.0)
+    rows, _ = theirs(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                     length_penalty=1.0, early_stopping="never")
+    compared = 0
+    for i, (prompt, hyps) in enumerate(zip(PROMPTS, got.hypotheses)):
+        for h in hyps:
+            assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
+            assert h.score == pytest.approx(h.logprob / len(h.tokens), abs=1e-12)
+        finished = [t for t in rows[i * beams:(i + 1) * beams] if t[-1] in EOS]
+        if finished:
+            compared += 1
+            best = max(rescore(model, prompt, t) / len(t) for t in finished)
+            assert max(h.score for h in hyps if h.finished) >= best - 1e-5
+    assert compared >= 2
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_input_decodes_the_same_alone_and_in_a_batch(name):
+    model = build(name, 4, eos_bias=2.0)
+    batch = generate(model, PROMPTS, num_beams=3, num_return_sequences=2, max_new_tokens=6)
+    for prompt, hyps in zip(PROMPTS, batch.hypotheses):
+        (alone,) = generate(model, [prompt], num_beams=3, num_return_sequences=2, max_new_tokens=6).hypotheses
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.finished for h in hyps] == [h.finished for h in alone]
+        # padding changes the floating-point order of the attention sums: equal to rounding
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_greedy_equals_generate(name, dtype):
+    """Greedy in half precision: both take the argmax of the same float32 copy of the same
+    half-precision logits (the prefill runs the same padded batch), ties to the lowest id."""
+    model = build(name, 5, eos_bias=2.0, dtype=getattr(torch, dtype))
+    expected, _ = theirs(model, PROMPTS, num_beams=1, max_new_tokens=8)
+    got = generate(model, PROMPTS, num_beams=1, max_new_tokens=8)
+    assert [hyps[0].tokens for hyps in got.hypotheses] == expected
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bart", "t5"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_beam_search_agrees_with_generate_up_to_rounding(name, dtype):
+    """Where the rules coincide, in half precision: generate runs the prefill on N * beams rows
+    and we on N rows, so the same hypothesis's logits can round differently (a half-precision
+    ulp), and near-ties may rank differently. Every hypothesis of ours scores within that
+    rounding of the hypothesis generate ranks in the same place, and the best agree."""
+    model, beams, new = build(name, 6, dtype=getattr(torch, dtype)), 3, 5
+    _, out = theirs(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                    eos_token_id=None, length_penalty=1.0, early_stopping=False)
+    got = generate(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
+                   eos_token_id=None, length_penalty=1.0)
+    tolerance = 0.05  # in score units (logprob / length): a few half-precision roundings of 8x logits
+    for i, hyps in enumerate(got.hypotheses):
+        their_scores = out.sequences_scores[i * beams:(i + 1) * beams].tolist()
+        assert [h.score for h in hyps] == pytest.approx(their_scores, abs=tolerance)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_numpy_logits_give_the_same_search_as_torch_logits(name):
+    """The engine on the adapter's torch logits, and on the same logits handed over as numpy."""
+    model = build(name, 7, eos_bias=2.0)
+    prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
+    results = []
+    for to_numpy in (False, True):
+        dec = prepare(model, PROMPTS)
+
+        def step(state, y_prev, dec=dec, to_numpy=to_numpy):
+            logits, state = dec.step(state, y_prev)
+            return (logits.numpy() if to_numpy else logits), state
+
+        results.append(beam_search_batch(step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                         max_steps=6, beam_size=3, n_best=3, length_penalty="power", alpha=1.0))
+    torch_run, numpy_run = results
+    assert [[h.tokens for h in hyps] for hyps in torch_run] == [[h.tokens for h in hyps] for hyps in numpy_run]
+    for a, b in zip(torch_run, numpy_run):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "bart", "marian"])
+def test_an_input_beyond_the_models_positions_is_refused_before_the_model_runs(name):
+    model = build(name)
+    calls = []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    if model.config.is_encoder_decoder:
+        model.get_encoder().register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match="longer than the model's 40 positions"):
+        generate(model, [[5] * 41], max_new_tokens=2)
+    # the prompt fits, but the tokens fed back would not: 39 + 3 - 1 = 41 > 40 (decoder-only);
+    # an encoder-decoder's decoder is fed its start token and 40 generated tokens: 41 > 40
+    with pytest.raises(ValueError, match="max_new_tokens=.* positions"):
+        generate(model, [[5] * 39], max_new_tokens=41 if model.config.is_encoder_decoder else 3)
+    assert calls == []
+
+
+def test_a_sliding_window_is_not_a_position_limit():
+    """Mistral's window (4 here) is shorter than the prompt and the output: accepted, and the
+    sliding-window cache is reordered like any other (greedy and beam equal generate's)."""
+    model = build("mistral", 8)
+    prompt = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
+    expected, out = theirs(model, prompt, num_beams=2, num_return_sequences=2, max_new_tokens=12,
+                           eos_token_id=None, length_penalty=1.0, early_stopping=False)
+    got = generate(model, prompt, num_beams=2, num_return_sequences=2, max_new_tokens=12, eos_token_id=None,
+                   length_penalty=1.0)
+    assert [h.tokens for h in got.hypotheses[0]] == expected
+    assert [h.score for h in got.hypotheses[0]] == pytest.approx(out.sequences_scores.tolist(), abs=1e-5)
+
+
+def test_t5_has_no_position_limit():
+    model = build("t5")
+    assert position_limit(model) is None
+    got = generate(model, [[5] * 60], max_new_tokens=3, eos_token_id=None)
+    assert len(got.hypotheses[0][0].tokens) == 3
