@@ -19,13 +19,13 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import StepCallback, _Options, batch_options, run_batch
+from beamsearch._search import Plan, StepCallback, _Options, _pad, batch_options, run_plan
 from beamsearch._trace import Trace
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
                                                Trackers)
 
-__all__ = ["AnyOf", "constrained_beam_search"]
+__all__ = ["AnyOf", "constrained_beam_search", "constrained_plan"]
 
 
 class AnyOf:
@@ -105,6 +105,16 @@ def constrained_beam_search(
         ``max_steps`` (after the forced prefix), more than ``MAX_STATES`` tracker states. A phrase
         id >= V is a ValueError at the first step, before any selection.
     """
+    plan = constrained_plan(prompts, constraints=constraints, beam_size=beam_size, n_best=n_best, ordered=ordered,
+                            pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, **controls)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[Sequence[Sequence[int] | AnyOf]],
+                     beam_size: int, n_best: int = 1, ordered: bool = False, pad_token_id: int | None = None,
+                     return_token_logprobs: bool = False, **controls: Any) -> Plan:
+    """The :class:`~beamsearch._search.Plan` of :func:`constrained_beam_search` (its arguments
+    but the model, the state and the callback/trace keywords), validated before any model call."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     ordered = check.flag("ordered", ordered)
     opts = batch_options(prompts, **controls)
@@ -121,9 +131,8 @@ def constrained_beam_search(
     opts = _Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.penalty, opts.alpha)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
-    return run_batch(step_fn, init_state, opts, ConstrainedBeam(beam_size, trackers, finish), n_best=n_best,
-                     pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, callback=callback,
-                     trace=trace, trace_width=trace_width)
+    return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
+                pad_token_id=_pad(pad_token_id), token_logprobs=return_token_logprobs)
 
 
 def _constraints(value: Any, n_inputs: int, eos: np.ndarray

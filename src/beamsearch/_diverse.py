@@ -8,12 +8,12 @@ from typing import Any, Sequence
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import StepCallback, batch_options, run_batch
+from beamsearch._search import Plan, StepCallback, _pad, batch_options, run_plan
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.diverse import DiverseBeam
 from beamsearch._trace import Trace
 
-__all__ = ["diverse_beam_search"]
+__all__ = ["diverse_beam_search", "diverse_plan"]
 
 
 def diverse_beam_search(
@@ -84,6 +84,17 @@ def diverse_beam_search(
             ``diversity_penalty``; any error of :func:`beam_search_batch`'s arguments.
         TypeError: a non-integer size or a non-real penalty.
     """
+    plan = diverse_plan(prompts, num_groups=num_groups, diversity_penalty=diversity_penalty, beam_size=beam_size,
+                        n_best=n_best, pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs,
+                        early_stop=early_stop, **controls)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+def diverse_plan(prompts: Sequence[Sequence[int]], *, num_groups: int, diversity_penalty: float, beam_size: int,
+                 n_best: int = 1, pad_token_id: int | None = None, return_token_logprobs: bool = False,
+                 early_stop: bool = True, **controls: Any) -> Plan:
+    """The :class:`~beamsearch._search.Plan` of :func:`diverse_beam_search` (its arguments but
+    the model, the state and the callback/trace keywords), validated before any model call."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     groups = check.at_least("num_groups", num_groups, 1)
     if beam_size % groups:
@@ -94,6 +105,5 @@ def diverse_beam_search(
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     rule = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)
-    return run_batch(step_fn, init_state, opts, strategy, n_best=n_best, pad_token_id=pad_token_id,
-                     return_token_logprobs=return_token_logprobs, callback=callback, trace=trace,
-                     trace_width=trace_width)
+    return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=_pad(pad_token_id),
+                token_logprobs=return_token_logprobs)

@@ -1,8 +1,9 @@
 """The one search engine: a loop of three named steps around one frozen beam record.
 
 Every search of the package (``greedy_decode``, ``beam_search``, ``beam_search_batch``,
-``score_sequences``) is :func:`run` with a strategy (:mod:`beamsearch._strategies`) and controls
-(:mod:`beamsearch._controls`). Per step:
+``score_sequences``, the search modes) is a :class:`Search` with a strategy
+(:mod:`beamsearch._strategies`) and controls (:mod:`beamsearch._controls`), driven by :func:`run`
+for one batch or by the refill runner (:mod:`beamsearch._refill`) for a stream. Per step:
 
 1. :func:`score_step`: one model call for all live rows of all inputs, then on the logits' own
    backend the processors, log_softmax, and the masks after it -> ``[k, V]`` log-probabilities;
@@ -22,7 +23,7 @@ runs over rows or tokens in the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -79,29 +80,77 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
     """
     n = first_tokens.shape[0]
     check.state_rows(init_state, n)
-    beam = start_beam(n, controls)
-    trail, sstate = Trail(), strategy.start(n)
-    ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
-    like = first_foreign_leaf(init_state)
-    index = _indexer(like)
-    state, y_prev, vocab, scratch = init_state, index(first_tokens), None, None
-    for step in range(1, int(controls.max_steps.max()) + 1):
-        out = step_fn(state, y_prev)
-        scores, new_state = score_step(out, beam, step, controls, trail, vocab, scratch)
-        vocab = scores.vocab
-        seen = observer.before_select(scores) if observer is not None else None
-        selection, sstate = strategy.select(sstate, scores)
-        if observer is not None:
-            selection = observer.after_select(seen, scores, selection, controls, trail)
-        scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
-        beam, parent, done = advance(beam, selection, step, controls, trail)
-        ended.extend(done)
+    search = Search(n, strategy, controls, observer)
+    index = _indexer(first_foreign_leaf(init_state))
+    state, y_prev = init_state, index(first_tokens)
+    for _ in range(int(controls.max_steps.max())):
+        logits, new_state = check.step_output(step_fn(state, y_prev))
+        rows = search.beam.size
+        parent = search.advance(logits)
+        beam = search.beam
         if beam.size == 0:
             break
-        if not (parent.shape[0] == scores.beam.size and (parent == np.arange(parent.shape[0])).all()):
-            new_state = select_state(new_state, index(parent))
-        state, y_prev = new_state, index(beam.token)
-    return Outcome(Ended.concat(ended), trail, sstate)
+        state, y_prev = reorder(new_state, parent, rows, index), index(beam.token)
+    return search.outcome()
+
+
+class Search:
+    """One search between model calls: its live rows, trail, strategy state and what ended.
+
+    :func:`run` drives one; the refill runner (:mod:`beamsearch._refill`) drives several in
+    lockstep, one model call for the rows of all of them. Each call's logits for this search's
+    rows go to :meth:`advance`, which scores, selects and advances one step; the caller reorders
+    the model state by the parents it returns (:func:`reorder`).
+
+    Attributes:
+        beam: the live rows (what the next call is made for; ``beam.token`` is its ``y_prev``).
+        step: the steps taken (0 before the first call).
+        state: the strategy's state after the last step.
+        trail: the back-pointers of every step.
+    """
+
+    def __init__(self, n_inputs: int, strategy: Strategy, controls: Controls,
+                 observer: Observer | None = None) -> None:
+        self.strategy, self.controls, self.observer = strategy, controls, observer
+        self.beam = start_beam(n_inputs, controls)
+        self.trail = Trail()
+        self.state = strategy.start(n_inputs)
+        self.step = 0
+        self._ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
+        self._vocab: int | None = None
+        self._scratch: Any = None
+
+    def advance(self, logits: Any) -> np.ndarray:
+        """One step from the model's logits ``[k, V]`` for the live rows (never written into).
+
+        Returns:
+            int64 ``[k']``: each next live row's parent, a row of this call (``beam`` is now
+            those ``k'`` rows; ``k' == 0`` when the search is over).
+        """
+        self.step += 1
+        scores = score_logits(logits, self.beam, self.step, self.controls, self.trail, self._vocab, self._scratch)
+        self._vocab = scores.vocab
+        observer = self.observer
+        seen = observer.before_select(scores) if observer is not None else None
+        selection, self.state = self.strategy.select(self.state, scores)
+        if observer is not None:
+            selection = observer.after_select(seen, scores, selection, self.controls, self.trail)
+        self._scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
+        self.beam, parent, done = advance(self.beam, selection, self.step, self.controls, self.trail)
+        self._ended.extend(done)
+        return parent
+
+    def outcome(self) -> Outcome:
+        """Everything that ended so far (all of the search's hypotheses once it is over)."""
+        return Outcome(Ended.concat(self._ended), self.trail, self.state)
+
+
+def reorder(new_state: Any, parent: np.ndarray, rows: int, index: Callable[[np.ndarray], Any]) -> Any:
+    """The model state of the next call: ``new_state``'s rows (``rows`` of them) gathered by
+    ``parent`` (int64 ``[k']``), untouched when that is every row in order."""
+    if not (parent.shape[0] == rows and (parent == np.arange(rows)).all()):
+        new_state = select_state(new_state, index(parent))
+    return new_state
 
 
 def start_beam(n: int, controls: Controls) -> Beam:
@@ -120,13 +169,20 @@ def start_beam(n: int, controls: Controls) -> Beam:
 
 def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
                vocab: int | None, scratch: Any = None) -> tuple[StepScores, Any]:
-    """Check the model's output and turn it into the step's processed log-probabilities.
+    """Check the model's output ``(logits, new_state)`` and score it (:func:`score_logits`)."""
+    logits, new_state = check.step_output(out)
+    return score_logits(logits, beam, step, controls, trail, vocab, scratch), new_state
+
+
+def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
+                 vocab: int | None, scratch: Any = None) -> StepScores:
+    """Turn the model's logits ``[k, V]`` into the step's processed log-probabilities.
 
     Order (SPEC section 10): the processors (min_new_tokens' eos mask, temperature, top-k,
     n-gram, the user's), log_softmax, the masks (the forced prefix). ``scratch`` is the previous
-    step's buffer, reused when its shape and dtype fit (the model's own array is never written).
+    step's buffer, reused when its shape and dtype fit (the model's own array, or a view of it,
+    is never written).
     """
-    logits, new_state = check.step_output(out)
     backend = backend_of(logits)
     x = backend.compute(logits)
     check.logits_shape(x, beam.size, vocab)
@@ -155,7 +211,7 @@ def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail
         rows, tokens = controls.stops.pairs(beam.recent, step)
     else:
         rows = tokens = _NO_PAIRS
-    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step), new_state
+    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step)
 
 
 def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:

@@ -3,6 +3,9 @@
 
 Each validates its arguments, picks a strategy and controls, runs the one engine
 (:func:`beamsearch._engine.run`) and builds :class:`Hypothesis` objects once, for the result.
+The batched searches are split in two: a plan (:class:`Plan`: the validated arguments, the
+strategy, how results are built; :func:`beam_plan` and each search mode's plan function) and a
+runner (:func:`run_plan` for one batch, :func:`beamsearch._refill.decode_stream` for a stream).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch._trace import StepRecord, Trace, tracer
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
-__all__ = ["beam_search", "beam_search_batch", "beam_search_each", "greedy_decode"]
+__all__ = ["Plan", "beam_plan", "beam_search", "beam_search_batch", "beam_search_each", "greedy_decode", "run_plan"]
 
 StepCallback = Callable[[StepRecord], Any]
 """``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
@@ -208,18 +211,26 @@ def beam_search_batch(
         A :class:`BatchResults` (a list): per input, its finished hypotheses sorted by score
         (stable), cut to n_best; when fewer than n_best finished, its live rows at the end fill up.
     """
+    plan = beam_plan(prompts, beam_size=beam_size, n_best=n_best, early_stop=early_stop, pad_token_id=pad_token_id,
+                     return_token_logprobs=return_token_logprobs, eos_token_id=eos_token_id, max_steps=max_steps,
+                     alpha=alpha, no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k,
+                     bos_token_id=bos_token_id, length_penalty=length_penalty,
+                     logits_processors=logits_processors, min_new_tokens=min_new_tokens,
+                     stop_sequences=stop_sequences, prefix=prefix)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+def beam_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int = 1, early_stop: bool = True,
+              pad_token_id: int | None = None, return_token_logprobs: bool = False, **controls: Any) -> Plan:
+    """The :class:`Plan` of :func:`beam_search_batch` (its arguments but the model, the state and
+    the callback/trace keywords), validated before any model call."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     early_stop = check.flag("early_stop", early_stop)
-    opts = batch_options(prompts, eos_token_id=eos_token_id, max_steps=max_steps, alpha=alpha,
-                         no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k,
-                         bos_token_id=bos_token_id, length_penalty=length_penalty,
-                         logits_processors=logits_processors, min_new_tokens=min_new_tokens,
-                         stop_sequences=stop_sequences, prefix=prefix)
+    opts = batch_options(prompts, **controls)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
-    return run_batch(step_fn, init_state, opts, strategy, n_best=n_best, pad_token_id=pad_token_id,
-                     return_token_logprobs=return_token_logprobs, callback=callback, trace=trace,
-                     trace_width=trace_width)
+    return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=_pad(pad_token_id),
+                token_logprobs=return_token_logprobs)
 
 
 def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Sequence[int],
@@ -235,33 +246,95 @@ def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Seque
                     length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
 
 
-def run_batch(step_fn: StepFn, init_state: Any, opts: _Options, strategy: Any, *, n_best: int | None,
-              pad_token_id: int | None = None, return_token_logprobs: bool = False,
-              finished_first: bool = True, callback: StepCallback | None = None, trace: Trace | None = None,
-              trace_width: int = 3, results: BatchResults | None = None,
-              builder: Callable[[Outcome, BatchResults], None] | None = None) -> BatchResults:
-    """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
-    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).
+class Plan:
+    """One search mode over one batch of prompts, ready to run: everything but the model.
+
+    A plan is made by a mode's plan function (:func:`beam_plan`, ``constrained_plan``,
+    ``diverse_plan``, ``stochastic_plan``), which validates the arguments before any model call,
+    and run by a runner: :func:`run_plan` for one batch, :func:`beamsearch._refill.decode_stream`
+    for a stream (where each cohort of inputs joining together has its own plan).
+
+    Attributes:
+        opts: the validated prompts and controls (:func:`batch_options`).
+        strategy: the selection rule.
+        rows_per_input: the most live rows one input can hold at a step (its beam size).
+        n_best: results per input (None: every ended hypothesis).
+        finished_first: rank finished hypotheses before unfinished ones (SPEC section 6), or
+            all together by score (SPEC section 4).
+        pad_token_id: for :meth:`BatchResults.arrays`.
+        token_logprobs: build :class:`TokenLogprobHypothesis` objects.
+    """
+
+    def __init__(self, opts: _Options, strategy: Any, rows_per_input: int, *, n_best: int | None,
+                 finished_first: bool = True, pad_token_id: int | None = None, token_logprobs: bool = False) -> None:
+        self.opts, self.strategy, self.rows_per_input = opts, strategy, rows_per_input
+        self.n_best, self.finished_first = n_best, finished_first
+        self.pad_token_id, self.token_logprobs = pad_token_id, token_logprobs
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.opts.prompts)
+
+    def hypotheses(self, outcome: Outcome, inputs: np.ndarray) -> list[list[Hypothesis]]:
+        """The results of the inputs ``inputs`` (int64 ``[m]``, ascending; each of them over:
+        ``outcome`` holds all it ended with), best first."""
+        ended = outcome.ended
+        if inputs.shape[0] < self.n_inputs:
+            outcome = Outcome(ended.take(np.isin(ended.input, inputs)), outcome.trail, outcome.state)
+        out = build(outcome, self.n_inputs, self.opts.penalty, self.opts.alpha, n_best=self.n_best,
+                    finished_first=self.finished_first, token_logprobs=self.token_logprobs)
+        return [out[i] for i in inputs.tolist()]
+
+    def info(self, outcome: Outcome, inputs: np.ndarray) -> list[dict[str, Any]]:
+        """What the mode reports per input beside its hypotheses (nothing here)."""
+        return [{} for _ in range(inputs.shape[0])]
+
+    def results(self, outcome: Outcome) -> BatchResults:
+        """The result container of the whole batch."""
+        return BatchResults(self.hypotheses(outcome, np.arange(self.n_inputs)), pad_token_id=self.pad_token_id)
+
+    def empty(self) -> BatchResults:
+        """The result container of a batch without prompts."""
+        return BatchResults(pad_token_id=self.pad_token_id)
+
+
+def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCallback | None = None,
+             trace: Trace | None = None, trace_width: int = 3) -> BatchResults:
+    """Run ``plan`` over its batch: one engine search, then the plan's results.
 
     ``callback``, ``trace`` and ``trace_width`` are :func:`beam_search`'s; the pruned candidates
     read per row are the ``strategy.beam_size`` (1 without that attribute) plus the eos ids, plus
-    ``trace_width``. A mode with results of its own passes its (empty) ``results`` container and
-    a ``builder(outcome, results)`` that fills it (``pad_token_id`` then belongs to ``results``)."""
-    if results is None:
-        results = BatchResults(pad_token_id=None if pad_token_id is None else check.integer("pad_token_id", pad_token_id))
-    keep = getattr(strategy, "beam_size", 1) + opts.controls.eos.shape[0]
+    ``trace_width``."""
+    opts = plan.opts
+    keep = getattr(plan.strategy, "beam_size", 1) + opts.controls.eos.shape[0]
     observer = tracer(callback, trace, trace_width, len(opts.prompts), opts.penalty, opts.alpha, keep, opts.prompts)
     if opts.prompts:
-        outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), strategy, opts.controls,
+        outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), plan.strategy, opts.controls,
                       observer=observer)
-        if builder is None:
-            results.extend(build(outcome, len(opts.prompts), opts.penalty, opts.alpha, n_best=n_best,
-                                 finished_first=finished_first, token_logprobs=return_token_logprobs))
-        else:
-            builder(outcome, results)
+        results = plan.results(outcome)
+    else:
+        results = plan.empty()
     if observer is not None:
         observer.finish(results)
     return results
+
+
+def run_batch(step_fn: StepFn, init_state: Any, opts: _Options, strategy: Any, *, n_best: int | None,
+              pad_token_id: int | None = None, return_token_logprobs: bool = False,
+              finished_first: bool = True, callback: StepCallback | None = None, trace: Trace | None = None,
+              trace_width: int = 3) -> BatchResults:
+    """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
+    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).
+
+    :func:`run_plan` with a plain :class:`Plan` (for a strategy that has no plan function of its
+    own); the keywords are :class:`Plan`'s and :func:`run_plan`'s."""
+    plan = Plan(opts, strategy, getattr(strategy, "beam_size", 1), n_best=n_best, finished_first=finished_first,
+                pad_token_id=_pad(pad_token_id), token_logprobs=return_token_logprobs)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+def _pad(pad_token_id: Any) -> int | None:
+    return None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
 
 
 class _Options:

@@ -10,11 +10,11 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._engine import Outcome, StepFn
 from beamsearch._hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
-from beamsearch._search import StepCallback, batch_options, run_batch
+from beamsearch._search import Plan, StepCallback, _pad, batch_options, run_plan
 from beamsearch._trace import Trace
 from beamsearch._strategies.stochastic import StochasticBeam, StochasticState
 
-__all__ = ["StochasticResults", "stochastic_beam_search"]
+__all__ = ["StochasticPlan", "StochasticResults", "stochastic_beam_search", "stochastic_plan"]
 
 _REFUSED = {
     "alpha": "samples are ranked by their perturbed score, not by a length-penalized one",
@@ -118,45 +118,84 @@ def stochastic_beam_search(
             the wrong length; any error of :func:`beam_search_batch`'s arguments.
         TypeError: a non-integer k or seed; an ``rng`` that is not a numpy or torch Generator.
     """
+    plan = stochastic_plan(prompts, k=k, rng=rng, seed=seed, pad_token_id=pad_token_id,
+                           return_token_logprobs=return_token_logprobs, **controls)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+class StochasticPlan(Plan):
+    """The plan of stochastic beam search: its results are the top k ended hypotheses by their
+    perturbed score G (the strategy's state holds G, aligned with the ended hypotheses), and
+    each input's ``kappa``."""
+
+    def hypotheses(self, outcome: Outcome, inputs: np.ndarray) -> list[list[Hypothesis]]:
+        out = _samples(outcome, outcome.state, self.n_inputs, self.rows_per_input, self.token_logprobs, inputs)
+        return [out[i] for i in inputs.tolist()]
+
+    def info(self, outcome: Outcome, inputs: np.ndarray) -> list[dict[str, Any]]:
+        """Per input, its ``kappa`` (see :class:`StochasticResults`)."""
+        return [{"kappa": kappa} for kappa in outcome.state.kappa[inputs].tolist()]
+
+    def results(self, outcome: Outcome) -> StochasticResults:
+        hyps = self.hypotheses(outcome, np.arange(self.n_inputs))
+        return StochasticResults(hyps, pad_token_id=self.pad_token_id, kappa=outcome.state.kappa)
+
+    def empty(self) -> StochasticResults:
+        return StochasticResults(pad_token_id=self.pad_token_id, kappa=np.zeros(0))
+
+
+def stochastic_plan(prompts: Sequence[Sequence[int]], *, k: int, rng: Any = None,
+                    seed: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
+                    pad_token_id: int | None = None, return_token_logprobs: bool = False,
+                    **controls: Any) -> StochasticPlan:
+    """The plan of :func:`stochastic_beam_search` (its arguments but the model, the state and the
+    callback/trace keywords), validated before any model call.
+
+    ``positions``: int64 ``[N]``, the position of each prompt in the whole list it was taken
+    from (default ``0 .. N-1``): with one seed ``s``, input i's noise comes from ``(s,
+    positions[i])``, so a part of a list, decoded with its positions, gets the noise it gets in
+    the whole list (the refill runner decodes a stream this way)."""
     k = check.at_least("k", k, 1)
     for name, why in _REFUSED.items():
         if name in controls:
             raise ValueError(f"{name} is not an argument of stochastic_beam_search ({why}); got {controls[name]!r}")
     opts = batch_options(prompts, **controls)
     n = len(opts.prompts)
-    entropy = _entropy(rng, seed, n)
-    results = StochasticResults(pad_token_id=None if pad_token_id is None
-                                else check.integer("pad_token_id", pad_token_id), kappa=np.zeros(0))
-
-    def samples(outcome: Outcome, out: BatchResults) -> None:  # G and kappa: the strategy's last state
-        out.extend(_samples(outcome, outcome.state, n, k, return_token_logprobs))
-        results.kappa = outcome.state.kappa
-
-    return run_batch(step_fn, init_state, opts, StochasticBeam(k, opts.controls.max_steps, entropy), n_best=None,
-                     callback=callback, trace=trace, trace_width=trace_width, results=results, builder=samples)
+    where = np.arange(n) if positions is None else np.asarray(positions, np.int64).reshape(n)
+    entropy = _entropy(rng, seed, where)
+    return StochasticPlan(opts, StochasticBeam(k, opts.controls.max_steps, entropy), k, n_best=None,
+                          pad_token_id=_pad(pad_token_id), token_logprobs=return_token_logprobs)
 
 
-def _entropy(rng: Any, seed: Any, n: int) -> np.ndarray:
+def _entropy(rng: Any, seed: Any, positions: np.ndarray) -> np.ndarray:
     """int64 ``[N, e]``: the entropy of each input's noise streams (see stochastic_beam_search)."""
-    if rng is not None and seed is not None:
-        raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
+    n = positions.shape[0]
     if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+        if rng is not None:
+            raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
         if len(seed) != n:
             raise ValueError(f"seed must be one int or one int per prompt ({n}); got {len(seed)} seeds")
         return np.array([[_seed(s)] for s in seed], np.int64).reshape(n, 1)
+    base = base_seed(rng, seed)
+    return np.stack([np.full(n, base), positions], axis=1).astype(np.int64)
+
+
+def base_seed(rng: Any, seed: Any) -> int:
+    """The one seed ``s`` of an int ``seed``, or drawn from ``rng`` (a numpy or torch Generator),
+    or from fresh entropy when both are None."""
+    if rng is not None and seed is not None:
+        raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
     if seed is not None:
-        base = _seed(seed)
-    elif rng is None:
-        base = int(np.random.default_rng().integers(2**63))
-    elif isinstance(rng, np.random.Generator):
-        base = int(rng.integers(2**63))
-    elif type(rng).__module__.split(".")[0] == "torch" and type(rng).__name__ == "Generator":
+        return _seed(seed)
+    if rng is None:
+        return int(np.random.default_rng().integers(2**63))
+    if isinstance(rng, np.random.Generator):
+        return int(rng.integers(2**63))
+    if type(rng).__module__.split(".")[0] == "torch" and type(rng).__name__ == "Generator":
         import torch
 
-        base = int(torch.randint(0, 2**62, (1,), generator=rng).item())
-    else:
-        raise TypeError(f"rng must be a numpy.random.Generator or a torch.Generator; got {type(rng).__name__}")
-    return np.stack([np.full(n, base), np.arange(n)], axis=1).astype(np.int64)
+        return int(torch.randint(0, 2**62, (1,), generator=rng).item())
+    raise TypeError(f"rng must be a numpy.random.Generator or a torch.Generator; got {type(rng).__name__}")
 
 
 def _seed(value: Any) -> int:
@@ -167,13 +206,18 @@ def _seed(value: Any) -> int:
     return v
 
 
-def _samples(outcome: Outcome, state: StochasticState, n: int, k: int, token_logprobs: bool) -> list[list[Hypothesis]]:
-    """Per input, its top k ended hypotheses by G, highest first (ties in production order)."""
+def _samples(outcome: Outcome, state: StochasticState, n: int, k: int, token_logprobs: bool,
+             inputs: np.ndarray) -> list[list[Hypothesis]]:
+    """Per input, its top k ended hypotheses by G, highest first (ties in production order);
+    built for the inputs ``inputs`` only (int64 ``[m]``), the others' lists are empty."""
     ended = outcome.ended
     g = np.concatenate(state.ended) if state.ended else np.zeros(0)  # --> [h], aligned with ended
+    if inputs.shape[0] < n:
+        mine = np.flatnonzero(np.isin(ended.input, inputs))
+        ended, g = ended.take(mine), g[mine]
     rank = np.lexsort((np.arange(g.shape[0]), -g, ended.input))
-    inputs = ended.input[rank]
-    first = np.searchsorted(inputs, inputs)  # first position of each one's input
+    by_input = ended.input[rank]
+    first = np.searchsorted(by_input, by_input)  # first position of each one's input
     rank = rank[np.arange(rank.shape[0]) - first < k]  # displaced samples rank below the top k
     chosen = ended.take(rank)
     tokens, per_token = outcome.trail.paths(chosen)

@@ -77,14 +77,16 @@ class StochasticBeam:
             parent_g = np.array([_stream(self.entropy[i], 0).gumbel() for i in beam.input.tolist()])
         else:
             parent_g = beam.tags["gumbel"]
-        # G~ = phi + Gumbel on the host, float64 [k, V] (the noise array itself receives the sum)
-        perturbed = gumbel_noise(self.entropy, beam.input, scores.step, scores.vocab)
-        perturbed += scores.backend.to_numpy(scores.logp)
+        # G~ = phi + Gumbel on the host, [k, V] in the logits' precision (the noise array receives the sum)
+        logp = scores.backend.to_numpy(scores.logp)  # --> [k, V] on the host
+        perturbed = gumbel_noise(self.entropy, beam.input, scores.step, scores.vocab,
+                                 np.result_type(np.float32, logp.dtype))  # the logits' precision (>= float32)
+        perturbed += logp
         perturbed += beam.logprob[:, None]
         # the conditioning is increasing in G~ within a row: each row's k + 1 best children by G~
         # (ties to the lower token id; the first is the row maximum Z) are its best by G
         token, best = _HOST.topk_stable(perturbed, min(self.k + 1, scores.vocab))  # --> [k, m] each
-        top = _best_of_inputs(beam.input, token, conditional_gumbels(best, parent_g), self.k + 1, scores.vocab)
+        top = _best_of_inputs(beam.input, token, conditional_gumbels(best.astype(np.float64), parent_g), self.k + 1, scores.vocab)
         keep, held, kappa = _merge(state, beam.input[top.parent], top.logprob, self.k, n)
         cand = top.take(keep)
         values = scores.backend.gather(scores.logp, cand.parent, cand.token)
@@ -189,17 +191,25 @@ def _log1mexp(x: np.ndarray) -> np.ndarray:
     return np.where(near, np.log(-np.expm1(np.where(near, x, -1.0))), np.log1p(-np.exp(np.where(near, -1.0, x))))
 
 
-def gumbel_noise(entropy: np.ndarray, inputs: np.ndarray, step: int, vocab: int) -> np.ndarray:
-    """float64 ``[k, V]`` standard Gumbel noise for the rows of one step.
+def gumbel_noise(entropy: np.ndarray, inputs: np.ndarray, step: int, vocab: int,
+                 dtype: np.dtype = np.dtype(np.float64)) -> np.ndarray:
+    """``[k, V]`` standard Gumbel noise for the rows of one step, in ``dtype``.
 
     Input i's rows (``inputs`` is sorted: rows of one input together, in order) take
-    ``np.random.default_rng([*entropy[i], step]).gumbel(size=(rows, V))``: its own stream per
-    step, rows in order, V entries each, so its noise does not depend on its batch companions.
-    A Python loop over the inputs of the step (one generator each), not over rows.
+    ``-log(E)`` with ``E = np.random.default_rng([*entropy[i], step]).standard_exponential(
+    size=(rows, V), dtype=np.float32)`` (its own stream per step, rows in order, V entries each),
+    so its noise does not depend on its batch companions. float32 exponentials (the ziggurat) cost
+    about a third of float64 Gumbels, which dominate a step at large V; an E of exactly 0 (its
+    Gumbel would be +inf) is raised to the smallest float32. A Python loop over the inputs of the
+    step (one generator each), not over rows.
     """
     start, length = runs(inputs)
-    return np.concatenate([_stream(entropy[inputs[s]], step).gumbel(size=(r, vocab))
-                           for s, r in zip(start.tolist(), length.tolist())])
+    noise = np.concatenate([_stream(entropy[inputs[s]], step).standard_exponential(size=(r, vocab), dtype=np.float32)
+                            for s, r in zip(start.tolist(), length.tolist())])
+    np.maximum(noise, np.finfo(np.float32).tiny, out=noise)
+    np.log(noise, out=noise)
+    np.negative(noise, out=noise)
+    return noise.astype(dtype, copy=False)
 
 
 def _stream(entropy: np.ndarray, step: int) -> np.random.Generator:

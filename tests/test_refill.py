@@ -1,0 +1,553 @@
+"""Refill (continuous batching): decode_stream, concat_state and pad_axis.
+
+The oracle of every stream is each input decoded alone by its mode's batch function (whose own
+oracles are brute force and plain reference loops, tests/test_batch.py and the modes' tests), and
+for plain beam search the plain one-hypothesis-at-a-time reference loop of tests/models.py as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+from beamsearch import (AnyOf, beam_search_batch, constrained_beam_search, diverse_beam_search,
+                        stochastic_beam_search)
+from beamsearch._refill import decode_stream
+from beamsearch._state import concat_state, pad_axis, select_state
+from beamsearch.processors import RepetitionPenalty
+from models import SequenceModel, random_table, reference_batch
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))]
+
+V, EOS = 6, 5
+# A prompt is [c, x]: class c in 0..4 sets the output length the model steers to (eos is very
+# unlikely before it and ever likelier after it), so outputs run from 1 to about 13 tokens.
+TARGET = {0: 1, 1: 2, 2: 4, 3: 9, 4: 13}
+MAX_STEPS = 14
+
+
+def length_table(seed: int):
+    base = random_table(V, seed)
+
+    def table(seq: tuple) -> np.ndarray:
+        row = np.array(base(seq), dtype=np.float64)
+        gen = len(seq) - 2  # tokens generated so far (every prompt has 2 tokens)
+        target = TARGET[seq[0]]
+        row[EOS] = -4.0 if gen + 1 < target else 3.0 + (gen + 1 - target)
+        return row
+
+    return table
+
+
+TABLE = length_table(7)
+PROMPTS = [[c, x] for c, x in zip([3, 0, 4, 1, 2, 0, 4, 1, 3, 2], [1, 2, 0, 3, 4, 0, 2, 1, 1, 3])]
+
+
+def plain(prompts):
+    return list(prompts)
+
+
+def with_prefix_and_limits(prompts):
+    items: list[Any] = list(prompts)
+    items[1] = {"prompt": prompts[1], "max_steps": 3}
+    items[2] = {"prompt": prompts[2], "prefix": [1, 2]}
+    items[5] = {"prompt": prompts[5], "prefix": [1], "max_steps": 2}
+    items[8] = {"prompt": prompts[8], "max_steps": 6}
+    return items
+
+
+def with_constraints(prompts):
+    items: list[Any] = list(prompts)
+    items[0] = {"prompt": prompts[0], "constraints": [[1, 2]]}
+    items[3] = {"prompt": prompts[3], "constraints": [AnyOf([3], [0, 0]), [4]], "max_steps": 8}
+    items[4] = {"prompt": prompts[4], "constraints": [[2]], "prefix": [2]}
+    items[7] = {"prompt": prompts[7], "constraints": [[0, 1, 0]]}
+    return items
+
+
+def with_seeds(prompts):
+    items: list[Any] = list(prompts)
+    items[2] = {"prompt": prompts[2], "seed": 5}
+    items[3] = {"prompt": prompts[3], "max_steps": 4}
+    items[6] = {"prompt": prompts[6], "seed": 9, "max_steps": 7}
+    return items
+
+
+CONTROLS = dict(min_new_tokens=2, stop_sequences=[[1, 2]], no_repeat_ngram_size=2, temperature=0.8, top_k=4,
+                logits_processors=[RepetitionPenalty(1.5)])
+CASES = {
+    "beam": ("beam", dict(beam_size=3, n_best=2), plain),
+    "beam-controls": ("beam", dict(beam_size=3, n_best=2, alpha=0.8, length_penalty="power",
+                                   return_token_logprobs=True, **CONTROLS), with_prefix_and_limits),
+    "beam-two-eos": ("beam", dict(beam_size=2, eos_token_id=[EOS, 4], early_stop=False), with_prefix_and_limits),
+    "diverse": ("diverse", dict(num_groups=2, diversity_penalty=0.7, beam_size=4, n_best=3,
+                                no_repeat_ngram_size=3), with_prefix_and_limits),
+    "constrained": ("constrained", dict(beam_size=3, n_best=2, temperature=1.2), with_constraints),
+    "stochastic": ("stochastic", dict(k=3, seed=11, temperature=0.9, min_new_tokens=1), with_seeds),
+}
+FUNCS = {"beam": beam_search_batch, "diverse": diverse_beam_search, "constrained": constrained_beam_search,
+         "stochastic": stochastic_beam_search}
+
+
+def fields(item):
+    return dict(item) if isinstance(item, dict) else {"prompt": item}
+
+
+def kwargs_of(search):
+    return {"eos_token_id": EOS, "max_steps": MAX_STEPS, **search}
+
+
+def alone(mode, items, search, backend, table=TABLE):
+    """Oracle: each input decoded alone by its mode's batch function (the stochastic inputs
+    without a seed of their own: the whole list at once with the stream's seed)."""
+    out = {}
+    kw = kwargs_of(search)
+    stream_seeded = [i for i, it in enumerate(items) if mode == "stochastic" and "seed" not in fields(it)]
+    if stream_seeded:  # their noise is that of stochastic_beam_search(every input, seed=s)
+        fs = [fields(it) for it in items]
+        model = SequenceModel(table, backend=backend)
+        prompts = [f["prompt"] for f in fs]
+        res = stochastic_beam_search(model.step, model.init_state(prompts), prompts,
+                                     **{**kw, "max_steps": [f.get("max_steps", MAX_STEPS) for f in fs]})
+        for i in stream_seeded:
+            out[i] = (res[i], res.kappa[i])
+    for i, item in enumerate(items):
+        if i in out:
+            continue
+        f = fields(item)
+        one = dict(kw, max_steps=[f.get("max_steps", MAX_STEPS)])
+        if "prefix" in f:
+            one["prefix"] = [f["prefix"]]
+        if mode == "constrained":
+            one["constraints"] = [f.get("constraints", [])]
+        if "seed" in f:
+            one["seed"] = [f["seed"]]
+        model = SequenceModel(table, backend=backend)
+        res = FUNCS[mode](model.step, model.init_state([f["prompt"]]), [f["prompt"]], **one)
+        out[i] = (res[0], res.kappa[0] if mode == "stochastic" else None)
+    return out
+
+
+def make_state_for(model):
+    return lambda items: model.init_state([fields(it)["prompt"] for it in items])
+
+
+def stream(mode, items, search, backend, max_rows, table=TABLE, **options):
+    model = SequenceModel(table, backend=backend)
+    s = decode_stream(model.step, make_state_for(model), items, max_rows=max_rows, mode=mode, **options,
+                      **kwargs_of(search))
+    results = list(s)
+    return results, s.stats, model
+
+
+ORACLE: dict = {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("budget", ["one", "some", "all"])
+def test_refill_equals_each_input_alone(case, budget, backend):
+    mode, search, build = CASES[case]
+    items = build(PROMPTS)
+    key = (case, backend)
+    if key not in ORACLE:
+        ORACLE[key] = alone(mode, items, search, backend)
+    want = ORACLE[key]
+    rows = search.get("beam_size", search.get("k"))
+    max_rows = {"one": rows, "some": 2 * rows + 1, "all": rows * len(items)}[budget]
+    results, stats, model = stream(mode, items, search, backend, max_rows)
+    assert sorted(r.index for r in results) == list(range(len(items)))
+    for r in results:
+        assert r.error is None
+        hyps, kappa = want[r.index]
+        assert r.hypotheses == hyps  # tokens, and logprob and score to the last bit
+        assert r.hypotheses  # every input has results
+        if mode == "stochastic":
+            assert r.info == {"kappa": kappa}
+    # the model saw at most max_rows rows per call; the counts are the model's own
+    assert max(len(call) for call in model.calls) <= max_rows
+    assert stats.calls == len(model.calls) and stats.rows == sum(len(c) for c in model.calls)
+    assert stats.inputs == len(items) and stats.errors == 0
+    if budget == "one":  # one input at a time: each its own cohort, calls never mixed
+        assert stats.cohorts == len(items) and stats.mixed_calls == 0
+    elif budget == "some":  # inputs joined mid-search: calls that mix cohorts
+        assert stats.cohorts > 2 and stats.mixed_calls > 0
+    else:  # everything at once: one cohort (two for stochastic: own seeds and the stream's)
+        assert stats.cohorts == (2 if mode == "stochastic" else 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_beam_refill_equals_the_plain_reference_loop(backend):
+    # the independent oracle: SPEC section 6 one input and one hypothesis at a time
+    table = random_table(5, 21, eos=4, eos_shift=0.5)
+    prompts = [[0], [1, 2], [3], [2, 2, 1], [0, 1], [4, 3]] * 2
+    kw = dict(beam_size=3, n_best=2, alpha=0.6, no_repeat_ngram_size=2, temperature=0.7, top_k=4)
+    model = SequenceModel(table, backend=backend)
+    s = decode_stream(model.step, lambda items: model.init_state(items), prompts, max_rows=7, eos_token_id=4,
+                      max_steps=6, **kw)
+    got = {r.index: r.hypotheses for r in s}
+    want = reference_batch(table, prompts, eos=4, max_steps=6, beam=3, n_best=2, alpha=0.6, ngram=2,
+                           temperature=0.7, top_k=4)
+    assert s.stats.mixed_calls > 0
+    for i, ref in enumerate(want):
+        assert [tuple(h.tokens) for h in got[i]] == [r[0] for r in ref]
+        assert [h.finished for h in got[i]] == [r[3] for r in ref]
+        assert [h.logprob for h in got[i]] == pytest.approx([r[1] for r in ref], abs=1e-9)
+        assert [h.score for h in got[i]] == pytest.approx([r[2] for r in ref], abs=1e-9)
+
+
+def test_results_come_out_as_soon_as_each_input_stops():
+    # a long input (class 4: about 13 tokens) first, a short one (class 0: 1 token) second: the
+    # short one is yielded after its own first step, long before the long one ends
+    model = SequenceModel(TABLE)
+    s = decode_stream(model.step, make_state_for(model), [[4, 0], [0, 1]], max_rows=6, beam_size=3,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)
+    calls_at_yield = []
+    order = []
+    for r in s:
+        order.append(r.index)
+        calls_at_yield.append(len(model.calls))
+    assert order == [1, 0]
+    # the short input stopped at its first steps (eos is likely at once), the long one ran on
+    assert calls_at_yield[0] <= 2 < calls_at_yield[1]
+
+
+def test_the_input_iterable_is_read_lazily():
+    # one input at a time (max_rows = beam): an item is read only when there is room for it
+    model = SequenceModel(TABLE)
+    pulled = []
+
+    def items():
+        for i, p in enumerate(PROMPTS):
+            pulled.append(i)
+            yield p
+
+    s = decode_stream(model.step, make_state_for(model), items(), max_rows=3, beam_size=3, eos_token_id=EOS,
+                      max_steps=MAX_STEPS)
+    assert pulled == []  # nothing read before iteration
+    for i, r in enumerate(s):  # item i + 1 is read only once item i is out and consumed
+        assert r.index == i and pulled == list(range(i + 1))
+    assert pulled == list(range(len(PROMPTS)))
+
+
+@pytest.mark.parametrize("max_rows", [3, 9])
+def test_an_error_of_the_iterable_comes_after_the_inputs_read_before_it(max_rows):
+    # a generator that raises after item 4: items 0-4 are decoded and yielded first, then the
+    # error is raised (whatever the budget: the inputs in flight are finished first)
+    model = SequenceModel(TABLE)
+
+    def items():
+        yield from PROMPTS[:5]
+        raise RuntimeError("the source broke")
+
+    s = decode_stream(model.step, make_state_for(model), items(), max_rows=max_rows, beam_size=3,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)
+    got = []
+    with pytest.raises(RuntimeError, match="the source broke"):
+        for r in s:
+            got.append(r)
+    want = alone("beam", PROMPTS[:5], dict(beam_size=3), "numpy")
+    assert sorted(r.index for r in got) == [0, 1, 2, 3, 4]
+    assert all(r.hypotheses == want[r.index][0] for r in got)
+
+
+def test_bad_inputs_become_error_records_and_the_stream_goes_on():
+    model = SequenceModel(TABLE)
+    items = [
+        PROMPTS[0],
+        {"prompt": PROMPTS[1], "max_steps": 0},  # max_steps >= 1
+        {"prompt": PROMPTS[2], "prefix": [1, EOS]},  # an eos in the prefix
+        "hello",  # not token ids
+        {"prompt": PROMPTS[3], "beam": 3},  # an unknown key
+        {"max_steps": 3},  # no prompt
+        [1, V + 2],  # a token id >= V: found at the first call (V unknown before)
+        PROMPTS[4],
+        [2, -1],  # a negative id
+    ]
+    late = [V + 7, 1]  # read after the first call: refused when read
+    s = decode_stream(model.step, make_state_for(model), items + [late, PROMPTS[5]], max_rows=9, beam_size=3,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)
+    got = {r.index: r for r in s}
+    assert sorted(got) == list(range(11)) and s.stats.errors == 8
+    messages = {i: str(got[i].error) for i in got if got[i].error is not None}
+    assert "max_steps" in messages[1] and "0" in messages[1]
+    assert "prefix" in messages[2]
+    assert isinstance(got[3].error, TypeError) and "prompts" in messages[3]
+    assert "'beam'" in messages[4] and "prompt" in messages[4]
+    assert "'prompt'" in messages[5]
+    assert "prompts" in messages[6] and str(V + 2) in messages[6]
+    assert "prompts" in messages[8]
+    assert "prompts" in messages[9] and str(V + 7) in messages[9]
+    want = alone("beam", [PROMPTS[0], PROMPTS[4], PROMPTS[5]], dict(beam_size=3), "numpy")
+    for i, j in [(0, 0), (7, 1), (10, 2)]:
+        assert got[i].error is None and got[i].hypotheses == want[j][0]
+    assert all(got[i].hypotheses == [] for i in messages)
+
+
+def test_a_bad_id_in_the_first_cohort_leaves_its_companions_whole():
+    # every input of the first call joins one cohort; one of them holds an id >= V, found only at
+    # that call: its companions start again in a new cohort, with the same results
+    model = SequenceModel(TABLE)
+    items = [PROMPTS[0], {"prompt": PROMPTS[1], "prefix": [V]}, PROMPTS[2]]
+    made = []
+
+    def make_state(batch):
+        made.append(len(batch))
+        return make_state_for(model)(batch)
+
+    s = decode_stream(model.step, make_state, items, max_rows=9, beam_size=3, eos_token_id=EOS, max_steps=MAX_STEPS)
+    got = {r.index: r for r in s}
+    assert made == [3, 2]
+    assert "prefix" in str(got[1].error) and str(V) in str(got[1].error)
+    want = alone("beam", [PROMPTS[0], PROMPTS[2]], dict(beam_size=3), "numpy")
+    assert got[0].hypotheses == want[0][0] and got[2].hypotheses == want[1][0]
+
+
+def test_stream_errors_are_raised_before_any_model_call():
+    model = SequenceModel(TABLE)
+    make = make_state_for(model)
+
+    def call(**kw):
+        args = dict(max_rows=6, beam_size=3, eos_token_id=EOS, max_steps=MAX_STEPS)
+        args.update(kw)
+        return decode_stream(model.step, make, PROMPTS, **{k: v for k, v in args.items() if v is not None})
+
+    with pytest.raises(ValueError, match=r"max_rows=2 is smaller than the rows one input may need \(3"):
+        call(max_rows=2)
+    with pytest.raises(ValueError, match="max_rows must be >= 1; got 0"):
+        call(max_rows=0)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        call(mode="greedy")
+    with pytest.raises(ValueError, match="prefix is per input"):
+        call(prefix=[[1]] * len(PROMPTS))
+    with pytest.raises(TypeError, match="does not take callback"):
+        call(callback=print)
+    with pytest.raises(TypeError, match="needs max_steps"):
+        call(max_steps=None)
+    with pytest.raises(ValueError, match="alpha"):
+        call(alpha=-1.0)
+    with pytest.raises(ValueError, match="n_best"):
+        call(n_best=4)
+    with pytest.raises(ValueError, match="per-input seeds go in the input dicts"):
+        call(mode="stochastic", beam_size=None, k=2, seed=[1, 2])
+    with pytest.raises(ValueError, match="alpha is not an argument of stochastic_beam_search"):
+        call(mode="stochastic", beam_size=None, k=2, alpha=0.5)
+    assert model.calls == []
+
+
+def test_a_model_error_ends_the_stream():
+    model = SequenceModel(TABLE)
+
+    def step(state, y_prev):
+        if len(model.calls) == 4:
+            raise RuntimeError("device lost")
+        return model.step(state, y_prev)
+
+    s = decode_stream(step, make_state_for(model), PROMPTS, max_rows=9, beam_size=3, eos_token_id=EOS,
+                      max_steps=MAX_STEPS)
+    with pytest.raises(RuntimeError, match="device lost"):
+        list(s)
+
+
+def test_an_empty_stream_makes_no_call():
+    model = SequenceModel(TABLE)
+    s = decode_stream(model.step, make_state_for(model), iter([]), max_rows=3, beam_size=3, eos_token_id=EOS,
+                      max_steps=4)
+    assert list(s) == [] and model.calls == [] and s.stats.calls == 0 and s.stats.utilisation == 0.0
+
+
+# --- concat_state and pad_axis ---------------------------------------------------------------
+
+
+class Pair(NamedTuple):
+    a: Any
+    b: Any
+
+
+def nested(rows: int, lib: str, start: float):
+    mk = (lambda x: torch.tensor(x)) if lib == "torch" else np.asarray
+    base = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + start
+    return Pair(mk(base), {"h": [mk(base[:, 0].copy()), "tag", 3], "z": mk(np.float64(1.5)), "none": None})
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_concat_state_joins_rows_of_nested_states(lib):
+    s1, s2, s3 = nested(2, lib, 0.0), nested(1, lib, 10.0), nested(3, lib, 100.0)
+    out = concat_state([s1, s2, s3])
+    to = (lambda x: x.numpy()) if lib == "torch" else np.asarray
+    # by hand: the rows of s1 (0..3), then s2 (10, 11), then s3 (100..105)
+    want = np.array([[0, 1], [2, 3], [10, 11], [100, 101], [102, 103], [104, 105]], np.float64)
+    assert type(out) is Pair and type(out.b) is dict and list(out.b) == ["h", "z", "none"]
+    np.testing.assert_array_equal(to(out.a), want)
+    np.testing.assert_array_equal(to(out.b["h"][0]), want[:, 0])
+    assert out.b["h"][1:] == ["tag", 3] and out.b["none"] is None and float(out.b["z"]) == 1.5
+    if lib == "torch":
+        assert isinstance(out.a, torch.Tensor)
+    # select_state then concat_state: the rows in the order asked for
+    again = concat_state([select_state(out, [5, 0]), select_state(out, [2])])
+    np.testing.assert_array_equal(to(again.a), want[[5, 0, 2]])
+
+
+def test_concat_state_errors():
+    a = (np.zeros((2, 3)), "x")
+    with pytest.raises(ValueError, match="at least one state"):
+        concat_state([])
+    with pytest.raises(ValueError, match=r"agree beyond axis 0; states\[0\] has shape \(2, 3\), states\[1\] has \(1, 4\).*pad_axis"):
+        concat_state([a, (np.zeros((1, 4)), "x")])
+    with pytest.raises(ValueError, match=r"states\[1\] has the leaf 'y' where states\[0\] has 'x'"):
+        concat_state([a, (np.zeros((1, 3)), "y")])
+    with pytest.raises(ValueError, match=r"states\[1\] is a tuple of length 1"):
+        concat_state([a, (np.zeros((1, 3)),)])
+    with pytest.raises(ValueError, match=r"states\[1\] is a list"):
+        concat_state([a, [np.zeros((1, 3)), "x"]])
+    with pytest.raises(ValueError, match="same keys"):
+        concat_state([{"p": np.zeros(1)}, {"q": np.zeros(1)}])
+    with pytest.raises(ValueError, match="must be equal in every state"):
+        concat_state([(np.float64(1.0),), (np.float64(2.0),)])
+    with pytest.raises(TypeError, match="frozenset has no order"):
+        concat_state([frozenset([1]), frozenset([1])])
+    if torch is not None:
+        with pytest.raises(ValueError, match=r"states\[1\] has the leaf Tensor where states\[0\] has a numpy"):
+            concat_state([np.zeros((1, 2)), torch.zeros(1, 2)])
+
+
+def test_pad_axis_by_hand():
+    x, y = np.array([[1, 2]]), np.array([[3, 4, 5], [6, 7, 8]])
+    left = pad_axis([x, y], 1, 0, side="left")
+    np.testing.assert_array_equal(left[0], [[0, 1, 2]])
+    assert left[1] is y
+    right = pad_axis([x, y], -1, 9)
+    np.testing.assert_array_equal(right[0], [[1, 2, 9]])
+    assert right[0].dtype == x.dtype
+    with pytest.raises(ValueError, match=r"axis must be in \[1, 2\)"):
+        pad_axis([x], 0, 0)
+    with pytest.raises(ValueError, match="side must be"):
+        pad_axis([x], 1, 0, side="middle")
+    if torch is not None:
+        t = pad_axis([torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)], 1, False)
+        assert t[0].dtype == torch.bool and t[0].tolist() == [[True, True, False, False]]
+
+
+# --- a model whose state has a per-row memory of the input's own length ------------------------
+
+
+class Memory:
+    """A source memory ``[k, S, d]`` with its mask ``[k, S]`` (True = a real position): S differs
+    between cohorts, so joining them pads (a registered concatenation)."""
+
+    def __init__(self, values, mask):
+        self.values, self.mask = values, mask
+
+
+@select_state.register(Memory)
+def _select_memory(memory, idx):
+    return Memory(select_state(memory.values, idx), select_state(memory.mask, idx))
+
+
+@concat_state.register(Memory)
+def _concat_memory(memories):
+    values = pad_axis([m.values for m in memories], 1, 0.0)
+    mask = pad_axis([m.mask for m in memories], 1, False)
+    return Memory(concat_state(values), concat_state(mask))
+
+
+class MemoryModel:
+    """A toy encoder-decoder: the memory of source s is a fixed random [len(s), d] table; the
+    logits are W (masked mean of the memory + embedding of y_prev + h), h the running sum of
+    the embeddings. Everything is a function of the row's source and its tokens alone."""
+
+    d = 4
+
+    def __init__(self, lib="numpy"):
+        rng = np.random.default_rng(3)
+        self.embed = rng.normal(size=(V, self.d))
+        self.out = rng.normal(size=(self.d, V)) * 1.5
+        self.lib = lib
+        self.calls = []
+
+    def _arr(self, x):
+        return torch.tensor(x) if self.lib == "torch" else x
+
+    def init_state(self, sources):
+        longest = max(len(s) for s in sources)
+        values = np.zeros((len(sources), longest, self.d))
+        mask = np.zeros((len(sources), longest), bool)
+        for i, s in enumerate(sources):
+            values[i, : len(s)] = np.random.default_rng(list(s)).normal(size=(len(s), self.d))
+            mask[i, : len(s)] = True
+        return (Memory(self._arr(values), self._arr(mask)), self._arr(np.zeros((len(sources), self.d))))
+
+    def step(self, state, y_prev):
+        memory, h = state
+        values = np.asarray(memory.values)
+        mask = np.asarray(memory.mask)
+        y = np.asarray(y_prev)
+        self.calls.append(len(y))
+        # the masked mean, summed position by position: padding adds nothing, bit for bit
+        total = np.zeros((values.shape[0], self.d))
+        for j in range(values.shape[1]):
+            total += np.where(mask[:, j, None], values[:, j], 0.0)
+        mean = total / mask.sum(axis=1, keepdims=True)
+        h = np.asarray(h) + self.embed[y]
+        logits = np.tanh(mean + h) @ self.out
+        return self._arr(logits), (memory, self._arr(h))
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_a_padded_memory_state_under_refill_equals_each_input_alone(lib):
+    sources = [[1] * n + [2, 3][: n % 2] for n in [5, 1, 3, 6, 2, 4, 1, 5]]
+    prompts = [[0]] * len(sources)
+    items = [{"prompt": [0], "max_steps": 3 + i % 4} for i in range(len(sources))]
+    model = MemoryModel(lib)
+    by_item = {id(it): s for it, s in zip(items, sources)}
+    s = decode_stream(model.step, lambda batch: model.init_state([by_item[id(it)] for it in batch]), items,
+                      max_rows=5, beam_size=2, n_best=2, eos_token_id=EOS, max_steps=6)
+    got = {r.index: r.hypotheses for r in s}
+    assert s.stats.mixed_calls > 0
+    for i, (src, it) in enumerate(zip(sources, items)):
+        solo = MemoryModel(lib)
+        want = beam_search_batch(solo.step, solo.init_state([src]), [prompts[i]], beam_size=2, n_best=2,
+                                 eos_token_id=EOS, max_steps=it["max_steps"])[0]
+        assert [h.tokens for h in got[i]] == [h.tokens for h in want]
+        assert [h.logprob for h in got[i]] == pytest.approx([h.logprob for h in want], abs=1e-12)
+
+
+def test_without_a_padding_concatenation_the_stream_stops_with_a_clear_error():
+    # plain array leaves of each cohort's own source length cannot be joined: a model error
+    model = MemoryModel()
+    lengths = iter([2, 5])
+
+    def make_state(batch):  # each cohort's sources are of its own length
+        n = next(lengths)
+        memory, h = model.init_state([[1] * n for _ in batch])
+        return (memory.values, h)
+
+    def step(state, y_prev):
+        values, h = state
+        return model.step((Memory(values, np.ones(values.shape[:2], bool)), h), y_prev)[0], state
+
+    # input 0 stops after one step, input 2 then joins while input 1 is in flight
+    items = [{"prompt": [0], "max_steps": 1}, [0], [0]]
+    s = decode_stream(step, make_state, items, max_rows=2, beam_size=1, eos_token_id=EOS, max_steps=3)
+    with pytest.raises(ValueError, match=r"agree beyond axis 0; states\[0\] has shape \(1, 2, 4\), states\[1\] has "
+                                         r"\(1, 5, 4\).*pad_axis"):
+        list(s)
+
+
+@pytest.mark.parametrize("min_join", [2, 3])
+def test_min_join_joins_several_inputs_at_once_with_the_same_results(min_join):
+    want = ORACLE.get(("beam", "numpy")) or alone("beam", PROMPTS, dict(beam_size=3, n_best=2), "numpy")
+    results, stats, model = stream("beam", PROMPTS, dict(beam_size=3, n_best=2), "numpy", max_rows=9,
+                                   min_join=min_join)
+    assert all(r.hypotheses == want[r.index][0] for r in results) and len(results) == len(PROMPTS)
+    # every cohort but the first and the last joins at least min_join inputs: fewer cohorts
+    assert stats.cohorts <= 2 + (len(PROMPTS) - 3) // min_join
+    with pytest.raises(ValueError, match="min_join must be >= 1; got 0"):
+        stream("beam", PROMPTS, dict(beam_size=3), "numpy", max_rows=9, min_join=0)
