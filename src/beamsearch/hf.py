@@ -119,6 +119,7 @@ class Seq2SeqState(NamedTuple):
     encoder_hidden: torch.Tensor  # float [k, S, d]
     encoder_mask: torch.Tensor  # int64 [k, S]
     fed: int  # decoder tokens fed so far (the decoder start token is the first)
+    source: torch.Tensor  # int64 [k]: the source each row decodes (what the encoder-side rows depend on)
 
 
 @select_state.register(CausalState)
@@ -135,24 +136,44 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
 
 @select_state.register(Seq2SeqState)
 def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
-    """Rows ``idx`` of the adapter's state; its cache reordered in place (see the causal one)."""
+    """Rows ``idx`` of the adapter's state; its cache reordered in place (see the causal one).
+
+    The encoder-side rows (cross-attention keys and values, encoder output and mask) depend only
+    on the source: when every new row decodes the same source as the row now at its position (a
+    beam that keeps its width, so every step after the first), they are left as they are, where
+    ``generate`` gathers them every step."""
     idx = torch.as_tensor(idx, device=state.encoder_mask.device)
     _reorder_in_place(state.cache.self_attention_cache, idx)
+    source = state.source.index_select(0, idx)
+    if source.shape == state.source.shape and torch.equal(source, state.source):
+        return state
     _reorder_in_place(state.cache.cross_attention_cache, idx)
     return Seq2SeqState(state.cache, state.encoder_hidden.index_select(0, idx),
-                        state.encoder_mask.index_select(0, idx), state.fed)
+                        state.encoder_mask.index_select(0, idx), state.fed, source)
 
 
 def _reorder_in_place(cache: DynamicCache, idx: torch.Tensor) -> None:
-    """Every layer's keys and values replaced by their rows ``idx`` (``index_select``)."""
+    """Every layer's keys and values replaced by their rows ``idx``. When the row count stays,
+    only the rows whose parent is another row are written (``index_copy_`` of their gathered
+    parents): a row that extends itself costs nothing. Otherwise ``index_select``."""
+    moved = None
     for layer in cache.layers:
         layer_: Any = layer
         if not hasattr(layer_, "keys"):
             raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
                             "not supported")
-        if layer_.keys is not None and layer_.keys.dim() > 0:
+        if layer_.keys is None or layer_.keys.dim() == 0:
+            continue
+        if layer_.keys.shape[0] != idx.shape[0]:
             layer_.keys = layer_.keys.index_select(0, idx)
             layer_.values = layer_.values.index_select(0, idx)
+            continue
+        if moved is None:
+            moved = torch.nonzero(idx != torch.arange(idx.shape[0], device=idx.device)).squeeze(1)
+            parents = idx.index_select(0, moved)
+        if moved.shape[0]:  # the parents are gathered first, so a row read and overwritten is read first
+            layer_.keys.index_copy_(0, moved, layer_.keys.index_select(0, parents))
+            layer_.values.index_copy_(0, moved, layer_.values.index_select(0, parents))
 
 
 # ---- inputs ------------------------------------------------------------------------------------
@@ -430,7 +451,7 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     prepared.forward_calls += 1
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
     cache_kw = _cache_keyword(model)
-    prepared.init_state = Seq2SeqState(cache, hidden, mask, 0)
+    prepared.init_state = Seq2SeqState(cache, hidden, mask, 0, torch.arange(len(rows), device=device))
 
     @torch.no_grad()
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
