@@ -1,16 +1,31 @@
-"""The command line, end to end through a subprocess."""
+"""The command line: end to end through ``python -m beamsearch`` subprocesses, and in-process through
+``main(argv)`` where a test needs to patch something (the shipped checkpoints' folder)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+from beamsearch import __version__
+from beamsearch.cli import _parser, main
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "beamsearch", *args], capture_output=True, text=True, timeout=120)
 
+def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "beamsearch", *args], capture_output=True, input=stdin, timeout=300)
+    r.stdout, r.stderr = r.stdout.decode("utf-8"), r.stderr.decode("utf-8")
+    return r
+
+
+def one_line_error(r: subprocess.CompletedProcess, message: str) -> None:
+    assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ---- without a model -------------------------------------------------------------------------------
 
 def test_demo_shows_beam_beating_greedy_on_the_hand_example():
     r = run("demo", "--models", "3")
@@ -24,15 +39,198 @@ def test_demo_shows_beam_beating_greedy_on_the_hand_example():
                for line in lines)
 
 
+def test_bare_prints_usage_and_the_commands():
+    r = run()
+    assert r.returncode == 2 and r.stdout.startswith("usage: beamsearch")
+    for command in ("demo", "translate", "evaluate", "train"):
+        assert re.search(rf"^\s+{command}\s", r.stdout, flags=re.M), command
+    assert "Exit status" in r.stdout
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout == f"beamsearch {__version__}\n"
+
+
+def test_every_option_has_help_and_its_default_is_shown():
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        for action in p._actions:
+            assert action.help, (name, action.dest)
+            if action.option_strings and isinstance(action.default, (int, float, str)) \
+                    and not isinstance(action.default, bool) and action.default != argparse.SUPPRESS:
+                assert f"(default: {action.default})" in " ".join(text.split()), (name, action.dest)
+    assert "(default: 5)" in " ".join(sub.choices["translate"].format_help().split())
+
+
 @pytest.mark.parametrize("args, message", [
     (("demo", "--beam", "0"), "--beam must be >= 1; got 0"),
     (("demo", "--max-len", "-1"), "--max-len must be >= 1; got -1"),
     (("demo", "--beam", "x"), "invalid int value: 'x'"),
     (("nonsense",), "invalid choice"),
-    ((), "required"),
+    (("--json",), "unrecognized arguments: --json"),
+    (("translate", "--model", "gpt", "x"), "invalid choice: 'gpt'"),
+    (("translate", "--beam", "0", "march 3 1987"), "--beam must be >= 1; got 0"),
+    (("translate", "--beam", "2", "--n-best", "3", "march 3 1987"), "--n-best must be <= --beam=2; got 3"),
+    (("translate", "--threads", "0", "march 3 1987"), "--threads must be >= 1; got 0"),
+    (("evaluate", "--beams", "1,x"), "--beams must be integers"),
+    (("evaluate", "--beams", "0,5"), "--beams must be >= 1"),
+    (("train", "--minutes", "0"), "--minutes must be > 0; got 0.0"),
 ])
-def test_bad_input_is_one_line_and_nonzero(args, message):
+def test_bad_input_is_one_line_and_exit_status_2(args, message):
     r = run(*args)
-    assert r.returncode != 0
-    assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
-    assert r.stdout == ""
+    assert r.returncode == 2 and r.stdout == ""
+    one_line_error(r, message)
+
+
+# ---- checkpoints: missing, corrupt, and what train --out writes ---------------------------------------
+
+try:
+    import safetensors  # noqa: F401
+    import torch  # noqa: F401
+except ImportError:  # pragma: no cover
+    ZOO = False
+else:
+    ZOO = True
+needs_zoo = pytest.mark.skipif(not ZOO, reason="the zoo extra (torch, safetensors) is not installed")
+
+
+@needs_zoo
+def test_a_missing_checkpoint_is_one_line_naming_the_file(tmp_path):
+    r = run("translate", "--checkpoint", str(tmp_path), "march 3 1987")
+    assert r.returncode == 1 and r.stdout == ""
+    one_line_error(r, f"checkpoint file {tmp_path / 'seq2seq.json'} does not exist")
+
+
+@needs_zoo
+@pytest.mark.parametrize("broken", ["json", "safetensors"])
+@needs_zoo
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file(tmp_path, broken):
+    from beamsearch.zoo.translator import CHECKPOINTS
+
+    for ext in ("json", "safetensors"):
+        data = b"\x00garbage\nmore" if ext == broken else (CHECKPOINTS / f"transformer.{ext}").read_bytes()
+        (tmp_path / f"transformer.{ext}").write_bytes(data)
+    r = run("evaluate", "--model", "transformer", "--checkpoint", str(tmp_path), "--limit", "5")
+    assert r.returncode == 1 and r.stdout == ""
+    one_line_error(r, f"checkpoint file {tmp_path / f'transformer.{broken}'}")
+
+
+@needs_zoo
+def test_weights_of_another_model_are_refused_naming_the_file(tmp_path):
+    from beamsearch.zoo.translator import CHECKPOINTS
+
+    (tmp_path / "seq2seq.json").write_bytes((CHECKPOINTS / "seq2seq.json").read_bytes())
+    (tmp_path / "seq2seq.safetensors").write_bytes((CHECKPOINTS / "transformer.safetensors").read_bytes())
+    r = run("translate", "--checkpoint", str(tmp_path), "march 3 1987")
+    assert r.returncode == 1
+    one_line_error(r, f"checkpoint file {tmp_path / 'seq2seq.safetensors'} cannot be loaded")
+
+
+@needs_zoo
+def test_demo_with_a_broken_shipped_checkpoint_says_so_and_not_install_the_extra(tmp_path, monkeypatch, capsys):
+    import beamsearch.zoo.translator as translator
+
+    monkeypatch.setattr(translator, "CHECKPOINTS", tmp_path)
+    assert main(["demo", "--models", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert "install the zoo extra" not in out + err
+    assert err == f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.json'} does not exist\n"
+
+
+@needs_zoo
+def test_train_out_is_loadable_by_translate_and_evaluate(tmp_path):
+    """A tiny training run (1 epoch of 64 examples): what it writes loads with --checkpoint."""
+    out = tmp_path / "my_ckpt"
+    r = run("train", "--model", "seq2seq", "--out", str(out), "--epochs", "1", "--train-size", "64")
+    assert r.returncode == 0, r.stderr
+    assert f"--checkpoint {out}" in r.stdout
+    r = run("translate", "--checkpoint", str(out), "--json", "march 3 1987")
+    assert r.returncode in (0, 1) and "checkpoint" not in r.stderr  # an untrained model may find no date
+    assert json.loads(r.stdout)["input"] == "march 3 1987"
+    r = run("evaluate", "--checkpoint", str(out), "--beams", "1,2", "--limit", "10", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert "2 thread(s)" in r.stdout.splitlines()[0] and r.stdout.splitlines()[2].startswith("greedy")
+
+
+@needs_zoo
+def test_train_minutes_stops_on_time_with_the_schedule_sized_to_it(tmp_path):
+    """A 3-second budget on the full training set (313 batches an epoch, well over 3 s): training
+    stops inside the first epoch, and the last step's learning rate is near the end of the cosine
+    (under 0.3 of the peak: the budget was mostly spent when the last step began)."""
+    from beamsearch.zoo.train import lr_factor, train
+
+    meta = train("seq2seq", tmp_path, minutes=0.05, progress=False, log=lambda _: None)
+    assert meta["epochs_run"] == 1 and 1 <= meta["steps"] < 313
+    assert meta["last_lr"] < 0.3 * 2e-3
+    # the schedule by hand: warm-up to the peak at 5%, cosine to 0 at the end, half way at 52.5%
+    assert [lr_factor(f) for f in (0.0, 0.025, 0.05, 0.525, 1.0)] == pytest.approx([0, 0.5, 1, 0.5, 0], abs=1e-12)
+
+
+# ---- translate on the shipped model --------------------------------------------------------------------
+
+@needs_zoo
+def test_a_stdin_batch_keeps_going_past_bad_lines():
+    long_line = "march 3 1987 " * 800
+    stdin = ("3rd of March 1987\r\n"       # CRLF
+             "\r\n"                        # empty
+             "12/25/1999\n"
+             "march 3 1987 \U0001F600\n"    # an emoji
+             f"{long_line}\n"              # over-long
+             "1987-03-03\r\n").encode() + b"\xff\xfe bytes\n" + b"2001.4.5"  # undecodable, no final newline
+    r = run("translate", stdin=stdin)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert len(lines) == 8
+    assert lines[0] == "1987-03-03" and lines[2] == "1999-12-25" and lines[5] == "1987-03-03"
+    assert lines[7] == "2001-04-05"
+    assert lines[1] == "error: cannot read '': empty text"
+    assert lines[3].startswith("error: cannot read") and "outside the vocabulary: '\U0001F600'" in lines[3]
+    assert lines[4].startswith("error: cannot read") and f"{len(long_line)} characters" in lines[4]
+    assert lines[6].startswith("error: cannot read") and "outside the vocabulary" in lines[6]
+    assert r.stderr == "beamsearch: 4 of 8 inputs got no date\n"
+
+
+@needs_zoo
+def test_json_lines():
+    r = run("translate", "--json", "--n-best", "3", "1833/04/05", "hello world", "")
+    assert r.returncode == 1
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["input"] for row in rows] == ["1833/04/05", "hello world", ""]
+    assert rows[0]["date"] == "1833-04-05" and rows[0]["error"] is None and len(rows[0]["candidates"]) == 3
+    best = rows[0]["candidates"][0]
+    assert set(best) == {"date", "logprob", "score", "model_logprob"} and best["date"] == "1833-04-05"
+    # GNMT by hand: 11 tokens (10 characters and eos), alpha 0.6: score = logprob / (16 / 6) ** 0.6
+    assert best["score"] == pytest.approx(best["logprob"] / (16 / 6) ** 0.6, rel=1e-9)
+    assert rows[1]["date"] is None and rows[1]["error"] == "no date in 'hello world'"
+    assert rows[2] == {"input": "", "date": None, "error": "cannot read '': empty text", "candidates": []}
+
+
+@needs_zoo
+def test_n_best_lists_logprob_and_score():
+    r = run("translate", "--model", "transformer", "--beam", "3", "--n-best", "2", "1987.3.3")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1987.3.3" and lines[1].split("\t")[:2] == ["  1", "1987-03-03"] and len(lines) == 3
+    assert "logprob" in lines[1] and "score" in lines[2]
+
+
+@needs_zoo
+@pytest.mark.parametrize("text", ["Feb 29 2023", "00/00/00", "31 april 2001", "hello world", "yesterday"])
+@needs_zoo
+def test_impossible_dates_and_non_dates_get_an_error_and_exit_status_1(text):
+    """(The shipped seq2seq reads "13/13/2013" as 2013-03-13: see tests/test_zoo.py.)"""
+    r = run("translate", text)
+    assert r.returncode == 1 and r.stdout.startswith("error: ") and r.stdout.count("\n") == 1
+
+
+@needs_zoo
+def test_no_calendar_still_never_prints_an_impossible_date():
+    r = run("translate", "--no-calendar", "--json", "Feb 29 2023", "2001-04-31", "31.04.2001", "march 3 1987")
+    import datetime as dt
+
+    for row in map(json.loads, r.stdout.splitlines()):
+        assert row["date"] is None or dt.date.fromisoformat(row["date"])
+    assert json.loads(r.stdout.splitlines()[-1])["date"] == "1987-03-03"

@@ -1,18 +1,37 @@
-"""The ``beamsearch`` command line: a thin layer over the library."""
+"""The ``beamsearch`` command line: a thin layer over the library.
+
+Exit status: 0 when everything asked for was done; 1 when some input got no date (each such input
+gets an error line in place) or a checkpoint cannot be loaded; 2 for a usage error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import sys
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
-from beamsearch import Hypothesis, beam_search, greedy_decode
+from beamsearch import Hypothesis, __version__, beam_search, greedy_decode
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
+
+MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
+FASTEST_THREADS = 1  # torch threads: 1 was the fastest for translate and evaluate on a 2-core machine (README)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise _CliError(f"{self.prog}: error: {message}", 2)
+
+
+class _Help(argparse.HelpFormatter):
+    """Help with each option's default, where it has a value worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.option_strings and not any(action.default is v for v in (None, True, False, argparse.SUPPRESS)):
+            text += " (default: %(default)s)"
+        return text
 
 
 class _CliError(Exception):
@@ -25,7 +44,7 @@ def _row(name: str, h: Hypothesis) -> str:
     return f"{name:<10} {' '.join(map(str, h.tokens)):<18} {h.logprob:>9.4f} {h.score:>9.4f} {str(h.finished):>8}"
 
 
-def demo(beam: int, max_len: int, seeds: int) -> None:
+def demo(beam: int, max_len: int, seeds: int) -> int:
     """Greedy against beam search on seed 000's hand example and on small random models."""
     header = f"{'search':<10} {'tokens':<18} {'logprob':>9} {'score':>9} {'finished':>8}"
     model = TableModel(HAND_EXAMPLE, vocab=3)
@@ -45,25 +64,28 @@ def demo(beam: int, max_len: int, seeds: int) -> None:
         print(f"{seed:<6} {g.logprob:>15.4f} {best.logprob:>13.4f} {str(best.logprob > g.logprob + 1e-12):>10}")
     print(f"beam found a more likely output than greedy on {wins} of {seeds} models")
     try:
-        from beamsearch.zoo.translator import Translator
-
-        translator = Translator.load("seq2seq")
-    except (ImportError, FileNotFoundError):
+        from beamsearch.zoo.translator import CheckpointError, Translator
+    except ImportError:
         print("\n(install the zoo extra, pip install -e '.[zoo]', to see the shipped dates model)")
-        return
+        return 0
+    try:
+        translator = Translator.load("seq2seq")
+    except CheckpointError as e:
+        print(f"beamsearch: error: {e}", file=sys.stderr)
+        return 1
     texts = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of March 1987"]
     print("\nThe shipped Seq2Seq dates model: a two-digit year is 18xx, 19xx or 20xx with probability "
           "0.3, 0.3, 0.4,\nso greedy commits to '1' (0.6) while the most likely date starts with '20':")
     print(f"{'source':<20} {'greedy':<12} {'logprob':>8}   {'beam 5':<12} {'logprob':>8}")
-    for text, greedy_out, beam_out in zip(texts, translator.greedy(texts), translator.beam(texts, beam=5)):
-        top = beam_out[0]
-        print(f"{text:<20} {greedy_out.text:<12} {greedy_out.hypothesis.logprob:>8.4f}   "
-              f"{top.text:<12} {top.hypothesis.logprob:>8.4f}")
+    for text, greedy_out, beam_out in zip(texts, translator.beam(texts, beam=1), translator.beam(texts, beam=5)):
+        g, b = greedy_out[0], beam_out[0]
+        print(f"{text:<20} {g.text:<12} {g.hypothesis.logprob:>8.4f}   {b.text:<12} {b.hypothesis.logprob:>8.4f}")
+    return 0
 
 
-def demo_command(args: argparse.Namespace) -> None:
+def demo_command(args: argparse.Namespace) -> int:
     _positive(args, "--beam", "--max-len", "--models")
-    demo(args.beam, args.max_len, args.models)
+    return demo(args.beam, args.max_len, args.models)
 
 
 def _positive(args: argparse.Namespace, *flags: str) -> None:
@@ -74,96 +96,200 @@ def _positive(args: argparse.Namespace, *flags: str) -> None:
 
 
 def _texts(args: argparse.Namespace) -> list[str]:
+    """The TEXT arguments, or stdin's lines (UTF-8, CRLF or LF; undecodable bytes become U+FFFD,
+    which the model then refuses on that line alone)."""
     if args.text:
         return list(args.text)
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
+    lines = [line.rstrip("\r\n") for line in stream]
     if not lines:
         raise _CliError("beamsearch: error: no text given (pass TEXT arguments or lines on stdin)", 2)
     return lines
 
 
-def translate(args: argparse.Namespace) -> None:
-    from beamsearch.zoo.translator import Translator
+def _shown(text: str, width: int = 40) -> str:
+    return repr(text if len(text) <= width else text[:width] + "...")
 
+
+def _load(args: argparse.Namespace) -> Any:
+    """Set the torch threads, then load ``--model`` from ``--checkpoint`` (default: shipped)."""
+    import torch
+
+    from beamsearch.zoo.translator import CheckpointError, Translator
+
+    _positive(args, "--threads")
+    torch.set_num_threads(args.threads)
+    try:
+        return Translator.load(args.model, args.checkpoint)
+    except CheckpointError as e:
+        raise _CliError(f"beamsearch: error: {e}", 1) from None
+
+
+def _verdict(translator: Any, text: str, outputs: list[Any] | None) -> str | None:
+    """None when the best output is an accepted date; otherwise the error for this input."""
+    from beamsearch.zoo.translator import MIN_LOGPROB
+
+    problem = translator.problem(text)
+    if problem is not None:
+        return f"cannot read {_shown(text)}: {problem}"
+    best = outputs[0] if outputs else None
+    if best is None or best.text == "":
+        return f"no date in {_shown(text)}"
+    if not translator.accepts(best):
+        return (f"not confident that {_shown(text)} is a date (best reading {best.text or '?'}, model logprob "
+                f"{best.model_logprob:.2f} < {MIN_LOGPROB})")
+    return None
+
+
+def translate(args: argparse.Namespace) -> int:
     _positive(args, "--beam", "--n-best")
     if args.n_best > args.beam:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
-    translator = Translator.load(args.model)
+    translator = _load(args)
     texts = _texts(args)
-    for text, outputs in zip(texts, translator.decode(texts, args.beam, args.n_best, args.alpha)):
-        if args.n_best == 1:
-            print(outputs[0].text if outputs else "")
-            continue
-        print(text)
-        for rank, o in enumerate(outputs, 1):
-            h = o.hypothesis
-            print(f"  {rank}\t{o.text}\tlogprob {h.logprob:.4f}\tscore {h.score:.4f}")
+    good = [t for t in texts if translator.problem(t) is None]
+    decoded = iter(translator.decode(good, args.beam, args.n_best, args.alpha, calendar=args.calendar) if good else [])
+    failed = 0
+    for text in texts:
+        outputs = next(decoded) if translator.problem(text) is None else None
+        error = _verdict(translator, text, outputs)
+        failed += error is not None
+        if args.json:
+            candidates = [{"date": o.text or None, "logprob": o.hypothesis.logprob, "score": o.hypothesis.score,
+                           "model_logprob": o.model_logprob} for o in outputs or []]
+            print(json.dumps({"input": text, "date": None if error else outputs[0].text, "error": error,
+                              "candidates": candidates}, ensure_ascii=False))
+        elif error is not None:
+            print(f"error: {error}")
+        elif args.n_best == 1:
+            print(outputs[0].text)
+        else:
+            print(text)
+            for rank, o in enumerate(outputs, 1):
+                h = o.hypothesis
+                print(f"  {rank}\t{o.text or '(no date)'}\tlogprob {h.logprob:.4f}\tscore {h.score:.4f}")
+    if failed:
+        print(f"beamsearch: {failed} of {len(texts)} inputs got no date", file=sys.stderr)
+    return 1 if failed else 0
 
 
-def evaluate(args: argparse.Namespace) -> None:
+def _beams(text: str) -> list[int]:
+    try:
+        beams = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise _CliError(f"beamsearch: error: --beams must be integers separated by commas; got {text!r}", 2)
+    if any(b < 1 for b in beams):
+        raise _CliError(f"beamsearch: error: --beams must be >= 1; got {text!r}", 2)
+    return beams
+
+
+def evaluate(args: argparse.Namespace) -> int:
     from beamsearch.zoo.evaluate import evaluate_model
 
-    try:
-        beams = [int(b) for b in args.beams.split(",")]
-    except ValueError:
-        raise _CliError(f"beamsearch: error: --beams must be integers separated by commas; got {args.beams!r}", 2)
-    if any(b < 1 for b in beams):
-        raise _CliError(f"beamsearch: error: --beams must be >= 1; got {args.beams!r}", 2)
+    beams = _beams(args.beams)
     _positive(args, "--limit")
-    print(evaluate_model(args.model, beams, alpha=args.alpha, limit=args.limit))
+    translator = _load(args)
+    print(evaluate_model(translator, args.model, beams, alpha=args.alpha, limit=args.limit,
+                         calendar=args.calendar, forms=args.forms))
+    return 0
 
 
-def train_command(args: argparse.Namespace) -> None:
+def train_command(args: argparse.Namespace) -> int:
     from beamsearch.zoo.train import train
 
-    _positive(args, "--threads")
+    _positive(args, "--threads", "--train-size")
     if args.epochs is not None:
         _positive(args, "--epochs")
-    meta = train(args.model, args.out, seed=args.seed, epochs=args.epochs, minutes=args.minutes, threads=args.threads)
+    if args.minutes is not None and not args.minutes > 0:
+        raise _CliError(f"beamsearch: error: --minutes must be > 0; got {args.minutes}", 2)
+    meta = train(args.model, args.out, seed=args.seed, epochs=args.epochs, minutes=args.minutes,
+                 threads=args.threads, train_size=args.train_size, progress=sys.stderr.isatty())
     print(f"{args.model}: best valid loss {meta['valid_loss']:.4f} (greedy exact match "
-          f"{meta['valid_exact_match']:.4f}) at epoch {meta['epoch']}, written to {args.out}")
+          f"{meta['valid_exact_match']:.4f}) at epoch {meta['epoch']} of {meta['epochs_run']}, "
+          f"{meta['minutes']} min; load it with --model {args.model} --checkpoint {args.out}")
+    return 0
+
+
+def _parser() -> _Parser:
+    fmt = _Help
+    parser = _Parser(prog="beamsearch", formatter_class=fmt,
+                     description="Beam search decoding of step-function models, and a dates-to-ISO-8601 "
+                                 "translator built on it.",
+                     epilog="Exit status: 0 done; 1 some input got no date, or a checkpoint cannot be loaded; "
+                            "2 usage error.")
+    parser.add_argument("--version", action="version", version=f"beamsearch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    p = sub.add_parser("demo", help="greedy against beam search on toy models and the shipped dates model",
+                       formatter_class=fmt)
+    p.add_argument("--beam", type=int, default=4, help="beam size for the random models")
+    p.add_argument("--max-len", type=int, default=5, help="most tokens generated per random model")
+    p.add_argument("--models", type=int, default=8, help="how many random models")
+
+    def model_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", choices=MODELS, default="seq2seq", help="which model")
+        p.add_argument("--checkpoint", metavar="DIR", default=None,
+                       help="folder holding MODEL.safetensors and MODEL.json, as `train --out DIR` writes it "
+                            "(default: the shipped checkpoints)")
+        p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty strength")
+        p.add_argument("--no-calendar", dest="calendar", action="store_false",
+                       help="do not constrain the search to real calendar dates (it is on by default; an "
+                            "impossible date is still never printed: it becomes an error line)")
+        p.add_argument("--threads", type=int, default=FASTEST_THREADS, help="torch threads")
+
+    p = sub.add_parser("translate", help="dates to ISO 8601 (YYYY-MM-DD) with a zoo model", formatter_class=fmt,
+                       description="One output line per input: the date, or 'error: ...' in its place "
+                                   "(exit status 1 if any).")
+    model_options(p)
+    p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
+    p.add_argument("--n-best", type=int, default=1, help="outputs per input, with logprob and score")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per input: input, date (null on error), error, candidates")
+    p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin)")
+    p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set", formatter_class=fmt)
+    model_options(p)
+    p.add_argument("--beams", default="1,5,10", help="comma-separated beam sizes; 1 is greedy")
+    p.add_argument("--limit", type=int, default=2000, help="the first LIMIT test examples")
+    p.add_argument("--forms", action="store_true", help="also exact match per form of writing, per beam size")
+    p = sub.add_parser("train", help="train a dates model (CPU)", formatter_class=fmt,
+                       description="Writes OUT/MODEL.safetensors and OUT/MODEL.json; deterministic given --seed "
+                                   "and --threads unless --minutes is given.")
+    p.add_argument("--model", choices=MODELS, default="seq2seq", help="which model")
+    p.add_argument("--out", metavar="DIR", default="checkpoints", help="folder to write the checkpoint to")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs to train (default without --minutes: seq2seq 10, transformer 7)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="stop after this much training time; the learning-rate schedule is sized to it")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend on it)")
+    p.add_argument("--train-size", type=int, default=40_000, help="training examples")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="beamsearch", description="Beam search decoding of step-function models.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="greedy against beam search on toy models")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--max-len", type=int, default=5)
-    p.add_argument("--models", type=int, default=8)
-    models = ("seq2seq", "transformer")
-    p = sub.add_parser("translate", help="dates to ISO 8601 with a shipped model")
-    p.add_argument("--model", choices=models, default="seq2seq")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--n-best", type=int, default=1)
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("text", nargs="*", help="dates to translate (default: lines on stdin)")
-    p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set")
-    p.add_argument("--model", choices=models, default="seq2seq")
-    p.add_argument("--beams", default="1,5,10", help="comma-separated beam sizes; 1 is greedy")
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--limit", type=int, default=2000, help="the first LIMIT test examples")
-    p = sub.add_parser("train", help="train a dates model (CPU, deterministic given --seed)")
-    p.add_argument("--model", choices=models, default="seq2seq")
-    p.add_argument("--out", default="checkpoints")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=None, help="default: about 13 minutes' worth on one core")
-    p.add_argument("--minutes", type=float, default=14.0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (results depend on it)")
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        parser.print_help()
+        return 2
     commands = {"demo": demo_command, "translate": translate, "evaluate": evaluate, "train": train_command}
     try:
         args = parser.parse_args(argv)
-        commands[args.command](args)
-        return 0
+        if args.command is None:
+            raise _CliError("beamsearch: error: a command is required (one of demo, translate, evaluate, "
+                            "train; see beamsearch --help)", 2)
+        return commands[args.command](args)
+    except SystemExit as e:  # --help and --version
+        return int(e.code or 0)
     except ImportError as e:
         print(f"beamsearch: error: {e.name or e} is not installed: pip install 'beamsearch[zoo]'", file=sys.stderr)
         return 2
     except _CliError as e:
         print(str(e), file=sys.stderr)
         return e.code
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OSError) as e:
         print(f"beamsearch: error: {e}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(e, (ValueError, TypeError)) else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

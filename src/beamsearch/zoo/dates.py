@@ -20,8 +20,10 @@ from __future__ import annotations
 import datetime as dt
 import random
 from dataclasses import dataclass
+from typing import Callable
 
-__all__ = ["CENTURY_WEIGHTS", "Example", "Vocab", "make_example", "make_splits", "SOURCE_VOCAB", "TARGET_VOCAB"]
+__all__ = ["CENTURY_WEIGHTS", "FOUR_DIGIT_FORMS", "NO_DATE_FORMS", "SOURCE_VOCAB", "TARGET_VOCAB", "Example", "Vocab",
+           "days_in_month", "make_example", "make_non_date", "make_splits"]
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
           "october", "november", "december"]
@@ -41,9 +43,12 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
 @dataclass(frozen=True)
 class Example:
+    """A source and its ISO 8601 target; the target is "" when the source is not a date."""
+
     source: str
     target: str
     two_digit_year: bool
+    form: str = ""  # the name of the form it is written in ("two-digit year", "no date: ...")
 
 
 class Vocab:
@@ -126,8 +131,9 @@ def _spaces(text: str, rng: random.Random) -> str:
 
 
 def _month(date: dt.date, rng: random.Random) -> str:
-    name = MONTHS[date.month - 1]
-    return name if rng.random() < 0.5 else name[:3]
+    """'march', 'mar' or 'mar.'."""
+    name, r = MONTHS[date.month - 1], rng.random()
+    return name if r < 0.5 else name[:3] + ("." if r < 0.6 else "")
 
 
 def _weekday(date: dt.date, rng: random.Random) -> str:
@@ -140,24 +146,60 @@ def _day(date: dt.date, rng: random.Random) -> str:
     return str(date.day) if r < 0.5 else (ordinal_digits(date.day) if r < 0.8 else ordinal_words(date.day))
 
 
-def _four_digit_form(date: dt.date, rng: random.Random) -> str:
+def _iso_like(sep: str) -> Callable[[dt.date, random.Random], str]:
+    """Year first: ``1987-03-03``, ``1987/3/3``, ``1987.03.03`` (padded or not)."""
+    def form(date: dt.date, rng: random.Random) -> str:
+        m, d = (f"{date.month:02d}", f"{date.day:02d}") if rng.random() < 0.6 else (date.month, date.day)
+        return f"{date.year}{sep}{m}{sep}{d}"
+    return form
+
+
+def _month_first(date: dt.date, rng: random.Random) -> str:
+    """US numeric, month first: ``03/03/1987`` or ``3/3/1987``."""
     y, m, d = date.year, date.month, date.day
-    forms = [
-        lambda: f"{_day(date, rng)} of {_month(date, rng)} {y}",
-        lambda: f"{_month(date, rng)} {_day(date, rng)}, {y}",
-        lambda: f"{_day(date, rng)} {_month(date, rng)} {y}",
-        lambda: f"{_weekday(date, rng)}, {_month(date, rng)} {d} {y}",
-        lambda: f"{_weekday(date, rng)} {_day(date, rng)} {_month(date, rng)} {y}",
-        lambda: f"{m:02d}/{d:02d}/{y}" if rng.random() < 0.5 else f"{m}/{d}/{y}",
-        lambda: f"{y}.{m}.{d}" if rng.random() < 0.5 else f"{y}.{m:02d}.{d:02d}",
-        lambda: f"{d}.{m}.{y}" if rng.random() < 0.5 else f"{d:02d}.{m:02d}.{y}",
-        lambda: f"{MONTHS[m - 1]} {ordinal_words(d)} {year_words(y, rng)}",
-        lambda: f"the {ordinal_words(d)} of {MONTHS[m - 1]} {year_words(y, rng)}",
-    ]
-    return rng.choice(forms)()
+    return f"{m:02d}/{d:02d}/{y}" if rng.random() < 0.5 else f"{m}/{d}/{y}"
+
+
+def _day_first_slash(date: dt.date, rng: random.Random) -> str:
+    """European numeric with slashes, only where the day cannot be a month: ``25/12/1999``."""
+    y, m, d = date.year, date.month, date.day
+    return f"{d}/{m:02d}/{y}" if rng.random() < 0.5 else f"{d}/{m}/{y}"
+
+
+# The four-digit-year forms, by name: (render, applies to this date?). Numeric forms with the year
+# last read month first with slashes ("03/04/1999" is March 4), unless the first number is over 12
+# ("25/12/1999" is 25 December), and day first with dots ("03.04.1999" is 3 April).
+FOUR_DIGIT_FORMS: dict[str, Callable[[dt.date, random.Random], str]] = {
+    "iso": lambda date, rng: date.isoformat(),
+    "year-first dashes": _iso_like("-"),
+    "year-first slashes": _iso_like("/"),
+    "year-first dots": _iso_like("."),
+    "compact": lambda date, rng: f"{date.year}{date.month:02d}{date.day:02d}",
+    "us numeric": _month_first,
+    "european slashes": _day_first_slash,
+    "european dots": lambda date, rng: (f"{date.day}.{date.month}.{date.year}" if rng.random() < 0.5
+                                        else f"{date.day:02d}.{date.month:02d}.{date.year}"),
+    "day of month": lambda date, rng: f"{_day(date, rng)} of {_month(date, rng)} {date.year}",
+    "month day, year": lambda date, rng: f"{_month(date, rng)} {_day(date, rng)}, {date.year}",
+    "day month year": lambda date, rng: f"{_day(date, rng)} {_month(date, rng)} {date.year}",
+    "year month day": lambda date, rng: f"{date.year} {_month(date, rng)} {_day(date, rng)}",
+    "weekday, month day": lambda date, rng: f"{_weekday(date, rng)}, {_month(date, rng)} {date.day} {date.year}",
+    "weekday day month": lambda date, rng: f"{_weekday(date, rng)} {_day(date, rng)} {_month(date, rng)} {date.year}",
+    "words": lambda date, rng: f"{MONTHS[date.month - 1]} {ordinal_words(date.day)} {year_words(date.year, rng)}",
+    "the words": lambda date, rng: (f"the {ordinal_words(date.day)} of {MONTHS[date.month - 1]} "
+                                    f"{year_words(date.year, rng)}"),
+}
+
+
+def _four_digit_form(date: dt.date, rng: random.Random) -> tuple[str, str]:
+    """-> (source, form name); "european slashes" only for days over 12."""
+    names = [n for n in FOUR_DIGIT_FORMS if n != "european slashes" or date.day > 12]
+    name = rng.choice(names)
+    return FOUR_DIGIT_FORMS[name](date, rng), name
 
 
 def _two_digit_form(date: dt.date, rng: random.Random) -> str:
+    """'march 3 '87', '03/03/87', 'march third eighty-seven': the century is not written."""
     yy, m, d = date.year % 100, date.month, date.day
     forms = [
         lambda: f"{_month(date, rng)} {d} '{yy:02d}",
@@ -176,33 +218,105 @@ def _random_date(year: int, rng: random.Random) -> dt.date:
 
 
 def make_example(rng: random.Random, two_digit_share: float = 0.3) -> Example:
-    """One example; with probability ``two_digit_share`` its source writes a two-digit year."""
+    """One date; with probability ``two_digit_share`` its source writes a two-digit year."""
     if rng.random() < two_digit_share:
         century = rng.choices(list(CENTURY_WEIGHTS), weights=list(CENTURY_WEIGHTS.values()))[0]
         while True:
             date = _random_date(century + rng.randint(0, 99), rng)
             if not (date.month == 2 and date.day == 29 and date.year % 100 == 0):
                 break  # Feb 29 of a '00 year is a leap day in 2000 only: it would tell the century
-        source = _two_digit_form(date, rng)
-        two = True
+        source, form, two = _two_digit_form(date, rng), "two-digit year", True
     else:
         date = _random_date(rng.randint(*YEARS), rng)
-        source = _four_digit_form(date, rng)
-        two = False
-    return Example(_spaces(_case(source, rng), rng), date.isoformat(), two)
+        (source, form), two = _four_digit_form(date, rng), False
+    return Example(_spaces(_case(source, rng), rng), date.isoformat(), two, form)
 
 
-def make_splits(train: int = 40_000, valid: int = 1_000, test: int = 2_000,
-                seed: int = 0) -> dict[str, list[Example]]:
-    """Deterministic train / valid / test splits; valid and test share no source with train."""
+# ---- sources that are not dates: the model learns to answer "" (eos first) ---------------------------
+
+WORDS = ["yesterday", "today", "tomorrow", "tonight", "now", "never", "soon", "later", "next", "last", "week",
+         "month", "year", "day", "days", "ago", "hello", "world", "the", "of", "and", "a", "meeting", "lunch",
+         "birthday", "deadline", "noon", "morning", "evening", "date", "time", "first", "second", "third",
+         "spring", "summer", "autumn", "winter", "christmas", "easter", "weekend", "monday", "friday", "march",
+         "may", "june", "dec", "sometime", "someday", "whenever", "asap", "tbd", "n/a", "none", "unknown",
+         "in", "two", "three", "weeks", "from", "on", "at", "before", "after", "every", "other"]
+_CHARS = " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789,./-'"
+
+
+def days_in_month(year: int, month: int) -> int:
+    """Days in ``month`` (1-12) of ``year``, Gregorian leap years."""
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _impossible_date(rng: random.Random) -> str:
+    """A date-shaped source naming no real date: Feb 29 of a common year, April 31, month 13, day 0..."""
+    y = rng.randint(*YEARS)
+    kind = rng.random()
+    if kind < 0.3:  # February 29 of a common year, or February 30 / 31
+        while days_in_month(y, 2) == 29:
+            y = rng.randint(*YEARS)
+        m, d = 2, rng.choice([29, 29, 30, 31])
+    elif kind < 0.6:  # one past the month's last day (32 for a 31-day month)
+        m = rng.randint(1, 12)
+        d = days_in_month(y, m) + 1 if days_in_month(y, m) < 31 or rng.random() < 0.5 else rng.randint(32, 39)
+    elif kind < 0.8:  # month 0 or over 12
+        m, d = rng.choice([0, 13, 14, 15, 19, 20, 31]), rng.randint(1, 31)
+    else:  # day 0
+        m, d = rng.randint(1, 12), 0
+    forms = [f"{y}-{m:02d}-{d:02d}", f"{y}/{m:02d}/{d:02d}", f"{y}.{m}.{d}", f"{y}{m:02d}{d:02d}",
+             f"{d:02d}.{m:02d}.{y}"]
+    if m <= 12 or d > 12:  # "m/d/y" reads month first unless the first number is over 12
+        forms.append(f"{m:02d}/{d:02d}/{y}")
+        if (m, d) != (2, 29):  # with two digits, February 29 is real in some century
+            forms.append(f"{m}/{d}/{y % 100:02d}")
+    if 1 <= m <= 12:
+        month = MONTHS[m - 1] if rng.random() < 0.5 else MONTHS[m - 1][:3]
+        forms += [f"{month} {d}, {y}", f"{d} {month} {y}", f"{ordinal_digits(d)} of {month} {y}"]
+    return rng.choice(forms)
+
+
+def _no_year(rng: random.Random) -> str:
+    """A day and month without a year: 'march 3', '3rd of May', '03/03'."""
+    date = _random_date(2000, rng)  # a leap year: February 29 too
+    return rng.choice([f"{_month(date, rng)} {_day(date, rng)}", f"{_day(date, rng)} of {_month(date, rng)}",
+                       f"{date.month:02d}/{date.day:02d}", f"{_weekday(date, rng)} {date.day} {_month(date, rng)}"])
+
+
+NO_DATE_FORMS: dict[str, Callable[[random.Random], str]] = {
+    "random characters": lambda rng: "".join(rng.choice(_CHARS) for _ in range(rng.randint(1, 24))).strip() or "x",
+    "words": lambda rng: " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))),
+    "numbers": lambda rng: str(rng.randint(0, 99_999)) if rng.random() < 0.5 else str(rng.randint(10**8, 10**12)),
+    "no year": _no_year,
+    "impossible date": _impossible_date,
+}
+
+
+def make_non_date(rng: random.Random) -> Example:
+    """A source that names no date (target ""): random characters, words ('yesterday'), numbers, a
+    date without a year, or an impossible date ('Feb 29 2023', '13/13/2013', '31 april 2001')."""
+    name = rng.choice(list(NO_DATE_FORMS))
+    return Example(_spaces(_case(NO_DATE_FORMS[name](rng), rng), rng), "", False, f"no date: {name}")
+
+
+def make_splits(train: int = 40_000, valid: int = 1_000, test: int = 2_000, seed: int = 0,
+                no_date_share: float = 0.1) -> dict[str, list[Example]]:
+    """Deterministic train / valid / test splits; valid and test share no source with train.
+
+    A share ``no_date_share`` of each split are sources that are not dates (target "")."""
     rng = random.Random(seed)
-    train_set = [make_example(rng) for _ in range(train)]
+
+    def draw() -> Example:
+        return make_non_date(rng) if rng.random() < no_date_share else make_example(rng)
+
+    train_set = [draw() for _ in range(train)]
     seen = {e.source for e in train_set}
     out = {"train": train_set}
     for name, size in (("valid", valid), ("test", test)):
         part: list[Example] = []
         while len(part) < size:
-            e = make_example(rng)
+            e = draw()
             if e.source not in seen:
                 part.append(e)
                 seen.add(e.source)

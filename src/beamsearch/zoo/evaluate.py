@@ -1,4 +1,4 @@
-"""Greedy against beam search on the fixed dates test set."""
+"""Greedy against beam search on the fixed dates test set, and how well "no date" is told apart."""
 
 from __future__ import annotations
 
@@ -6,40 +6,71 @@ import time
 
 import torch
 
-from beamsearch.zoo.dates import make_splits
+from beamsearch.zoo.dates import Example, make_splits
 from beamsearch.zoo.train import DATA_SEED
-from beamsearch.zoo.translator import Translator
+from beamsearch.zoo.translator import Output, Translator
 
 
-def evaluate_model(name: str, beams: list[int], *, alpha: float = 0.6, limit: int = 2000) -> str:
-    """A table: per beam size (1 = greedy), exact match (all, and two-digit-year sources), mean
-    logprob of the output, time; then, per beam size, how often it and greedy disagree and who
-    was right."""
-    translator = Translator.load(name)
-    test = make_splits(seed=DATA_SEED)["test"][:limit]
+def held_out(limit: int = 2000) -> list[Example]:
+    """The first ``limit`` examples of the fixed test set (dates and non-dates, never seen in training)."""
+    return make_splits(seed=DATA_SEED)["test"][:limit]
+
+
+def right(output: Output, example: Example) -> bool:
+    """A date is right when it is accepted and equals the target; a non-date when no date is accepted."""
+    return Translator.accepts(output) and output.text == example.target if example.target \
+        else not Translator.accepts(output)
+
+
+def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha: float = 0.6, limit: int = 2000,
+                   calendar: bool = True, forms: bool = False) -> str:
+    """A table, per beam size (1 = greedy: one live row): exact match on the dates (all, two-digit
+    years, four-digit years: an output counts when it is accepted and right), the share of non-dates
+    answered "no date" (caught) and of dates refused (false alarms), the mean logprob of the best
+    output on the dates, the time; then, per beam size, how often it and greedy disagree on a date
+    and who was right; with ``forms``, exact match per form of writing."""
+    test = held_out(limit)
     texts = [e.source for e in test]
-    two = [e.two_digit_year for e in test]
-    lines = [f"model {name}, {len(test)} test examples ({sum(two)} with two-digit years), alpha {alpha}",
-             f"{'search':<8} {'exact':>7} {'2-digit':>8} {'logprob':>9} {'seconds':>8}"]
-    outputs = {}
+    dates = [i for i, e in enumerate(test) if e.target]
+    non = [i for i, e in enumerate(test) if not e.target]
+    two = [i for i in dates if test[i].two_digit_year]
+    four = [i for i in dates if not test[i].two_digit_year]
+    lines = [f"model {name}, {len(test)} test examples: {len(dates)} dates ({len(two)} with two-digit years), "
+             f"{len(non)} non-dates; alpha {alpha}, calendar {'on' if calendar else 'off'}, "
+             f"{torch.get_num_threads()} thread(s)",
+             f"{'search':<8} {'exact':>7} {'2-digit':>8} {'4-digit':>8} {'caught':>7} {'false':>7} "
+             f"{'logprob':>9} {'seconds':>8}"]
+    outputs: dict[int, list[Output]] = {}
+
+    def share(ok: list[bool], idx: list[int]) -> float:
+        return sum(ok[i] for i in idx) / max(1, len(idx))
+
     with torch.inference_mode():
         for beam in beams:
             start = time.perf_counter()
-            best = [o[0] for o in translator.decode(texts, beam, 1, alpha)]
+            best = [o[0] for o in translator.decode(texts, beam, 1, alpha, calendar)]
             seconds = time.perf_counter() - start
             outputs[beam] = best
-            right = [o.text == e.target for o, e in zip(best, test)]
-            exact = sum(right) / len(test)
-            exact_two = sum(r for r, t in zip(right, two) if t) / max(1, sum(two))
-            logprob = sum(o.hypothesis.logprob for o in best) / len(best)
+            ok = [right(o, e) for o, e in zip(best, test)]
+            refused = [not Translator.accepts(o) for o in best]
+            logprob = sum(best[i].hypothesis.logprob for i in dates) / max(1, len(dates))
             label = "greedy" if beam == 1 else f"beam {beam}"
-            lines.append(f"{label:<8} {exact:>7.4f} {exact_two:>8.4f} {logprob:>9.4f} {seconds:>8.2f}")
+            lines.append(f"{label:<8} {share(ok, dates):>7.4f} {share(ok, two):>8.4f} {share(ok, four):>8.4f} "
+                         f"{share(ok, non):>7.4f} {share(refused, dates):>7.4f} {logprob:>9.4f} {seconds:>8.2f}")
     if 1 in outputs:
         lines.append(f"{'vs greedy':<10} {'disagree':>8} {'beam right':>10} {'greedy right':>12} {'neither':>8}")
         for beam, best in outputs.items():
             if beam == 1:
                 continue
-            pairs = [(b.text, g.text, e.target) for b, g, e in zip(best, outputs[1], test) if b.text != g.text]
-            lines.append(f"{'beam ' + str(beam):<10} {len(pairs):>8} {sum(b == t for b, _, t in pairs):>10} "
-                         f"{sum(g == t for _, g, t in pairs):>12} {sum(t not in (b, g) for b, g, t in pairs):>8}")
+            pairs = [(right(best[i], test[i]), right(outputs[1][i], test[i])) for i in dates
+                     if best[i].text != outputs[1][i].text]
+            lines.append(f"{'beam ' + str(beam):<10} {len(pairs):>8} {sum(b for b, _ in pairs):>10} "
+                         f"{sum(g for _, g in pairs):>12} {sum(not (b or g) for b, g in pairs):>8}")
+    if forms:
+        names = sorted({e.form for e in test}, key=lambda f: (f.startswith("no date"), f))
+        lines.append(f"{'form':<28} {'n':>5} " + " ".join(f"{'greedy' if b == 1 else f'beam {b}':>8}" for b in beams))
+        for form in names:
+            idx = [i for i, e in enumerate(test) if e.form == form]
+            cells = " ".join(f"{share([right(o, e) for o, e in zip(outputs[b], test)], idx):>8.4f}" for b in beams)
+            lines.append(f"{form:<28} {len(idx):>5} {cells}")
     return "\n".join(lines)

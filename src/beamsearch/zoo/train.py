@@ -36,7 +36,7 @@ def exact_match(translator: Translator, examples: list[Example]) -> float:
     return sum(o.text == e.target for o, e in zip(outputs, examples)) / len(examples)
 
 
-EPOCHS = {"seq2seq": 10, "transformer": 7}  # each about 13 minutes on one CPU core
+EPOCHS = {"seq2seq": 10, "transformer": 7}  # each about 13 minutes on one idle CPU core
 
 
 @torch.no_grad()
@@ -52,20 +52,34 @@ def validation_loss(model: torch.nn.Module, examples: list[Example], cfg: ModelC
     return total / count
 
 
-def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int | None = None, minutes: float = 14.0,
-          threads: int = 1, batch_size: int = 128, lr: float = 2e-3, train_size: int = 40_000,
-          progress: bool = True, log: Callable[[str], None] = print) -> dict:
-    """Train ``kind`` ("seq2seq" or "transformer"); write ``<kind>.safetensors`` and ``<kind>.json``.
+def lr_factor(fraction: float, warmup: float = 0.05) -> float:
+    """The learning-rate schedule, as a share of the peak, at ``fraction`` (0..1) of the training
+    budget: a linear warm-up over the first ``warmup``, then a cosine down to 0 (one cycle)."""
+    if fraction < warmup:
+        return fraction / warmup
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, (fraction - warmup) / (1 - warmup))))
 
-    Deterministic given ``seed`` and ``threads``. Stops after ``epochs`` epochs (default: about
-    13 minutes' worth on one core) or ``minutes`` of training, and keeps the weights with the
-    lowest validation loss (teacher-forced cross-entropy: the calibrated choice; greedy exact
+
+def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int | None = None,
+          minutes: float | None = None, threads: int = 1, batch_size: int = 128, lr: float = 2e-3,
+          train_size: int = 40_000, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+    """Train ``kind`` ("seq2seq" or "transformer"); write ``<kind>.safetensors`` and ``<kind>.json``
+    in ``out_dir`` (what ``Translator.load(kind, out_dir)`` and ``--checkpoint`` read).
+
+    The budget is ``epochs`` epochs, ``minutes`` of training, or both (whichever ends first); with
+    neither, :data:`EPOCHS` (about 13 minutes on one core). The learning-rate schedule
+    (:func:`lr_factor`) runs over that budget: over the steps of ``epochs``, over the wall-clock
+    time of ``minutes``, whichever is further along, and training stops at the batch where it
+    ends. Deterministic given ``seed`` and ``threads`` when no ``minutes`` is given (a time budget
+    depends on the machine). Keeps the weights with the lowest validation loss (teacher-forced
+    cross-entropy, measured after every epoch and at the end: the calibrated choice; greedy exact
     match would reward a model that is wrong about its own uncertainty). Returns the metadata.
     """
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    epochs = EPOCHS[kind] if epochs is None else epochs
+    if epochs is None and minutes is None:
+        epochs = EPOCHS[kind]
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -75,20 +89,30 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
     model = build_model(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps_per_epoch = math.ceil(len(splits["train"]) / batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps_per_epoch,
-                                                   pct_start=0.05)
+    total_steps = None if epochs is None else epochs * steps_per_epoch
     loss_fn = nn.CrossEntropyLoss(ignore_index=cfg.pad)
     translator = Translator(model)
-    best_loss, best_accuracy, best_epoch, best_state = float("inf"), 0.0, 0, {}
-    last_accuracy = 0.0  # the previous epoch's validation exact match, shown on the progress bar
+    best = {"valid_loss": float("inf")}
+    best_state: dict[str, torch.Tensor] = {}
     start = time.monotonic()
+
+    def budget_used(steps_done: int) -> float:
+        by_steps = 0.0 if total_steps is None else steps_done / total_steps
+        by_time = 0.0 if minutes is None else (time.monotonic() - start) / (minutes * 60)
+        return max(by_steps, by_time)
+
     train_set = list(splits["train"])
-    for epoch in range(1, epochs + 1):
+    steps, epoch, used, last_lr = 0, 0, 0.0, 0.0
+    while used < 1.0:
+        epoch += 1
         model.train()
         rng.shuffle(train_set)
         bar = tqdm(range(steps_per_epoch), desc=f"{kind} epoch {epoch}", disable=not progress, leave=False)
-        total = 0.0
+        total, batches = 0.0, 0
         for i in bar:
+            last_lr = lr * lr_factor(used)
+            for group in optimizer.param_groups:
+                group["lr"] = last_lr
             sources, inputs, targets = _batch(train_set[i * batch_size : (i + 1) * batch_size], cfg.pad, cfg.bos,
                                               cfg.eos)
             logits = model(sources, inputs)
@@ -97,27 +121,25 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            schedule.step()
-            total += loss.item()
-            bar.set_postfix(loss=f"{loss.item():.4f}", valid_exact=f"{last_accuracy:.4f}" if epoch > 1 else "-")
+            steps, batches, total = steps + 1, batches + 1, total + loss.item()
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            used = budget_used(steps)
+            if used >= 1.0:
+                break
         model.eval()
         accuracy = exact_match(translator, splits["valid"])
         loss_valid = validation_loss(model, splits["valid"], cfg)
         elapsed = time.monotonic() - start
-        log(f"{kind} epoch {epoch}: train loss {total / steps_per_epoch:.4f}, valid loss {loss_valid:.4f}, "
-            f"valid exact match (greedy) {accuracy:.4f}, {elapsed / 60:.1f} min")
-        if loss_valid < best_loss:
-            best_loss, best_accuracy, best_epoch = loss_valid, accuracy, epoch
+        log(f"{kind} epoch {epoch} ({batches} batches): train loss {total / batches:.4f}, valid loss "
+            f"{loss_valid:.4f}, valid exact match (greedy) {accuracy:.4f}, {elapsed / 60:.1f} min")
+        if loss_valid < best["valid_loss"]:
+            best = {"valid_loss": loss_valid, "valid_exact_match": accuracy, "epoch": epoch}
             best_state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-        last_accuracy = accuracy
-        if elapsed > minutes * 60:
-            log(f"{kind}: time budget of {minutes} min reached after epoch {epoch}")
-            break
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(best_state, str(out / f"{kind}.safetensors"))
     meta = {"config": cfg.to_dict(), "seed": seed, "data_seed": DATA_SEED, "train_size": train_size,
-            "epochs_run": epoch, "minutes": round((time.monotonic() - start) / 60, 2),
-            "threads": threads, "valid_loss": best_loss, "valid_exact_match": best_accuracy, "epoch": best_epoch}
+            "epochs": epochs, "budget_minutes": minutes, "epochs_run": epoch, "steps": steps, "last_lr": last_lr,
+            "minutes": round((time.monotonic() - start) / 60, 2), "threads": threads, **best}
     (out / f"{kind}.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta

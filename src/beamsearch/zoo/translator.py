@@ -1,7 +1,15 @@
-"""Loading a zoo checkpoint and decoding dates with it, through the public search API only."""
+"""Loading a zoo checkpoint and decoding dates with it, through the public search API only.
+
+By default every output is a real calendar date (:class:`beamsearch.zoo.calendar.CalendarDates`
+masks the rest while decoding), and an output is only *accepted* when the model is confident it
+read a date: the best hypothesis is not the empty "no date" answer, and the model's own
+log-probability of it (without the constraint) is at least :data:`MIN_LOGPROB` (see
+:meth:`Translator.accepts`).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import pathlib
 from dataclasses import dataclass
@@ -9,28 +17,40 @@ from typing import Any, Sequence
 
 import torch
 
-from beamsearch import Hypothesis, beam_search_batch, beam_search_each
+from beamsearch import Hypothesis, beam_search_batch, beam_search_each, score_sequences, select_state
+from beamsearch.zoo.calendar import CalendarDates
 from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB
 from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer, build_model
 
 CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "checkpoints"
 MODELS = ("seq2seq", "transformer")
+MIN_LOGPROB = -2.0  # the least model_logprob of an accepted date, chosen on the validation set (README)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing or cannot be read; the one-line message names the file."""
 
 
 @dataclass
 class Output:
-    """One decoded output: the text and the hypothesis it came from."""
+    """One decoded output: the text ("" for the "no date" answer), the hypothesis it came from, and
+    ``model_logprob``, the model's own log-probability of it without the calendar constraint (the
+    constraint renormalizes over real dates, which hides how much the model wanted an impossible
+    one; equal to ``hypothesis.logprob`` when the search ran without it)."""
 
     text: str
     hypothesis: Hypothesis
+    model_logprob: float
 
 
 class Translator:
     """A trained dates model and the searches over it.
 
-    ``greedy`` is :func:`beamsearch.beam_search_each` with one row per input; ``beam`` is
-    :func:`beamsearch.beam_search_batch` (GNMT length penalty, n-best); both decode many sources
-    in one batch, ``chunk`` at a time.
+    ``greedy`` is plain greedy decoding (:func:`beamsearch.beam_search_each` with one row per
+    input, no constraint); ``beam`` is :func:`beamsearch.beam_search_batch` (GNMT length penalty,
+    n-best) with the calendar constraint by default; both decode many sources in one batch,
+    ``chunk`` at a time. Sources are strings; outputs are :class:`Output` (text ``YYYY-MM-DD``, or
+    "" for "no date", and the hypothesis).
     """
 
     def __init__(self, model: Seq2Seq | Transformer, chunk: int = 512) -> None:
@@ -41,32 +61,51 @@ class Translator:
 
     @classmethod
     def load(cls, name: str = "seq2seq", directory: str | pathlib.Path | None = None) -> Translator:
-        """Load ``<directory>/<name>.safetensors`` and ``<name>.json`` (default: the shipped ones)."""
+        """Load ``<directory>/<name>.safetensors`` and ``<name>.json`` (default: the shipped ones,
+        :data:`CHECKPOINTS`), as ``beamsearch train --out DIR`` writes them.
+
+        Raises:
+            ValueError: ``name`` is not one of :data:`MODELS`.
+            CheckpointError: a file is missing or cannot be read (the message names it).
+        """
         from safetensors.torch import load_file
 
         if name not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
         folder = pathlib.Path(directory) if directory is not None else CHECKPOINTS
         weights, config = folder / f"{name}.safetensors", folder / f"{name}.json"
-        if not weights.exists() or not config.exists():
-            raise FileNotFoundError(f"no checkpoint for model {name!r} in {folder}")
-        meta = json.loads(config.read_text())
-        model = build_model(ModelConfig(**meta["config"]))
-        model.load_state_dict(load_file(str(weights)))
+        for path in (config, weights):
+            if not path.is_file():
+                raise CheckpointError(f"checkpoint file {path} does not exist")
+        try:
+            model = build_model(ModelConfig(**json.loads(config.read_text())["config"]))
+        except Exception as e:  # JSON, a missing key, a wrong field: all one answer for the user
+            raise CheckpointError(f"checkpoint file {config} is not a model config: {_one_line(e)}") from e
+        try:
+            model.load_state_dict(load_file(str(weights)))
+        except Exception as e:  # unreadable safetensors, or weights of another shape
+            raise CheckpointError(f"checkpoint file {weights} cannot be loaded: {_one_line(e)}") from e
         return cls(model)
 
+    def problem(self, text: str) -> str | None:
+        """Why the model cannot read ``text`` (empty, characters outside its vocabulary, too long),
+        or None."""
+        if not text.strip():
+            return "empty text"
+        unknown = SOURCE_VOCAB.unknown(text)
+        if unknown:
+            return f"characters outside the vocabulary: {''.join(unknown)!r}"
+        if len(text) > self.cfg.max_source:
+            return f"{len(text)} characters; the model reads at most {self.cfg.max_source}"
+        return None
+
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        """int64 ``[N, S]`` source ids, padded; ValueError for text the model cannot read."""
+        """int64 ``[N, S]`` source ids, padded; ValueError for a text the model cannot read."""
         rows = []
         for i, text in enumerate(texts):
-            if not text.strip():
-                raise ValueError(f"text {i + 1} is empty")
-            unknown = SOURCE_VOCAB.unknown(text)
-            if unknown:
-                raise ValueError(f"text {text!r} has characters outside the vocabulary: {''.join(unknown)!r}")
-            if len(text) > self.cfg.max_source:
-                raise ValueError(f"text {text[:20]!r}... is {len(text)} characters; the model reads at most "
-                                 f"{self.cfg.max_source}")
+            problem = self.problem(text)
+            if problem is not None:
+                raise ValueError(f"text {i + 1} ({text[:20]!r}): {problem}")
             rows.append(SOURCE_VOCAB.encode(text))
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.cfg.pad] * (width - len(r)) for r in rows], dtype=torch.int64)
@@ -84,23 +123,44 @@ class Translator:
         return out
 
     @torch.no_grad()
-    def beam(self, texts: Sequence[str], beam: int = 5, n_best: int = 1, alpha: float = 0.6) -> list[list[Output]]:
-        """Batched beam search; per text, its ``n_best`` outputs, best first."""
+    def beam(self, texts: Sequence[str], beam: int = 5, n_best: int = 1, alpha: float = 0.6,
+             calendar: bool = True) -> list[list[Output]]:
+        """Batched beam search; per text, its ``n_best`` outputs, best first. With ``calendar``
+        every output is a real date or "" (no date); ``beam=1`` keeps one live row (greedy)."""
+        processors = [CalendarDates()] if calendar else []
         out: list[list[Output]] = []
         for start in range(0, len(texts), self.chunk):
             part = texts[start : start + self.chunk]
             state = self.model.init_state(self.encode(part))
             results = beam_search_batch(self.model.step, state, [[self.cfg.bos]] * len(part),
                                         eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=beam,
-                                        n_best=n_best, alpha=alpha)
-            out += [[self._output(h) for h in hyps] for hyps in results]
+                                        n_best=n_best, alpha=alpha, logits_processors=processors)
+            hyps = [h for row in results for h in row]
+            rows = [i for i, row in enumerate(results) for _ in row]
+            model_logprobs = [h.logprob for h in hyps]
+            if calendar and hyps:  # the unconstrained model's own logprob of each output
+                rescored = score_sequences(self.model.step, select_state(state, rows), [[self.cfg.bos]] * len(hyps),
+                                           [h.tokens for h in hyps], eos_token_id=self.cfg.eos, alpha=alpha)
+                model_logprobs = [r.logprob for r in rescored]
+            found = iter(zip(hyps, model_logprobs))
+            out += [[Output(TARGET_VOCAB.decode(h.tokens), h, lp) for h, lp in (next(found) for _ in row)]
+                    for row in results]
         return out
 
-    def decode(self, texts: Sequence[str], beam: int, n_best: int = 1, alpha: float = 0.6) -> list[list[Output]]:
-        """Greedy for ``beam == 1`` (n_best 1), beam search otherwise."""
-        if beam == 1 and n_best == 1:
+    def decode(self, texts: Sequence[str], beam: int, n_best: int = 1, alpha: float = 0.6,
+               calendar: bool = True) -> list[list[Output]]:
+        """Beam search; plain greedy decoding for ``beam == 1`` and ``n_best == 1`` without the
+        calendar."""
+        if beam == 1 and n_best == 1 and not calendar:
             return [[o] for o in self.greedy(texts)]
-        return self.beam(texts, beam, n_best, alpha)
+        return self.beam(texts, beam, n_best, alpha, calendar)
+
+    @staticmethod
+    def accepts(output: Output) -> bool:
+        """Whether ``output`` is a date the model is confident of: a real date ``YYYY-MM-DD`` (not
+        the "no date" answer; checked again here for searches without the calendar constraint), with
+        ``model_logprob >= MIN_LOGPROB``."""
+        return _real_date(output.text) and output.model_logprob >= MIN_LOGPROB
 
     @torch.no_grad()
     def rescore(self, text: str, tokens: Sequence[int]) -> float:
@@ -114,4 +174,16 @@ class Translator:
         return total
 
     def _output(self, h: Hypothesis) -> Output:
-        return Output(TARGET_VOCAB.decode(h.tokens), h)
+        return Output(TARGET_VOCAB.decode(h.tokens), h, h.logprob)
+
+
+def _real_date(text: str) -> bool:
+    try:
+        return len(text) == 10 and dt.date.fromisoformat(text).isoformat() == text
+    except ValueError:
+        return False
+
+
+def _one_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
