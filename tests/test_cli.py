@@ -234,3 +234,25 @@ def test_no_calendar_still_never_prints_an_impossible_date():
     for row in map(json.loads, r.stdout.splitlines()):
         assert row["date"] is None or dt.date.fromisoformat(row["date"])
     assert json.loads(r.stdout.splitlines()[-1])["date"] == "1987-03-03"
+
+
+def test_translate_trace_writes_the_search_tree_page(tmp_path):
+    # the page holds the very search that printed the date: its best node's tokens are that date
+    page = tmp_path / "tree.html"
+    r = run("translate", "--trace", str(page), "march 3 '87")
+    assert r.returncode == 0, r.stderr
+    date = r.stdout.strip()
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "<script src" not in html and date in html
+    from beamsearch.zoo.dates import TARGET_VOCAB
+    from beamsearch.zoo.translator import Translator
+
+    tree, greedy, found = Translator.load("seq2seq").trace("march 3 '87")
+    assert TARGET_VOCAB.decode(tree.tokens(tree.best(0))) == found[0] == date
+    assert greedy.tokens(greedy.best(0)) != tree.tokens(tree.best(0))  # greedy took another century
+
+
+def test_translate_trace_draws_one_text(tmp_path):
+    r = run("translate", "--trace", str(tmp_path / "t.html"), "march 3 '87", "1999-01-02")
+    one_line_error(r, "--trace draws one search; got 2 texts")
+    assert r.returncode == 2 and not (tmp_path / "t.html").exists()

@@ -31,8 +31,7 @@ import time
 import numpy as np
 import torch
 
-from beamsearch import select_state
-from beamsearch._stochastic import stochastic_beam_search
+from beamsearch import select_state, stochastic_beam_search
 from beamsearch.zoo.dates import CENTURY_WEIGHTS, TARGET_VOCAB, make_splits
 from beamsearch.zoo.train import DATA_SEED
 from beamsearch.zoo.translator import MODELS, Translator

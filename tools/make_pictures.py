@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pathlib
 
-from beamsearch import beam_search, beam_search_batch, greedy_decode
+from beamsearch import beam_search, greedy_decode
 from beamsearch.toy import HAND_EXAMPLE, TableModel
 from beamsearch.viz import Trace, to_html, to_svg
 
@@ -38,21 +38,12 @@ def hand_example() -> None:
 
 
 def dates(text: str = "march 3 '87") -> None:
-    import torch
-
     from beamsearch.zoo.dates import TARGET_VOCAB
     from beamsearch.zoo.translator import Translator
 
     translator = Translator.load("seq2seq")
-    model, cfg = translator.model, translator.cfg
-    trace, greedy = Trace(), Trace()
-    with torch.no_grad():
-        results = beam_search_batch(model.step, model.init_state(translator.encode([text])), [[cfg.bos]],
-                                    eos_token_id=cfg.eos, max_steps=translator.max_steps, beam_size=5,
-                                    n_best=3, trace=trace, trace_width=1)
-        g = greedy_decode(model.step, model.init_state(translator.encode([text])), cfg.bos, cfg.eos,
-                          translator.max_steps, trace=greedy, trace_width=1)
-    best, first = TARGET_VOCAB.decode(results[0][0].tokens), TARGET_VOCAB.decode(g.tokens)
+    trace, greedy, found = translator.trace(text, beam=5, n_best=3)
+    best, first = found[0], TARGET_VOCAB.decode(greedy.tokens(greedy.best(0)))
     print(f"{text!r}: beam 5 {best}, greedy {first}")
     write("dates", trace, greedy, TARGET_VOCAB.itos, f"{text!r}: beam 5 ({best}) against greedy ({first})")
 

@@ -38,4 +38,4 @@ __all__ = [
     "stochastic_beam_search",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import pathlib
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -147,6 +148,8 @@ def translate(args: argparse.Namespace) -> int:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
     translator = _load(args)
     texts = _texts(args)
+    if args.trace is not None:
+        _write_trace(translator, texts, args)
     good = [t for t in texts if translator.problem(t) is None]
     decoded = iter(translator.decode(good, args.beam, args.n_best, args.alpha, calendar=args.calendar) if good else [])
     failed = 0
@@ -171,6 +174,26 @@ def translate(args: argparse.Namespace) -> int:
     if failed:
         print(f"beamsearch: {failed} of {len(texts)} inputs got no date", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _write_trace(translator: Any, texts: list[str], args: argparse.Namespace) -> None:
+    """``--trace HTML``: the search tree of the one text as an interactive page (greedy's path
+    overlaid)."""
+    from beamsearch.viz import to_html
+    from beamsearch.zoo.dates import TARGET_VOCAB
+
+    if len(texts) != 1:
+        raise _CliError(f"beamsearch: error: --trace draws one search; got {len(texts)} texts", 2)
+    problem = translator.problem(texts[0])
+    if problem is not None:
+        raise _CliError(f"beamsearch: error: cannot read {_shown(texts[0])}: {problem}", 1)
+    tree, greedy, found = translator.trace(texts[0], args.beam, args.n_best, args.alpha, calendar=args.calendar)
+    page = to_html(tree, vocab=TARGET_VOCAB.itos, greedy=greedy,
+                   title=f"{texts[0]!r}: beam {args.beam} ({found[0] or 'no date'})")
+    try:
+        pathlib.Path(args.trace).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: cannot write --trace {args.trace}: {e.strerror}", 1) from None
 
 
 def _beams(text: str) -> list[int]:
@@ -244,6 +267,9 @@ def _parser() -> _Parser:
     p.add_argument("--n-best", type=int, default=1, help="outputs per input, with logprob and score")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per input: input, date (null on error), error, candidates")
+    p.add_argument("--trace", metavar="HTML", default=None,
+                   help="also write the search tree of the one TEXT as an interactive page (greedy's path "
+                        "overlaid; opens offline in a browser)")
     p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin)")
     p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set", formatter_class=fmt)
     model_options(p)

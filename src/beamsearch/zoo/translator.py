@@ -147,6 +147,26 @@ class Translator:
                     for row in results]
         return out
 
+    @torch.no_grad()
+    def trace(self, text: str, beam: int = 5, n_best: int = 1, alpha: float = 0.6, calendar: bool = True,
+              trace_width: int = 1) -> tuple[Any, Any, list[str]]:
+        """The search tree of one text: ``(trace, greedy_trace, texts)``, the beam search's
+        :class:`~beamsearch.Trace` (as :meth:`beam` runs it), the trace of greedy decoding (one live
+        row, under the same constraint) for the overlay, and the beam's n-best texts, best first."""
+        from beamsearch import Trace
+
+        processors = [CalendarDates()] if calendar else []
+        trees = []
+        for width in (beam, 1):
+            tree = Trace()
+            results = beam_search_batch(self.model.step, self.model.init_state(self.encode([text])), [[self.cfg.bos]],
+                                        eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=width,
+                                        n_best=n_best if width == beam else 1, alpha=alpha,
+                                        logits_processors=processors, trace=tree, trace_width=trace_width)
+            trees.append((tree, results[0]))
+        (tree, hyps), (greedy, _) = trees
+        return tree, greedy, [TARGET_VOCAB.decode(h.tokens) for h in hyps]
+
     def decode(self, texts: Sequence[str], beam: int, n_best: int = 1, alpha: float = 0.6,
                calendar: bool = True) -> list[list[Output]]:
         """Beam search; plain greedy decoding for ``beam == 1`` and ``n_best == 1`` without the
