@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+import bench_search
+
 from beamsearch import beam_search_batch
 from beamsearch.viz import Trace
 
@@ -31,16 +33,13 @@ except ImportError:  # pragma: no cover
     torch = None
 
 
-class NullModel:
-    """``step`` returns the first k rows of a fixed random ``[rows, V]`` array (eos 0 very low)."""
+class NullModel(bench_search.NullModel):
+    """``bench_search``'s null model (a slice of fixed random logits) with eos (id 0) very
+    unlikely, so every search runs all its steps."""
 
     def __init__(self, rows: int, vocab: int, backend: str, seed: int = 0) -> None:
-        logits = np.random.default_rng(seed).normal(size=(rows, vocab)).astype(np.float32) * 3
-        logits[:, 0] = -30.0
-        self.logits = torch.from_numpy(logits) if backend == "torch" else logits
-
-    def step(self, state, y_prev):
-        return self.logits[: len(y_prev)], state
+        super().__init__(rows, vocab, backend, seed)
+        self.logits[:, 0] = -30.0
 
 
 def one(model: NullModel, n: int, beam: int, steps: int, mode: str) -> float:
