@@ -233,6 +233,82 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decode_model(args: argparse.Namespace) -> Any:
+    """``--model``: a zoo name, a checkpoint folder (the kind read from its one MODEL.json), or
+    the hidden test model ``_toy[:DELAY]`` (numpy, for the corpus tests)."""
+    from beamsearch import corpus
+
+    spec = args.model
+    if spec == "_toy" or spec.startswith("_toy:"):
+        return corpus.toy_model(float(spec[5:] or 0))
+    if spec.startswith("hf:"):
+        raise _CliError("beamsearch: error: --model hf:DIR is not supported yet; use a zoo model name or "
+                        "checkpoint folder", 2)
+    if spec in MODELS:
+        name, folder = spec, None
+    elif pathlib.Path(spec).is_dir():
+        found = [m for m in MODELS if (pathlib.Path(spec) / f"{m}.json").is_file()]
+        if len(found) != 1:
+            what = "no" if not found else "more than one"
+            raise _CliError(f"beamsearch: error: --model {spec}: the folder holds {what} checkpoint "
+                            f"({', '.join(f'{m}.json' for m in MODELS)}); it must hold exactly one", 2)
+        name, folder = found[0], spec
+    else:
+        raise _CliError(f"beamsearch: error: --model must be one of {', '.join(MODELS)}, a checkpoint folder "
+                        f"or hf:DIR; got {spec!r}", 2)
+    import torch
+
+    from beamsearch.zoo.translator import CheckpointError
+
+    torch.set_num_threads(args.threads)
+    try:
+        return corpus.zoo_model(name, folder, calendar=args.calendar)
+    except CheckpointError as e:
+        raise _CliError(f"beamsearch: error: {e}", 1) from None
+
+
+def decode_command(args: argparse.Namespace) -> int:
+    from beamsearch import corpus
+
+    _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
+    if args.n_best > args.beam:
+        raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
+    if args.max_rows < args.beam:
+        raise _CliError(f"beamsearch: error: --max-rows must be >= --beam={args.beam}; got {args.max_rows}", 2)
+    if args.resume and args.output == "-":
+        raise _CliError("beamsearch: error: --resume needs an --output file", 2)
+    model = _decode_model(args)
+    if args.max_steps is not None and not 1 <= args.max_steps <= model.max_steps:
+        raise _CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
+                        f"got {args.max_steps}", 2)
+    try:
+        source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: cannot read --input {args.input}: {e.strerror}", 2) from None
+    with source:
+        progress = None
+        if args.progress or sys.stderr.isatty():
+            total = None if args.input == "-" else _count_lines(args.input)
+            progress = corpus.Progress(total, sys.stderr)
+        lines = corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
+        records, failed = corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
+                                               beam=args.beam, n_best=args.n_best, alpha=args.alpha,
+                                               max_steps=args.max_steps, max_rows=args.max_rows)
+    if failed:
+        print(f"beamsearch: {failed} of {records} lines failed (see their error field)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _count_lines(path: str) -> int:
+    """Lines of a file (a last line without a newline counts), read in blocks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
 def _parser() -> _Parser:
     fmt = _Help
     parser = _Parser(prog="beamsearch", formatter_class=fmt,
@@ -288,6 +364,31 @@ def _parser() -> _Parser:
                    help="stop after this much training time; the learning-rate schedule is sized to it")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend on it)")
     p.add_argument("--train-size", type=int, default=40_000, help="training examples")
+    p = sub.add_parser("decode", help="decode a corpus file to JSON Lines (refill, per-line errors, resume)",
+                       formatter_class=fmt,
+                       description="One JSON object per input line, in input order: index, input, nbest (text, "
+                                   "tokens, logprob, score, finished), or error for a line that cannot be decoded "
+                                   "(exit status 1 if any). Records are flushed to OUTPUT.partial as inputs "
+                                   "finish; --resume continues a killed run from it.")
+    p.add_argument("--model", required=True, metavar="NAME|DIR",
+                   help=f"a zoo model ({', '.join(MODELS)}) or a checkpoint folder as `train --out DIR` writes it")
+    p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
+    p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
+    p.add_argument("--jsonl", action="store_true",
+                   help="the input is JSON Lines: the text in --field, optional per-line max_steps and prefix")
+    p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
+    p.add_argument("--beam", type=int, default=5, help="beam size")
+    p.add_argument("--n-best", type=int, default=1, help="outputs per input")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty strength")
+    p.add_argument("--max-steps", type=int, default=None, help="most tokens per output (default: the model's limit)")
+    p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
+    p.add_argument("--no-calendar", dest="calendar", action="store_false",
+                   help="do not constrain zoo dates models to real calendar dates")
+    p.add_argument("--threads", type=int, default=FASTEST_THREADS, help="torch threads")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed run: skip the inputs already in OUTPUT.partial")
+    p.add_argument("--progress", action="store_true",
+                   help="progress on stderr (inputs/s, tokens/s, ETA); on by default when stderr is a terminal")
     return parser
 
 
@@ -298,12 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         parser.print_help()
         return 2
-    commands = {"demo": demo_command, "translate": translate, "evaluate": evaluate, "train": train_command}
+    commands = {"demo": demo_command, "translate": translate, "evaluate": evaluate, "train": train_command,
+                "decode": decode_command}
     try:
         args = parser.parse_args(argv)
         if args.command is None:
             raise _CliError("beamsearch: error: a command is required (one of demo, translate, evaluate, "
-                            "train; see beamsearch --help)", 2)
+                            "train, decode; see beamsearch --help)", 2)
         return commands[args.command](args)
     except SystemExit as e:  # --help and --version
         return int(e.code or 0)

@@ -9,7 +9,9 @@ step-function protocol only: ``init_state(sources)`` then ``step(state, y_prev) 
   attention keys and values are computed once in ``init_state``.
 
 Every state is a NamedTuple of tensors with the row (hypothesis) on axis 0, so the search reorders
-it with ``select_state`` alone.
+it with ``select_state`` alone. Both states are registered with ``concat_state`` so that rows of
+different source lengths (and, for the Transformer, different decoder steps) can share one state:
+refill (``beamsearch._refill.decode_stream``) joins new inputs to a running search with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+from beamsearch._state import concat_state, pad_axis
 
 __all__ = ["ModelConfig", "Seq2Seq", "Seq2SeqState", "Transformer", "TransformerState", "build_model"]
 
@@ -51,6 +55,15 @@ class Seq2SeqState(NamedTuple):
     feed: Tensor  # float [k, H], the previous attentional vector (input feeding)
     memory: Tensor  # float [k, S, H], encoder outputs
     mask: Tensor  # bool [k, S], True at padding
+
+
+@concat_state.register(Seq2SeqState)
+def _concat_seq2seq(states: list[Seq2SeqState]) -> Seq2SeqState:
+    """Rows of states of different source lengths: ``memory`` and ``mask`` padded on the right to
+    the longest ``S`` (memory 0, mask True: the attention never reads the padding)."""
+    return Seq2SeqState(torch.cat([s.h for s in states]), torch.cat([s.feed for s in states]),
+                        torch.cat(pad_axis([s.memory for s in states], 1, 0.0)),
+                        torch.cat(pad_axis([s.mask for s in states], 1, True)))
 
 
 class Seq2Seq(nn.Module):
@@ -109,6 +122,30 @@ class TransformerState(NamedTuple):
     mask: Tensor  # bool [k, S], True at source padding
     self_k: tuple[Tensor, ...]  # per layer, float [k, heads, t, dh]: the generated prefix
     self_v: tuple[Tensor, ...]  # per layer, float [k, heads, t, dh]
+    self_pad: Tensor  # bool [k, t], True at a cache column that is left padding (rows joined later)
+    pos: Tensor  # int64 [k], the row's next target position (its own count of decoded tokens)
+
+
+@concat_state.register(TransformerState)
+def _concat_transformer(states: list[TransformerState]) -> TransformerState:
+    """Rows of states of different source lengths and decoder steps: the cross keys/values and
+    source mask padded on the right to the longest ``S`` (mask True), the self-attention cache
+    padded on the left to the longest ``t`` (``self_pad`` True there), so every row's latest column
+    stays last; each row keeps its own ``pos``."""
+
+    def cat(leaves: list[Tensor], axis: int, value: float | bool, side: str = "right") -> Tensor:
+        return torch.cat(pad_axis(leaves, axis, value, side=side))
+
+    layers = range(len(states[0].cross_k))
+    return TransformerState(
+        tuple(cat([s.cross_k[i] for s in states], 2, 0.0) for i in layers),
+        tuple(cat([s.cross_v[i] for s in states], 2, 0.0) for i in layers),
+        cat([s.mask for s in states], 1, True),
+        tuple(cat([s.self_k[i] for s in states], 2, 0.0, "left") for i in layers),
+        tuple(cat([s.self_v[i] for s in states], 2, 0.0, "left") for i in layers),
+        cat([s.self_pad for s in states], 1, True, "left"),
+        torch.cat([s.pos for s in states]),
+    )
 
 
 def _split(x: Tensor, heads: int) -> Tensor:
@@ -203,24 +240,30 @@ class Transformer(nn.Module):
         cross = [layer.cross_kv(memory) for layer in self._layers()]
         n, heads, dh = sources.shape[0], self.cfg.heads, self.cfg.hidden // self.cfg.heads
         empty = tuple(memory.new_zeros(n, heads, 0, dh) for _ in self.decoder)
-        return TransformerState(tuple(c[0] for c in cross), tuple(c[1] for c in cross), pad, empty, empty)
+        return TransformerState(tuple(c[0] for c in cross), tuple(c[1] for c in cross), pad, empty, empty,
+                                pad.new_zeros(n, 0), torch.zeros(n, dtype=torch.int64, device=sources.device))
 
     def _layers(self) -> list[_DecoderLayer]:
         return list(self.decoder)  # type: ignore[arg-type]
 
     def _decode(self, state: TransformerState, tokens: Tensor, causal: Tensor | None
                 ) -> tuple[Tensor, TransformerState]:
-        start = state.self_k[0].shape[2]
-        pos = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        n, t = tokens.shape
+        pos = state.pos[:, None] + torch.arange(t, device=tokens.device)  # --> [k, t], each row's own
         x = self.drop(self.tgt_emb(tokens) + self.tgt_pos(pos))
+        self_pad = torch.cat([state.self_pad, state.self_pad.new_zeros(n, t)], dim=1)  # --> [k, t0 + t]
+        blocked = causal  # teacher forcing (causal given) starts from an empty cache: no padding
+        if bool(state.self_pad.any()):  # rows joined at different steps: block their left padding
+            blocked = self_pad[:, None, None, :]
         keys, values = [], []
         for i, layer in enumerate(self.decoder):
-            x, k, v = layer(x, state.self_k[i], state.self_v[i], causal, state.cross_k[i], state.cross_v[i],
+            x, k, v = layer(x, state.self_k[i], state.self_v[i], blocked, state.cross_k[i], state.cross_v[i],
                             state.mask)
             keys.append(k)
             values.append(v)
         logits = self.out(self.dec_norm(x))  # --> [k, t, V]
-        return logits, state._replace(self_k=tuple(keys), self_v=tuple(values))
+        return logits, state._replace(self_k=tuple(keys), self_v=tuple(values), self_pad=self_pad,
+                                      pos=state.pos + t)
 
     def step(self, state: TransformerState, y_prev: Tensor) -> tuple[Tensor, TransformerState]:
         """One cached decoder step: ``y_prev`` int64 ``[k]`` -> ``(logits [k, V], new state)``."""

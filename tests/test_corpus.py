@@ -1,0 +1,291 @@
+"""beamsearch.corpus: reading lines, decoding them with refill, the side file and resume, and the
+zoo models under refill (their concat_state registrations), against independent oracles: each
+line decoded alone by beam_search_batch, and the zoo Translator's fixed batches."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from beamsearch import beam_search_batch
+from beamsearch import corpus
+from beamsearch.corpus import Line, decode_corpus, decode_records, load_partial, partial_path, read_lines
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="torch not installed"))]
+
+TEXTS = ["hello", "2024-01-02", "a much longer line of text", "x", "beam search", "refill me", "zz top",
+         "one more", "q", "the end"]
+
+
+class TorchToy:
+    """The toy corpus model with a step function that returns torch tensors (state and logits)."""
+
+    def __init__(self) -> None:
+        self.inner = corpus.toy_model()
+        for name in ("bos", "eos", "max_steps", "processors", "problem", "tokens", "text"):
+            setattr(self, name, getattr(self.inner, name))
+
+    def make_state(self, items):
+        return tuple(torch.from_numpy(x) for x in self.inner.make_state(items))
+
+    def step(self, state, y_prev):
+        logits, new = self.inner.step(tuple(x.numpy() for x in state), y_prev.numpy())
+        return torch.from_numpy(logits), tuple(torch.from_numpy(x) for x in new)
+
+
+def toy(backend):
+    return corpus.toy_model() if backend == "numpy" else TorchToy()
+
+
+def alone(model, text, beam, n_best, max_steps, prefix=None):
+    """The oracle: one line decoded alone by beam_search_batch (a batch of one, no refill)."""
+    kwargs = {} if prefix is None else {"prefix": [model.tokens(prefix)]}
+    hyps = beam_search_batch(model.step, model.make_state([{"source": text}]), [[model.bos]], beam_size=beam,
+                             n_best=n_best, eos_token_id=model.eos, max_steps=max_steps, alpha=0.6, **kwargs)[0]
+    return [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob, "score": h.score,
+             "finished": h.finished} for h in hyps]
+
+
+# ---- reading -----------------------------------------------------------------------------------------
+
+
+def test_read_lines_text_lf_crlf_and_bad_utf8():
+    data = io.BytesIO(b"a b\r\nplain\n\n\xff\xfeoops\ncaf\xc3\xa9 \xf0\x9f\x98\x80\r\nno newline")
+    lines = list(read_lines(data))
+    assert [(x.index, x.text, x.error) for x in lines] == [
+        (0, "a b", None), (1, "plain", None), (2, "", None), (3, "\ufffd\ufffdoops", "line is not UTF-8 (byte 0)"),
+        (4, "café 😀", None), (5, "no newline", None)]
+
+
+def test_read_lines_jsonl_fields_and_errors():
+    rows = [b'{"text": "x", "max_steps": 3, "prefix": "ab", "id": 7}', b'{"text": 5}', b"[1]", b"{bad",
+            b'{"src": "y"}', b'{"text": "z", "max_steps": 0}', b'{"text": "z", "max_steps": true}',
+            b'{"text": "z", "prefix": [1]}']
+    lines = list(read_lines([r + b"\r\n" for r in rows], jsonl=True))
+    assert lines[0] == Line(0, "x", None, 3, "ab")
+    assert "no string field 'text'" in lines[1].error
+    assert "must be an object; got list" in lines[2].error
+    assert lines[3].error.startswith("bad JSON") and lines[3].text == "{bad"
+    assert "no string field 'text'" in lines[4].error
+    assert list(read_lines([rows[4]], jsonl=True, field="src"))[0] == Line(0, "y")
+    assert "max_steps must be an integer >= 1; got 0" in lines[5].error
+    assert "got True" in lines[6].error
+    assert "prefix must be a string; got [1]" in lines[7].error
+
+
+# ---- decoding ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("max_rows", [3, 7, 100])
+def test_records_equal_each_line_decoded_alone(backend, max_rows):
+    model = toy(backend)
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    records = list(decode_records(model, lines, beam=3, n_best=2, max_rows=max_rows))
+    assert sorted(r["index"] for r in records) == list(range(len(TEXTS)))
+    for r in records:
+        expect = alone(model, TEXTS[r["index"]], 3, 2, model.max_steps)
+        assert r["input"] == TEXTS[r["index"]]
+        assert [h["tokens"] for h in r["nbest"]] == [h["tokens"] for h in expect]
+        assert [h["text"] for h in r["nbest"]] == [h["text"] for h in expect]
+        np.testing.assert_allclose([h["logprob"] for h in r["nbest"]], [h["logprob"] for h in expect], atol=1e-9)
+        np.testing.assert_allclose([h["score"] for h in r["nbest"]], [h["score"] for h in expect], atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_line_max_steps_and_prefix(backend):
+    model = toy(backend)
+    lines = [Line(0, "hello", None, 2, None), Line(1, "hello", None, None, "ab"), Line(2, "world", None, 4, "c")]
+    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4, max_steps=9)}
+    assert records[0]["nbest"] == alone(model, "hello", 2, 1, 2)
+    assert records[1]["nbest"] == alone(model, "hello", 2, 1, 9, prefix="ab")
+    assert records[1]["nbest"][0]["text"].startswith("ab")
+    assert records[2]["nbest"] == alone(model, "world", 2, 1, 4, prefix="c")
+    assert len(records[0]["nbest"][0]["tokens"]) <= 2
+
+
+def test_batch_independence():
+    """A line's record is the same alone and among other lines, whatever joins beside it."""
+    model = corpus.toy_model()
+    each = [next(decode_records(model, [Line(i, t)], beam=3, max_rows=3)) for i, t in enumerate(TEXTS)]
+    together = sorted(decode_records(model, [Line(i, t) for i, t in enumerate(TEXTS)], beam=3, max_rows=9),
+                      key=lambda r: r["index"])
+    assert together == each
+
+
+def test_bad_lines_become_error_records_and_the_run_goes_on():
+    model = corpus.toy_model()
+    lines = [Line(0, "good"), Line(1, ""), Line(2, "emoji 😀"), Line(3, "x" * 41), Line(4, "{bad", "bad JSON: x"),
+             Line(5, "ok", None, 99, None), Line(6, "ok", None, None, "xyz"), Line(7, "fine")]
+    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4)}
+    assert sorted(records) == list(range(8))
+    assert records[1]["error"] == "empty text"
+    assert records[2]["error"] == "characters outside the vocabulary: '😀'"
+    assert records[3]["error"] == "41 characters; the model reads at most 40"
+    assert records[4]["error"] == "bad JSON: x"
+    assert records[5]["error"] == "max_steps must be <= 12 (the model's limit); got 99"
+    assert records[6]["error"] == "prefix: characters outside the target vocabulary: 'xyz'"
+    for i in (0, 7):
+        assert records[i]["nbest"] == alone(model, lines[i].text, 2, 1, 12)
+
+
+def test_all_lines_bad():
+    records = list(decode_records(corpus.toy_model(), [Line(0, ""), Line(1, " ")], beam=2))
+    assert records == [{"index": 0, "input": "", "error": "empty text"},
+                       {"index": 1, "input": " ", "error": "empty text"}]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_steps": 0}, "max_steps must be an integer in [1, 12]"),
+    ({"max_steps": 13}, "got 13"),
+    ({"beam": 0}, "beam must be"),
+    ({"beam": 2, "n_best": 3}, "n_best"),
+    ({"beam": 3, "max_rows": 2}, "max_rows=2"),
+])
+def test_bad_search_arguments_before_any_model_call(kwargs, message):
+    model = corpus.toy_model()
+    calls = []
+    model.step = lambda state, y: calls.append(1)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        next(decode_records(model, [Line(0, "hi")], **kwargs))
+    assert calls == []
+
+
+# ---- files -------------------------------------------------------------------------------------------
+
+
+def test_decode_corpus_writes_input_order_and_removes_the_side_file(tmp_path):
+    model = corpus.toy_model()
+    out = tmp_path / "out.jsonl"
+    lines = [Line(i, t) for i, t in enumerate(TEXTS + [""])]
+    assert decode_corpus(model, lines, str(out), beam=3, max_rows=6) == (len(TEXTS) + 1, 1)
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == list(range(len(TEXTS) + 1))
+    assert records[:-1] == sorted(decode_records(model, lines[:-1], beam=3, max_rows=3), key=lambda r: r["index"])
+    assert not partial_path(out).exists() and not (tmp_path / "out.jsonl.tmp").exists()
+
+
+def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
+    model = corpus.toy_model()
+    out = tmp_path / "out.jsonl"
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    decode_corpus(model, lines, str(out), beam=3, max_rows=6)
+    expected = out.read_bytes()
+    records = [json.loads(x) for x in expected.splitlines()]
+    # a killed run: records 7, 2, 5 written (completion order), then half of a record
+    side = partial_path(out)
+    side.write_bytes(b"".join((json.dumps(records[i], ensure_ascii=False) + "\n").encode() for i in (7, 2, 5))
+                     + b'{"index": 3, "inp')
+    out.unlink()
+    decoded, make_state = [], model.make_state
+
+    def noting(items):  # the sources that reach the model
+        decoded.extend(i["source"] for i in items)
+        return make_state(items)
+
+    model.make_state = noting
+    decode_corpus(model, lines, str(out), resume=True, beam=3, max_rows=6)
+    assert out.read_bytes() == expected
+    assert sorted(decoded) == sorted(t for i, t in enumerate(TEXTS) if i not in (7, 2, 5))
+    assert not side.exists()
+
+
+def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
+    model = corpus.toy_model()
+    out = tmp_path / "out.jsonl"
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    decode_corpus(model, lines, str(out), beam=2, max_rows=4)
+    expected = out.read_bytes()
+    model.step = lambda state, y: pytest.fail("no line is left to decode")
+    assert decode_corpus(model, lines, str(out), resume=True, beam=2, max_rows=4) == (len(TEXTS), 0)
+    assert out.read_bytes() == expected
+
+
+def test_resume_refuses_a_side_file_of_another_input(tmp_path):
+    model = corpus.toy_model()
+    out = tmp_path / "out.jsonl"
+    partial_path(out).write_text(json.dumps({"index": 1, "input": "other", "error": "x"}) + "\n")
+    with pytest.raises(ValueError, match="written for another input"):
+        decode_corpus(model, [Line(0, "a"), Line(1, "b")], str(out), resume=True, beam=2)
+    partial_path(out).write_text("not json\n")
+    with pytest.raises(ValueError, match="line 1 is not a record"):
+        load_partial(partial_path(out))
+
+
+def test_progress_line():
+    out = io.StringIO()
+    progress = corpus.Progress(4, out, every=0.0)
+    progress.start -= 2.0  # two seconds ago: 1 input and 3 tokens -> 0.5 inputs/s, 1.5 tokens/s, 6 s left
+    progress.update({"nbest": [{"tokens": [3, 4, 2]}]})
+    assert out.getvalue().startswith("\r1/4 inputs, 0.5 inputs/s, 1.5 tokens/s, ETA 0:06")
+    progress.update({"error": "x"})
+    assert "2/4 inputs" in out.getvalue()
+    progress.close()
+    assert out.getvalue().endswith("\n")
+    unknown = corpus.Progress(None, io.StringIO())
+    assert "ETA" not in unknown.line(unknown.start + 1)
+
+
+# ---- zoo models under refill ---------------------------------------------------------------------------
+
+ZOO_TEXTS = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of March 1987", "not a date at all",
+             "2001-12-31", "Tuesday, the 4th of July 1776", "12.10.1999", "31 feb 2003", "aug 9", "1/2/3",
+             "the nineteenth of november, two thousand and four", "1999", "Sept 30 1950", "05-06-2007"]
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("name", ["seq2seq", "transformer"])
+def test_zoo_refill_equals_the_fixed_batch_translator(name):
+    pytest.importorskip("safetensors")
+    from beamsearch._refill import decode_stream
+    from beamsearch.zoo.translator import Translator
+
+    torch.set_num_threads(1)
+    fixed = Translator.load(name).beam(ZOO_TEXTS, beam=3, n_best=2)
+    model = corpus.zoo_model(name)
+    records = {r["index"]: r for r in decode_records(model, [Line(i, t) for i, t in enumerate(ZOO_TEXTS)],
+                                                    beam=3, n_best=2, max_rows=9)}
+    for i, outputs in enumerate(fixed):
+        got = records[i]["nbest"]
+        assert [h["tokens"] for h in got] == [o.hypothesis.tokens for o in outputs], ZOO_TEXTS[i]
+        assert [h["text"] for h in got] == [o.text for o in outputs]
+        # padding to another source length changes float sums in the last bits only
+        np.testing.assert_allclose([h["logprob"] for h in got], [o.hypothesis.logprob for o in outputs], atol=1e-4)
+    # the stream did mix cohorts of different source lengths and (transformer) decoder steps
+    items = [{"prompt": [model.bos], "source": t} for t in ZOO_TEXTS]
+    stream = decode_stream(model.step, model.make_state, items, max_rows=6, beam_size=3, eos_token_id=model.eos,
+                           max_steps=model.max_steps, logits_processors=list(model.processors))
+    assert len(list(stream)) == len(ZOO_TEXTS) and stream.stats.mixed_calls > 0
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_transformer_left_padded_cache_gives_the_same_logits():
+    """Rows joined at different steps: the padded columns of the self-attention cache are masked
+    and each row keeps its own position, so the next logits equal those of each row alone."""
+    pytest.importorskip("safetensors")
+    from beamsearch._state import concat_state
+    from beamsearch.zoo.translator import Translator
+
+    tr = Translator.load("transformer")
+    model = tr.model
+    with torch.no_grad():
+        a = model.init_state(tr.encode(["march 3 '87"]))
+        for token in (model.cfg.bos, 5, 7):  # row a has 3 cached steps
+            _, a = model.step(a, torch.tensor([token]))
+        b = model.init_state(tr.encode(["7 DEC 1953, a longer source"]))  # 0 steps, longer source
+        joined = concat_state([a, b])
+        assert joined.self_k[0].shape[2] == 3 and joined.self_pad.tolist() == [[False] * 3, [True] * 3]
+        assert joined.pos.tolist() == [3, 0]
+        y = torch.tensor([9, model.cfg.bos])
+        both, _ = model.step(joined, y)
+        first, _ = model.step(a, y[:1])
+        second, _ = model.step(b, y[1:])
+    torch.testing.assert_close(both, torch.cat([first, second]), atol=1e-5, rtol=1e-5)
