@@ -169,3 +169,38 @@ def test_zoo_seq2seq_end_to_end(tmp_path):
     good = [t for t in texts if t]
     fixed = Translator.load("seq2seq").beam(good, beam=3)
     assert [records[i]["nbest"][0]["text"] for i in (0, 2, 3, 4)] == [f[0].text for f in fixed]
+
+
+def test_decode_trace_draws_the_chosen_lines_search(tmp_path, capsys):
+    # the page's best node is the record's best output for that very line
+    from beamsearch.viz import to_svg
+
+    src = tmp_path / "in.txt"
+    src.write_text("first\nsecond line\nthird\n")
+    out, page = tmp_path / "out.jsonl", tmp_path / "tree.html"
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam", "3",
+                 "--trace", str(page), "--trace-input", "1"]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "<script src" not in html and "second line" in html
+    record = read(out)[1]
+    tree, greedy = corpus.trace_line(corpus.toy_model(), "second line", beam=3)
+    assert tree.tokens(tree.best(0)) == record["nbest"][0]["tokens"]
+    assert len(greedy.results(0)) == 1 and to_svg(tree).count("<g") > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--trace-input", "7"], "--trace-input 7: the file has fewer lines"),
+    (["--trace-input", "1"], "--trace-input 1: cannot read '': empty text"),
+])
+def test_decode_trace_of_a_missing_or_bad_line_is_one_line(tmp_path, capsys, argv, message):
+    src = tmp_path / "in.txt"
+    src.write_text("first\n\nthird\n")
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
+                 "--trace", str(tmp_path / "t.html"), *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and not (tmp_path / "t.html").exists()
+
+
+def test_decode_trace_needs_an_input_file(tmp_path, capsys):
+    assert main(["decode", "--model", "_toy", "--input", "-", "--output", "-", "--trace", str(tmp_path / "t")]) == 2
+    assert "--trace needs an --input file" in capsys.readouterr().err

@@ -277,6 +277,10 @@ def decode_command(args: argparse.Namespace) -> int:
         raise _CliError(f"beamsearch: error: --max-rows must be >= --beam={args.beam}; got {args.max_rows}", 2)
     if args.resume and args.output == "-":
         raise _CliError("beamsearch: error: --resume needs an --output file", 2)
+    if args.trace is not None and args.input == "-":
+        raise _CliError("beamsearch: error: --trace needs an --input file (the traced line is read again)", 2)
+    if args.trace_input < 0:
+        raise _CliError(f"beamsearch: error: --trace-input must be >= 0; got {args.trace_input}", 2)
     model = _decode_model(args)
     if args.max_steps is not None and not 1 <= args.max_steps <= model.max_steps:
         raise _CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
@@ -294,9 +298,35 @@ def decode_command(args: argparse.Namespace) -> int:
         records, failed = corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
                                                beam=args.beam, n_best=args.n_best, alpha=args.alpha,
                                                max_steps=args.max_steps, max_rows=args.max_rows)
+    if args.trace is not None:
+        _write_decode_trace(model, args)
     if failed:
         print(f"beamsearch: {failed} of {records} lines failed (see their error field)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _write_decode_trace(model: Any, args: argparse.Namespace) -> None:
+    """``--trace HTML``: the search tree of input line ``--trace-input`` (read again from the file)."""
+    from beamsearch import corpus
+    from beamsearch.viz import to_html
+
+    with open(args.input, "rb") as source:
+        line = next((x for x in corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
+                     if x.index == args.trace_input), None)
+    if line is None or line.error is not None:
+        why = "the file has fewer lines" if line is None else line.error
+        raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {why}", 1)
+    try:
+        tree, greedy = corpus.trace_line(model, line.text, beam=args.beam, n_best=args.n_best, alpha=args.alpha,
+                                         max_steps=line.max_steps or args.max_steps)
+    except ValueError as e:
+        raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {e}", 1) from None
+    page = to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy,
+                   title=f"line {args.trace_input}: {line.text[:60]!r}, beam {args.beam}")
+    try:
+        pathlib.Path(args.trace).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: cannot write --trace {args.trace}: {e.strerror}", 1) from None
 
 
 def _count_lines(path: str) -> int:
@@ -389,6 +419,9 @@ def _parser() -> _Parser:
                    help="continue a killed run: skip the inputs already in OUTPUT.partial")
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (inputs/s, tokens/s, ETA); on by default when stderr is a terminal")
+    p.add_argument("--trace", metavar="HTML", default=None,
+                   help="also write the search tree of one input line (--trace-input) as an interactive page")
+    p.add_argument("--trace-input", type=int, default=0, metavar="I", help="the line --trace draws (0 is the first)")
     return parser
 
 

@@ -436,6 +436,37 @@ class _ZooModel:
         return self._vocab.decode(list(tokens))
 
 
+def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1, alpha: float = 0.6,
+               max_steps: int | None = None, trace_width: int = 1) -> tuple[Any, Any]:
+    """The search tree of one line, as :func:`decode_records` searches it: ``(trace, greedy)``,
+    the beam search's :class:`~beamsearch.Trace` and greedy's (one live row, the same processors)
+    for the overlay of :func:`beamsearch.viz.to_html`. ValueError if the model cannot read ``text``."""
+    from beamsearch import Trace, beam_search_batch
+
+    problem = model.problem(text)
+    if problem is not None:
+        raise ValueError(f"cannot read {text[:40]!r}: {problem}")
+    trees = []
+    for width in (beam, 1):
+        tree = Trace()
+        beam_search_batch(model.step, model.make_state([{"source": text}]), [[model.bos]], eos_token_id=model.eos,
+                          max_steps=max_steps or model.max_steps, beam_size=width, n_best=min(n_best, width),
+                          alpha=alpha, logits_processors=list(model.processors), trace=tree, trace_width=trace_width)
+        trees.append(tree)
+    return trees[0], trees[1]
+
+
+class TokenLabels:
+    """Token ids as the model's text, for :func:`beamsearch.viz.to_html`'s ``vocab`` (an object
+    with ``decode``)."""
+
+    def __init__(self, model: CorpusModel) -> None:
+        self.model = model
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.model.text(tokens)
+
+
 def zoo_model(name: str, directory: str | os.PathLike | None = None, *, calendar: bool = True) -> CorpusModel:
     """A zoo model as a :class:`CorpusModel` (needs the ``zoo`` extra: torch, safetensors).
 
