@@ -87,7 +87,7 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     (["--max-steps", "13"], "--max-steps must be in [1, 12] (the model's limit); got 13"),
     (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
                               "got 'nonsense'"),
-    (["--model", "hf:somewhere"], "--model hf:DIR is not supported yet"),
+    (["--model", "hf:somewhere"], "--model hf:somewhere: 'somewhere' is not a folder"),
     (["--output", "-", "--resume"], "--resume needs an --output file"),
     (["--input", "/nonexistent/in.txt"], "cannot read --input /nonexistent/in.txt"),
 ])
@@ -209,3 +209,109 @@ def test_decode_trace_of_a_missing_or_bad_line_is_one_line(tmp_path, capsys, arg
 def test_decode_trace_needs_an_input_file(tmp_path, capsys):
     assert main(["decode", "--model", "_toy", "--input", "-", "--output", "-", "--trace", str(tmp_path / "t")]) == 2
     assert "--trace needs an --input file" in capsys.readouterr().err
+
+
+# ---- the search options of decode (issue 12 part 2) ----------------------------------------------------
+# Oracle: each line decoded alone by the library's batch functions (beam_search_batch,
+# diverse_beam_search, stochastic_beam_search) on the toy model, with the same options.
+
+OPTION_TEXTS = ["hello", "a much longer line of text", "x", "beam search", "zz"]
+
+
+def toy_alone(fn, text, **kwargs):
+    model = corpus.toy_model()
+    hyps = fn(model.step, model.make_state([{"source": text}]), [[model.bos]], eos_token_id=model.eos, **kwargs)[0]
+    return [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob, "score": h.score,
+             "finished": h.finished, **({"token_logprobs": h.token_logprobs} if kwargs.get("return_token_logprobs")
+                                        else {})} for h in hyps]
+
+
+def run_decode(tmp_path, texts, *argv):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n")
+    code = main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), *argv])
+    return code, read(out)
+
+
+def test_decode_beam_options_equal_beam_search_batch_alone(tmp_path):
+    from beamsearch import beam_search_batch
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "3", "--n-best", "2", "--max-rows", "6",
+                               "--no-repeat-ngram", "2", "--min-new-tokens", "3", "--stop-sequence", "ab",
+                               "--stop-sequence", "fc", "--token-logprobs", "--max-steps", "10")
+    assert code == 0
+    model = corpus.toy_model()
+    for r in records:
+        assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=3, n_best=2, max_steps=10,
+                                       no_repeat_ngram_size=2, min_new_tokens=3, return_token_logprobs=True,
+                                       stop_sequences=[model.tokens("ab"), model.tokens("fc")])
+        for h in r["nbest"]:
+            assert len(h["tokens"]) >= 3 and abs(sum(h["token_logprobs"]) - h["logprob"]) < 1e-9
+
+
+def test_decode_max_steps_from_the_source_length(tmp_path):
+    # "len" is the line's length in characters (the toy model); floor(0.5 * len + 1), capped at the
+    # model's limit 12: hello 5 -> 3, "a much longer line of text" 26 -> 14 -> 12, x 1 -> 1 (floor 1.5),
+    # "beam search" 11 -> 6, zz 2 -> 2
+    from beamsearch import beam_search_batch
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "2", "--max-steps", "0.5*len+1")
+    assert code == 0
+    for r, steps in zip(records, [3, 12, 1, 6, 2]):
+        assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=2, max_steps=steps, alpha=0.6)
+        assert len(r["nbest"][0]["tokens"]) <= steps
+    # 1*len-3: hello -> 2, x -> -2 (an error record for that line alone)
+    code, records = run_decode(tmp_path, ["hello", "x"], "--beam", "2", "--max-steps", "len-3")
+    assert code == 1
+    assert records[0]["nbest"] == toy_alone(beam_search_batch, "hello", beam_size=2, max_steps=2)
+    assert records[1]["error"] == "max_steps 1*len-3 is -2 for this line (length 1); it must be >= 1"
+
+
+def test_decode_diverse_mode_equals_diverse_beam_search_alone(tmp_path):
+    from beamsearch import diverse_beam_search
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "diverse", "--beam", "4", "--groups", "2",
+                               "--diversity-penalty", "1.5", "--n-best", "3", "--max-rows", "8")
+    assert code == 0
+    for r in records:
+        assert r["nbest"] == toy_alone(diverse_beam_search, r["input"], beam_size=4, num_groups=2,
+                                       diversity_penalty=1.5, n_best=3, max_steps=12)
+
+
+def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
+    # line i gets the noise of input i of one stochastic_beam_search over all lines with the seed
+    from beamsearch import stochastic_beam_search
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "stochastic", "--k", "3", "--seed", "7",
+                               "--max-rows", "3")
+    assert code == 0
+    model = corpus.toy_model()
+    items = [{"source": t} for t in OPTION_TEXTS]
+    whole = stochastic_beam_search(model.step, model.make_state(items), [[model.bos]] * len(items), k=3, seed=7,
+                                   eos_token_id=model.eos, max_steps=12)
+    for r, hyps in zip(records, whole):
+        assert r["nbest"] == [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob,
+                               "score": h.score, "finished": h.finished} for h in hyps]
+        assert len(r["nbest"]) == 3 and len({tuple(h["tokens"]) for h in r["nbest"]}) == 3  # without replacement
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-steps", "2*lenn"], "--max-steps must be an integer or A*len+B (e.g. 2*len+10); got '2*lenn'"),
+    (["--groups", "2"], "--groups is an option of mode 'diverse', not of mode 'beam'; got --groups=2"),
+    (["--mode", "diverse", "--groups", "2"],
+     "mode 'diverse' needs --groups and --diversity-penalty; got --groups=2, --diversity-penalty=None"),
+    (["--mode", "diverse", "--beam", "3", "--groups", "2", "--diversity-penalty", "1"],
+     "--groups must divide --beam=3; got --groups=2"),
+    (["--mode", "stochastic"], "mode 'stochastic' needs --k (samples per line); got --k=None"),
+    (["--mode", "stochastic", "--k", "4", "--max-rows", "3"], "--max-rows must be >= --k=4; got 3"),
+    (["--no-repeat-ngram", "-1"], "--no-repeat-ngram"),
+    (["--min-new-tokens", "-2"], "--min-new-tokens"),
+    (["--stop-sequence", "xyz"], "--stop-sequence: 'xyz': characters outside the target vocabulary: 'xyz'"),
+])
+def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "o.jsonl").exists()

@@ -17,6 +17,7 @@ from beamsearch import Hypothesis, __version__, beam_search, greedy_decode
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
 
 MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
+HF_MAX_STEPS = 64  # most tokens per output of an hf: model without an integer --max-steps
 FASTEST_THREADS = 1  # torch threads: 1 was the fastest for translate and evaluate on a 2-core machine (README)
 
 
@@ -242,8 +243,17 @@ def _decode_model(args: argparse.Namespace) -> Any:
     if spec == "_toy" or spec.startswith("_toy:"):
         return corpus.toy_model(float(spec[5:] or 0))
     if spec.startswith("hf:"):
-        raise _CliError("beamsearch: error: --model hf:DIR is not supported yet; use a zoo model name or "
-                        "checkpoint folder", 2)
+        folder = pathlib.Path(spec[3:])
+        if not folder.is_dir():
+            raise _CliError(f"beamsearch: error: --model {spec}: {str(folder)!r} is not a folder", 2)
+        import torch
+
+        torch.set_num_threads(args.threads)
+        steps = _max_steps(args.max_steps)
+        try:  # its limit: an integer --max-steps, else HF_MAX_STEPS (what A*len+B is capped at)
+            return corpus.hf_model(folder, max_steps=steps if isinstance(steps, int) else HF_MAX_STEPS)
+        except OSError as e:
+            raise _CliError(f"beamsearch: error: --model {spec}: {e}", 1) from None
     if spec in MODELS:
         name, folder = spec, None
     elif pathlib.Path(spec).is_dir():
@@ -271,20 +281,36 @@ def decode_command(args: argparse.Namespace) -> int:
     from beamsearch import corpus
 
     _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
-    if args.n_best > args.beam:
+    max_steps = _max_steps(args.max_steps)
+    rows = args.k if args.mode == "stochastic" and args.k is not None else args.beam
+    if args.mode != "stochastic" and args.n_best > args.beam:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
-    if args.max_rows < args.beam:
-        raise _CliError(f"beamsearch: error: --max-rows must be >= --beam={args.beam}; got {args.max_rows}", 2)
+    if args.max_rows < rows:
+        what = f"--k={args.k}" if args.mode == "stochastic" else f"--beam={args.beam}"
+        raise _CliError(f"beamsearch: error: --max-rows must be >= {what}; got {args.max_rows}", 2)
     if args.resume and args.output == "-":
         raise _CliError("beamsearch: error: --resume needs an --output file", 2)
     if args.trace is not None and args.input == "-":
         raise _CliError("beamsearch: error: --trace needs an --input file (the traced line is read again)", 2)
+    if args.trace is not None and args.mode != "beam":
+        raise _CliError(f"beamsearch: error: --trace draws a beam search; got --mode {args.mode}", 2)
     if args.trace_input < 0:
         raise _CliError(f"beamsearch: error: --trace-input must be >= 0; got {args.trace_input}", 2)
     model = _decode_model(args)
-    if args.max_steps is not None and not 1 <= args.max_steps <= model.max_steps:
+    if isinstance(max_steps, int) and not 1 <= max_steps <= model.max_steps:
         raise _CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
-                        f"got {args.max_steps}", 2)
+                        f"got {max_steps}", 2)
+    search = {"mode": args.mode, "beam": args.beam, "n_best": args.n_best, "alpha": args.alpha,
+              "max_steps": max_steps, "max_rows": args.max_rows, "no_repeat_ngram": args.no_repeat_ngram,
+              "min_new_tokens": args.min_new_tokens, "stop_sequences": args.stop_sequence, "groups": args.groups,
+              "diversity_penalty": args.diversity_penalty, "k": args.k, "seed": args.seed,
+              "token_logprobs": args.token_logprobs}
+    if args.mode == "stochastic":
+        del search["alpha"]
+    try:  # the options, checked before any input is read or model call made
+        next(corpus.decode_records(model, [], **search), None)
+    except (ValueError, TypeError) as e:
+        raise _CliError(f"beamsearch: error: {_flag_names(str(e))}", 2) from None
     try:
         source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     except OSError as e:
@@ -296,16 +322,42 @@ def decode_command(args: argparse.Namespace) -> int:
             progress = corpus.Progress(total, sys.stderr)
         lines = corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
         records, failed = corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
-                                               beam=args.beam, n_best=args.n_best, alpha=args.alpha,
-                                               max_steps=args.max_steps, max_rows=args.max_rows)
+                                               **search)
     if args.trace is not None:
-        _write_decode_trace(model, args)
+        _write_decode_trace(model, args, max_steps)
     if failed:
         print(f"beamsearch: {failed} of {records} lines failed (see their error field)", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _write_decode_trace(model: Any, args: argparse.Namespace) -> None:
+_FLAGS = {"no_repeat_ngram_size": "--no-repeat-ngram", "min_new_tokens": "--min-new-tokens",
+          "stop_sequences": "--stop-sequence", "diversity_penalty": "--diversity-penalty", "num_groups": "--groups",
+          "groups": "--groups", "max_steps": "--max-steps", "n_best": "--n-best", "beam_size": "--beam",
+          "seed": "--seed", "alpha": "--alpha", "k": "--k"}
+
+
+def _flag_names(message: str) -> str:
+    """A library message about a keyword, with the keyword as its command-line flag."""
+    import re
+
+    return re.sub(r"(?<![-\w'])(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?=[ =:,;]|$)",
+                  lambda m: _FLAGS[m.group(1)], message)
+
+
+def _max_steps(text: str | None) -> Any:
+    """``--max-steps``: None, an int, or a :class:`beamsearch.corpus.LengthRule` (``A*len+B``)."""
+    from beamsearch.corpus import LengthRule
+
+    if text is None:
+        return None
+    try:
+        return LengthRule.parse(text)
+    except ValueError:
+        raise _CliError(f"beamsearch: error: --max-steps must be an integer or A*len+B (e.g. 2*len+10); "
+                        f"got {text!r}", 2) from None
+
+
+def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) -> None:
     """``--trace HTML``: the search tree of input line ``--trace-input`` (read again from the file)."""
     from beamsearch import corpus
     from beamsearch.viz import to_html
@@ -317,8 +369,12 @@ def _write_decode_trace(model: Any, args: argparse.Namespace) -> None:
         why = "the file has fewer lines" if line is None else line.error
         raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {why}", 1)
     try:
+        steps = corpus.line_max_steps(model, line, max_steps)
+        if isinstance(steps, str):
+            raise ValueError(steps)
         tree, greedy = corpus.trace_line(model, line.text, beam=args.beam, n_best=args.n_best, alpha=args.alpha,
-                                         max_steps=line.max_steps or args.max_steps)
+                                         max_steps=steps, no_repeat_ngram=args.no_repeat_ngram,
+                                         min_new_tokens=args.min_new_tokens, stop_sequences=args.stop_sequence)
     except ValueError as e:
         raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {e}", 1) from None
     page = to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy,
@@ -401,7 +457,10 @@ def _parser() -> _Parser:
                                    "(exit status 1 if any). Records are flushed to OUTPUT.partial as inputs "
                                    "finish; --resume continues a killed run from it.")
     p.add_argument("--model", required=True, metavar="NAME|DIR",
-                   help=f"a zoo model ({', '.join(MODELS)}) or a checkpoint folder as `train --out DIR` writes it")
+                   help=f"a zoo model ({', '.join(MODELS)}), a checkpoint folder as `train --out DIR` writes it, or "
+                        "hf:DIR, a local transformers folder (model and tokenizer, save_pretrained; causal LM "
+                        f"or encoder-decoder; decoded in fixed batches; at most {HF_MAX_STEPS} tokens unless "
+                        "--max-steps N)")
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
@@ -410,8 +469,25 @@ def _parser() -> _Parser:
     p.add_argument("--beam", type=int, default=5, help="beam size")
     p.add_argument("--n-best", type=int, default=1, help="outputs per input")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty strength")
-    p.add_argument("--max-steps", type=int, default=None, help="most tokens per output (default: the model's limit)")
+    p.add_argument("--max-steps", default=None, metavar="N|A*len+B",
+                   help="most tokens per output: N, or per line from its source length (characters; tokens for "
+                        "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit)")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
+    p.add_argument("--mode", choices=("beam", "diverse", "stochastic"), default="beam",
+                   help="beam search; diverse beam search (--groups, --diversity-penalty); stochastic beam "
+                        "search (--k samples per line without replacement, --seed)")
+    p.add_argument("--groups", type=int, default=None, help="diverse: groups (divides --beam)")
+    p.add_argument("--diversity-penalty", type=float, default=None, help="diverse: Hamming diversity penalty")
+    p.add_argument("--k", type=int, default=None, help="stochastic: samples per line")
+    p.add_argument("--seed", type=int, default=None, help="stochastic: the seed (line i gets the noise of "
+                                                          "input i of one search over all lines)")
+    p.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
+                   help="no n-gram of N tokens twice in an output (0: off)")
+    p.add_argument("--min-new-tokens", type=int, default=0, metavar="M", help="no end token before M tokens")
+    p.add_argument("--stop-sequence", action="append", default=[], metavar="TEXT",
+                   help="an output ending with TEXT (as target tokens) is finished, as with the end token; "
+                        "repeatable")
+    p.add_argument("--token-logprobs", action="store_true", help="each output also has token_logprobs")
     p.add_argument("--no-calendar", dest="calendar", action="store_false",
                    help="do not constrain zoo dates models to real calendar dates")
     p.add_argument("--threads", type=int, default=FASTEST_THREADS, help="torch threads")

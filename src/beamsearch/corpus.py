@@ -21,8 +21,10 @@ The pieces:
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
+import re
 import sys
 import time
 import zlib
@@ -34,8 +36,8 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._refill import decode_stream
 
-__all__ = ["CorpusModel", "Line", "Progress", "decode_corpus", "decode_records", "read_lines", "toy_model",
-           "zoo_model"]
+__all__ = ["CorpusModel", "LengthRule", "Line", "Progress", "decode_corpus", "decode_records", "hf_model",
+           "read_lines", "toy_model", "zoo_model"]
 
 
 @dataclass(frozen=True)
@@ -131,37 +133,106 @@ class CorpusModel(Protocol):
     def text(self, tokens: Sequence[int]) -> str:
         """Token ids as target text (ids of special tokens dropped)."""
 
+    # Optional: ``source_length(text) -> int``, the length ``--max-steps A*len+B`` reads (tokens of
+    # a tokenizer; default ``len(text)``, characters); ``prompt(text) -> list[int]``, the search's
+    # prompt (a causal LM's tokens of the text; default ``[bos]``); ``refill: bool`` (default
+    # True): False when the model's states of different inputs cannot be joined with
+    # ``concat_state``, so inputs are decoded in fixed batches of at most ``max_rows`` rows.
 
-def decode_records(model: CorpusModel, lines: Iterable[Line], *, beam: int = 5, n_best: int = 1,
-                   alpha: float = 0.6, max_steps: int | None = None, max_rows: int = 320,
-                   skip: Callable[[int], bool] = lambda index: False) -> Iterator[dict]:
+
+@dataclass(frozen=True)
+class LengthRule:
+    """``max_steps`` per line from its source length: ``floor(a * length + b)``, capped at the
+    model's limit (``--max-steps A*len+B``).
+
+    Attributes:
+        a: steps per source unit (>= 0); ``b``: steps added (may be negative).
+    """
+
+    a: float
+    b: float
+
+    def steps(self, length: int) -> int:
+        """``floor(a * length + b)``."""
+        return math.floor(self.a * length + self.b)
+
+    @staticmethod
+    def parse(text: str) -> int | LengthRule:
+        """``"N"`` (an int), or ``"A*len+B"`` / ``"A*len-B"`` / ``"A*len"`` / ``"len+B"`` (a rule).
+
+        Raises:
+            ValueError: anything else, naming ``max_steps`` and the text.
+        """
+        t = text.replace(" ", "")
+        if re.fullmatch(r"\d+", t):
+            return int(t)
+        m = re.fullmatch(r"(?:(\d+(?:\.\d*)?|\.\d+)\*)?len(?:([+-])(\d+(?:\.\d*)?|\.\d+))?", t)
+        if m is None:
+            raise ValueError(f"max_steps must be an integer or A*len+B (e.g. 2*len+10); got {text!r}")
+        a = float(m.group(1)) if m.group(1) is not None else 1.0
+        b = float(m.group(3)) * (-1 if m.group(2) == "-" else 1) if m.group(3) is not None else 0.0
+        return LengthRule(a, b)
+
+
+MODES = ("beam", "diverse", "stochastic")
+"""The search modes of :func:`decode_records` (those of :func:`beamsearch._refill.decode_stream`
+that need nothing per line)."""
+
+
+def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", beam: int = 5,
+                   n_best: int = 1, alpha: float = 0.6, max_steps: int | LengthRule | None = None,
+                   max_rows: int = 320, no_repeat_ngram: int = 0, min_new_tokens: int = 0,
+                   stop_sequences: Sequence[str] = (), groups: int | None = None,
+                   diversity_penalty: float | None = None, k: int | None = None, seed: int | None = None,
+                   token_logprobs: bool = False, skip: Callable[[int], bool] = lambda index: False
+                   ) -> Iterator[dict]:
     """Decode ``lines`` with refill; one record per line, in the order lines finish.
 
     Args:
         model: a :class:`CorpusModel`.
         lines: :class:`Line` values (read lazily, as there is room in the batch).
+        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"diverse"``
+            (``diverse_beam_search`` with ``groups`` and ``diversity_penalty``) or
+            ``"stochastic"`` (``stochastic_beam_search`` with ``k`` and ``seed``: a record holds
+            the ``k`` samples; ``beam``, ``n_best`` and ``alpha`` do not apply).
         beam, n_best, alpha: beam size, outputs per line, GNMT length-penalty strength.
-        max_steps: the most tokens per output (default and upper bound: ``model.max_steps``); a
-            line's own ``max_steps`` overrides it, up to ``model.max_steps``.
-        max_rows: the most rows (hypotheses) per model call, >= ``beam``.
+        max_steps: the most tokens per output (default and upper bound: ``model.max_steps``), or a
+            :class:`LengthRule`: per line ``floor(a * source length + b)`` capped at
+            ``model.max_steps`` (the source length is ``model.source_length(text)`` where the model
+            has one, else ``len(text)``; a line where it is < 1 gets an error record). A line's own
+            ``max_steps`` overrides both, up to ``model.max_steps``.
+        max_rows: the most rows (hypotheses) per model call, >= the rows of one line (``beam``,
+            or ``k``).
+        no_repeat_ngram, min_new_tokens: as ``no_repeat_ngram_size`` / ``min_new_tokens`` of
+            :func:`~beamsearch.beam_search_batch`.
+        stop_sequences: target texts (each through ``model.tokens``) that finish an output like eos.
+        groups, diversity_penalty: diverse mode only (both required there).
+        k, seed: stochastic mode only (``k`` required; ``seed`` an int: line i of the stream gets
+            the noise of ``stochastic_beam_search(all lines, seed=seed)``'s input i).
+        token_logprobs: each output also carries ``token_logprobs`` (one float per token).
         skip: lines whose index it accepts are not decoded and get no record (``--resume``).
 
     Yields:
-        ``{"index", "input", "nbest": [{"text", "tokens", "logprob", "score", "finished"}]}``
-        per decoded line (n-best best first; ``tokens`` without the start token, the end token
-        included iff ``finished``), or ``{"index", "input", "error"}`` for a line that cannot be
-        decoded.
+        ``{"index", "input", "nbest": [{"text", "tokens", "logprob", "score", "finished"[,
+        "token_logprobs"]}]}`` per decoded line (best first; ``tokens`` without the start token,
+        the end token included iff ``finished``), or ``{"index", "input", "error"}`` for a line
+        that cannot be decoded.
 
     Raises:
-        ValueError: a bad ``beam``, ``n_best``, ``alpha``, ``max_steps`` or ``max_rows`` (raised
-            by the first ``next()``, before any model call).
+        ValueError / TypeError: a bad keyword (named, with its value), raised by the first
+            ``next()``, before any model call.
     """
-    beam, max_rows = check.at_least("beam", beam, 1), check.at_least("max_rows", max_rows, 1)
     limit = model.max_steps
-    if max_steps is None:
-        max_steps = limit
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= limit:
-        raise ValueError(f"max_steps must be an integer in [1, {limit}] (the model's limit); got {max_steps!r}")
+    search = _search_keywords(model, mode, beam=beam, n_best=n_best, alpha=alpha, max_steps=max_steps,
+                              no_repeat_ngram=no_repeat_ngram, min_new_tokens=min_new_tokens,
+                              stop_sequences=stop_sequences, groups=groups, diversity_penalty=diversity_penalty,
+                              k=k, seed=seed, token_logprobs=token_logprobs)
+    rows = search["k"] if mode == "stochastic" else search["beam_size"]
+    max_rows = check.at_least("max_rows", max_rows, 1)
+    prompt = getattr(model, "prompt", lambda text: [model.bos])
+    # a model without refill (its states cannot be joined) decodes in fixed batches: inputs join
+    # only when nothing is in flight
+    min_join = _min_join(max_rows, rows) if getattr(model, "refill", True) else max(1, max_rows // rows)
     texts: dict[int, str] = {}  # stream position -> text, for inputs in flight
     indices: dict[int, int] = {}  # stream position -> line index
     early: list[dict] = []  # error records of lines refused before the stream
@@ -172,21 +243,23 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, beam: int = 5, 
             if skip(line.index):
                 continue
             error = line.error or model.problem(line.text) or _line_problem(model, line, limit)
+            steps = None if error is not None else line_max_steps(model, line, max_steps)
+            if isinstance(steps, str):
+                error = steps
             if error is not None:
                 early.append({"index": line.index, "input": line.text, "error": error})
                 continue
-            item: dict[str, Any] = {"prompt": [model.bos], "source": line.text}
-            if line.max_steps is not None:
-                item["max_steps"] = line.max_steps
+            item: dict[str, Any] = {"prompt": prompt(line.text), "source": line.text}
+            if steps != search["max_steps"]:
+                item["max_steps"] = steps
             if line.prefix is not None:
                 item["prefix"] = model.tokens(line.prefix)
             indices[position], texts[position] = line.index, line.text
             position += 1
             yield item
 
-    stream = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, min_join=_min_join(max_rows, beam),
-                           beam_size=beam, n_best=n_best, alpha=alpha, eos_token_id=model.eos, max_steps=max_steps,
-                           logits_processors=list(model.processors))
+    stream = decode_stream(model.step, model.make_state, items(), max_rows=max_rows,
+                           min_join=min_join, mode=mode, **search)
     for result in stream:
         yield from early
         early.clear()
@@ -194,17 +267,92 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, beam: int = 5, 
         if result.error is not None:
             yield {"index": index, "input": text, "error": str(result.error)}
             continue
-        yield {"index": index, "input": text,
-               "nbest": [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob, "score": h.score,
-                          "finished": h.finished} for h in result.hypotheses]}
+        yield {"index": index, "input": text, "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses]}
     yield from early
 
 
-def _min_join(max_rows: int, beam: int) -> int:
+def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
+    out = {"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob, "score": h.score,
+           "finished": h.finished}
+    if token_logprobs:
+        out["token_logprobs"] = h.token_logprobs
+    return out
+
+
+def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, alpha: float,
+                     max_steps: int | LengthRule | None, no_repeat_ngram: int, min_new_tokens: int,
+                     stop_sequences: Sequence[str], groups: int | None, diversity_penalty: float | None,
+                     k: int | None, seed: int | None, token_logprobs: bool) -> dict[str, Any]:
+    """The keywords of :func:`decode_stream` for ``mode``; checks what it does not check itself
+    (the mode's own options, ``max_steps``, the stop texts)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    limit = model.max_steps
+    if max_steps is None:
+        max_steps = limit
+    if isinstance(max_steps, LengthRule):
+        if not (math.isfinite(max_steps.a) and max_steps.a >= 0 and math.isfinite(max_steps.b)):
+            raise ValueError(f"max_steps: A*len+B needs a finite A >= 0 and a finite B; got {max_steps}")
+    elif isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= limit:
+        raise ValueError(f"max_steps must be an integer in [1, {limit}] (the model's limit) or a LengthRule; "
+                         f"got {max_steps!r}")
+    stops = []
+    for text in stop_sequences:
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"stop_sequences must be non-empty texts; got {text!r}")
+        try:
+            stops.append(model.tokens(text))
+        except ValueError as e:
+            raise ValueError(f"stop_sequences: {text!r}: {e}") from None
+    search: dict[str, Any] = {
+        "eos_token_id": model.eos, "max_steps": max_steps if isinstance(max_steps, int) else limit,
+        "logits_processors": list(model.processors), "no_repeat_ngram_size": no_repeat_ngram,
+        "min_new_tokens": min_new_tokens, "stop_sequences": stops, "return_token_logprobs": token_logprobs}
+    given = {"groups": groups, "diversity_penalty": diversity_penalty, "k": k, "seed": seed}
+    own = {"beam": (), "diverse": ("groups", "diversity_penalty"), "stochastic": ("k", "seed")}[mode]
+    for name, value in given.items():
+        if value is not None and name not in own:
+            owner = "diverse" if name in ("groups", "diversity_penalty") else "stochastic"
+            raise ValueError(f"{name} is an option of mode {owner!r}, not of mode {mode!r}; got {name}={value!r}")
+    if mode == "stochastic":
+        if k is None:
+            raise ValueError("mode 'stochastic' needs k (samples per line); got k=None")
+        if n_best != 1:
+            raise ValueError("n_best does not apply to mode 'stochastic' (a record holds the k samples); "
+                             f"got n_best={n_best!r}")
+        return {**search, "k": check.at_least("k", k, 1), "seed": seed}
+    search.update(beam_size=check.at_least("beam", beam, 1), n_best=n_best, alpha=alpha)
+    if mode == "diverse":
+        if groups is None or diversity_penalty is None:
+            raise ValueError(f"mode 'diverse' needs groups and diversity_penalty; got groups={groups!r}, "
+                             f"diversity_penalty={diversity_penalty!r}")
+        search.update(num_groups=groups, diversity_penalty=diversity_penalty)
+    return search
+
+
+def line_max_steps(model: CorpusModel, line: Line, max_steps: int | LengthRule | None) -> int | str:
+    """The ``max_steps`` of ``line``: its own, else ``max_steps`` (a :class:`LengthRule` applied to
+    its source length, capped at ``model.max_steps``), else the model's limit; or the error text
+    when a rule gives less than 1."""
+    if line.max_steps is not None:
+        return line.max_steps
+    if max_steps is None:
+        return model.max_steps
+    if isinstance(max_steps, int):
+        return max_steps
+    length = getattr(model, "source_length", len)(line.text)
+    steps = max_steps.steps(length)
+    if steps < 1:
+        return (f"max_steps {max_steps.a:g}*len{max_steps.b:+g} is {steps} for this line (length {length}); "
+                "it must be >= 1")
+    return min(steps, model.max_steps)
+
+
+def _min_join(max_rows: int, rows: int) -> int:
     """Inputs that join together: every cohort costs its own scoring and selection per step, so
     new inputs wait until an eighth of the budget is free (seq2seq, 2,000 dates, max_rows 320:
     4.96 s joining one at a time, 2.91 s an eighth; docs/corpus.md)."""
-    return max(1, max_rows // beam // 8)
+    return max(1, max_rows // rows // 8)
 
 
 def _line_problem(model: CorpusModel, line: Line, limit: int) -> str | None:
@@ -437,7 +585,8 @@ class _ZooModel:
 
 
 def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1, alpha: float = 0.6,
-               max_steps: int | None = None, trace_width: int = 1) -> tuple[Any, Any]:
+               max_steps: int | None = None, trace_width: int = 1, no_repeat_ngram: int = 0,
+               min_new_tokens: int = 0, stop_sequences: Sequence[str] = ()) -> tuple[Any, Any]:
     """The search tree of one line, as :func:`decode_records` searches it: ``(trace, greedy)``,
     the beam search's :class:`~beamsearch.Trace` and greedy's (one live row, the same processors)
     for the overlay of :func:`beamsearch.viz.to_html`. ValueError if the model cannot read ``text``."""
@@ -451,7 +600,9 @@ def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1,
         tree = Trace()
         beam_search_batch(model.step, model.make_state([{"source": text}]), [[model.bos]], eos_token_id=model.eos,
                           max_steps=max_steps or model.max_steps, beam_size=width, n_best=min(n_best, width),
-                          alpha=alpha, logits_processors=list(model.processors), trace=tree, trace_width=trace_width)
+                          alpha=alpha, logits_processors=list(model.processors), trace=tree, trace_width=trace_width,
+                          no_repeat_ngram_size=no_repeat_ngram, min_new_tokens=min_new_tokens,
+                          stop_sequences=[model.tokens(t) for t in stop_sequences])
         trees.append(tree)
     return trees[0], trees[1]
 
@@ -526,6 +677,94 @@ class _ToyModel:
 
     def text(self, tokens: Sequence[int]) -> str:
         return "".join(self.LETTERS[t - 3] for t in tokens if t >= 3)
+
+
+class _HFModel:
+    """A local ``transformers`` directory (model and tokenizer) as a :class:`CorpusModel`, through
+    :mod:`beamsearch.hf`: a causal LM's prompt is the line's tokens, an encoder-decoder's source is.
+    Decoded in fixed batches (``refill = False``): the adapter's states do not register
+    ``concat_state`` yet. A line is refused when empty, when a word is not in the tokenizer's
+    vocabulary (its unknown token), or when its tokens plus ``max_steps`` pass the model's positions."""
+
+    refill = False
+    processors: Sequence[Any] = ()
+
+    def __init__(self, directory: str | os.PathLike, max_steps: int) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+        from beamsearch import hf
+
+        self._hf, self._torch = hf, torch
+        config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        self.encoder_decoder = bool(config.is_encoder_decoder)
+        auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
+        self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        self.max_steps = check.at_least("max_steps", max_steps, 1)
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError(f"{directory}: neither the generation config nor the tokenizer has an eos token")
+        self.eos = eos
+        start = self.model.generation_config.decoder_start_token_id if self.encoder_decoder else None
+        self.bos = start if start is not None else self.tokenizer.bos_token_id
+        self._limit = hf.position_limit(self.model)
+        self._prepared: Any = None
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def problem(self, text: str) -> str | None:
+        if not text.strip():
+            return "empty text"
+        ids = self._ids(text)
+        unk = self.tokenizer.unk_token_id
+        if unk is not None and unk in ids:
+            return "words outside the tokenizer's vocabulary"
+        if not ids:
+            return "no tokens"
+        need = len(ids) + (0 if self.encoder_decoder else self.max_steps)
+        if self._limit is not None and need > self._limit:
+            return f"{len(ids)} tokens; the model has {self._limit} positions (max_steps {self.max_steps})"
+        return None
+
+    def source_length(self, text: str) -> int:
+        return len(self._ids(text))
+
+    def prompt(self, text: str) -> list[int]:
+        return [self.bos] if self.encoder_decoder else self._ids(text)
+
+    def make_state(self, items: list[dict]) -> Any:
+        sources = [self._ids(i["source"]) for i in items]
+        adapter = self._hf.seq2seq_lm if self.encoder_decoder else self._hf.causal_lm
+        self._prepared = adapter(self.model, sources, eos_token_id=self.eos, max_new_tokens=self.max_steps)
+        return self._prepared.init_state
+
+    def step(self, state: Any, y_prev: Any) -> tuple[Any, Any]:
+        return self._prepared.step(state, y_prev)  # the batch in flight's adapter (one at a time)
+
+    def tokens(self, text: str) -> list[int]:
+        ids = self._ids(text)
+        if not ids or self.tokenizer.unk_token_id in ids:
+            raise ValueError(f"{text!r} is not in the tokenizer's vocabulary")
+        return ids
+
+    def text(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+def hf_model(directory: str | os.PathLike, *, max_steps: int = 64) -> CorpusModel:
+    """A local ``transformers`` directory (``save_pretrained`` model and tokenizer; nothing is
+    downloaded) as a :class:`CorpusModel` (``beamsearch decode --model hf:DIR``); needs the ``hf``
+    extra. A causal LM continues each line; an encoder-decoder reads it as its source.
+
+    Args:
+        directory: the folder.
+        max_steps: the most tokens per output (the model's limit for ``--max-steps``).
+    """
+    return _HFModel(directory, max_steps)
 
 
 def toy_model(delay: float = 0.0) -> CorpusModel:
