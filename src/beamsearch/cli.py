@@ -296,10 +296,6 @@ def decode_command(args: argparse.Namespace) -> int:
         raise _CliError(f"beamsearch: error: --trace draws a beam search; got --mode {args.mode}", 2)
     if args.trace_input < 0:
         raise _CliError(f"beamsearch: error: --trace-input must be >= 0; got {args.trace_input}", 2)
-    model = _decode_model(args)
-    if isinstance(max_steps, int) and not 1 <= max_steps <= model.max_steps:
-        raise _CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
-                        f"got {max_steps}", 2)
     search = {"mode": args.mode, "beam": args.beam, "n_best": args.n_best, "alpha": args.alpha,
               "max_steps": max_steps, "max_rows": args.max_rows, "no_repeat_ngram": args.no_repeat_ngram,
               "min_new_tokens": args.min_new_tokens, "stop_sequences": args.stop_sequence, "groups": args.groups,
@@ -307,6 +303,12 @@ def decode_command(args: argparse.Namespace) -> int:
               "token_logprobs": args.token_logprobs}
     if args.mode == "stochastic":
         del search["alpha"]
+    if args.ray is not None:
+        return _decode_on_ray(args, search)
+    model = _decode_model(args)
+    if isinstance(max_steps, int) and not 1 <= max_steps <= model.max_steps:
+        raise _CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
+                        f"got {max_steps}", 2)
     try:  # the options, checked before any input is read or model call made
         next(corpus.decode_records(model, [], **search), None)
     except (ValueError, TypeError) as e:
@@ -355,6 +357,33 @@ def _max_steps(text: str | None) -> Any:
     except ValueError:
         raise _CliError(f"beamsearch: error: --max-steps must be an integer or A*len+B (e.g. 2*len+10); "
                         f"got {text!r}", 2) from None
+
+
+def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
+    """``--ray [ADDRESS]``: the input decoded by :func:`beamsearch.distributed.decode_ray` (which
+    checks the model and ``search`` before Ray starts); the output written once, at the end."""
+    from beamsearch import corpus, distributed
+
+    _positive(args, "--ray-workers", "--ray-batch")
+    for flag, given in (("--resume", args.resume), ("--trace", args.trace is not None)):
+        if given:
+            raise _CliError(f"beamsearch: error: {flag} does not apply with --ray", 2)
+    try:
+        source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: cannot read --input {args.input}: {e.strerror}", 2) from None
+    with source:
+        lines = list(corpus.read_lines(source, jsonl=args.jsonl, field=args.field))
+    try:
+        records = distributed.decode_ray(args.model, lines, address=None if args.ray == "local" else args.ray,
+                                         num_workers=args.ray_workers, batch_size=args.ray_batch,
+                                         calendar=args.calendar, threads=args.threads, **search)
+    except (ValueError, TypeError, ModuleNotFoundError) as e:
+        raise _CliError(f"beamsearch: error: {_flag_names(str(e))}", 2) from None
+    total, failed = distributed.write_records(records, args.output)
+    if failed:
+        print(f"beamsearch: {failed} of {total} lines failed (see their error field)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) -> None:
@@ -495,6 +524,11 @@ def _parser() -> _Parser:
                    help="continue a killed run: skip the inputs already in OUTPUT.partial")
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (inputs/s, tokens/s, ETA); on by default when stderr is a terminal")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="decode with Ray Data (the ray extra) on the cluster at ADDRESS (`ray start --head` prints "
+                        "it), or on a local one started for the run when no ADDRESS is given")
+    p.add_argument("--ray-workers", type=int, default=2, metavar="N", help="with --ray: actors, one CPU each")
+    p.add_argument("--ray-batch", type=int, default=256, metavar="LINES", help="with --ray: lines per batch")
     p.add_argument("--trace", metavar="HTML", default=None,
                    help="also write the search tree of one input line (--trace-input) as an interactive page")
     p.add_argument("--trace-input", type=int, default=0, metavar="I", help="the line --trace draws (0 is the first)")

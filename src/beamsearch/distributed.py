@@ -1,0 +1,190 @@
+"""Corpus decoding on a Ray cluster (``beamsearch decode --ray [ADDRESS]``; see docs/ray.md).
+
+:func:`decode_ray` decodes :class:`~beamsearch.corpus.Line` values with Ray Data: the lines become
+a dataset, ``map_batches`` sends batches of them to a fixed pool of actors, each of which loads the
+model once (from its name, :func:`load_model`) and decodes its batches with
+:func:`beamsearch.corpus.decode_records` (refill within a batch). The records come back in input
+order, in the format of ``decode_records``, error records of bad lines included.
+
+Importable with numpy alone: ``ray`` is imported by :func:`decode_ray` (the optional ``ray``
+extra), torch only when a zoo model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+from dataclasses import asdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from beamsearch import _validate as check
+from beamsearch.corpus import CorpusModel, Line, decode_records, hf_model, toy_model, zoo_model
+
+__all__ = ["decode_ray", "load_model", "write_records"]
+
+ZOO_MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
+HF_MAX_STEPS = 64  # the limit of an hf: model without an integer max_steps (as beamsearch decode)
+
+
+def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
+               hf_max_steps: int = HF_MAX_STEPS) -> CorpusModel:
+    """The :class:`~beamsearch.corpus.CorpusModel` named by ``spec`` (what ``--model`` takes).
+
+    Args:
+        spec: a zoo model name (``"seq2seq"``, ``"transformer"``), a checkpoint folder holding
+            exactly one ``seq2seq.json`` / ``transformer.json`` (``beamsearch train --out DIR``),
+            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`), or
+            the numpy test model ``"_toy"`` / ``"_toy:DELAY"``.
+        calendar: constrain a zoo model to real calendar dates.
+        threads: torch threads of a zoo or hf model (``torch.set_num_threads``), >= 1.
+        hf_max_steps: the most tokens per output of an ``hf:`` model (its limit), >= 1.
+
+    Raises:
+        TypeError, ValueError: ``spec`` is not one of these, or a bad ``threads`` / ``hf_max_steps``.
+    """
+    threads = check.at_least("threads", threads, 1)
+    if not isinstance(spec, str):
+        raise TypeError(f"model must be a string (a zoo name, checkpoint folder or _toy); got {spec!r}")
+    if spec == "_toy" or spec.startswith("_toy:"):
+        try:
+            delay = float(spec[5:] or 0)
+        except ValueError:
+            raise ValueError(f"model _toy:DELAY needs a number of seconds; got {spec!r}") from None
+        return toy_model(delay)
+    if spec.startswith("hf:"):
+        hf_max_steps = check.at_least("hf_max_steps", hf_max_steps, 1)
+        if not pathlib.Path(spec[3:]).is_dir():
+            raise ValueError(f"model {spec!r}: {spec[3:]!r} is not a folder")
+        import torch
+
+        torch.set_num_threads(threads)
+        return hf_model(spec[3:], max_steps=hf_max_steps)
+    if spec in ZOO_MODELS:
+        name, folder = spec, None
+    elif pathlib.Path(spec).is_dir():
+        found = [m for m in ZOO_MODELS if (pathlib.Path(spec) / f"{m}.json").is_file()]
+        if len(found) != 1:
+            raise ValueError(f"model {spec!r}: a checkpoint folder must hold exactly one of "
+                             f"{', '.join(f'{m}.json' for m in ZOO_MODELS)}; it holds {len(found)}")
+        name, folder = found[0], spec
+    else:
+        raise ValueError(f"model must be one of {', '.join(ZOO_MODELS)}, a checkpoint folder, hf:DIR or _toy; "
+                         f"got {spec!r}")
+    import torch
+
+    torch.set_num_threads(threads)
+    return zoo_model(name, folder, calendar=calendar)
+
+
+class _Decoder:
+    """The actor of :func:`decode_ray`: loads the model once, then decodes batches.
+
+    A batch is ``{"line": [n] JSON objects of Line fields}``; the answer is ``{"record": [n] JSON
+    records}`` (JSON text on both sides: nested, optional fields survive Arrow unchanged, and
+    ``json`` writes floats exactly, so records equal those of the single-process run).
+    """
+
+    def __init__(self, spec: str, options: dict[str, Any], search: dict[str, Any]) -> None:
+        self.model = load_model(spec, **options)
+        self.search = search
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        lines = [Line(**json.loads(text)) for text in batch["line"]]
+        records = [json.dumps(r, ensure_ascii=False) for r in decode_records(self.model, lines, **self.search)]
+        return {"record": np.array(records, dtype=object)}
+
+
+def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None, num_workers: int = 2,
+               batch_size: int = 256, calendar: bool = True, threads: int = 1, **search: Any) -> list[dict]:
+    """Decode ``lines`` on Ray: records in input order, as :func:`~beamsearch.corpus.decode_records`
+    gives them (the same records as the single-process run, error records of bad lines included).
+
+    The lines are split into batches of ``batch_size``; ``num_workers`` actors (one CPU each) load
+    the model once each and decode batches with refill (``decode_records``) as they come.
+
+    Ray: an already initialized Ray session is used as it is; else ``address`` (a running
+    cluster, ``ray start --head`` prints it) is joined; else a local cluster of ``num_workers``
+    CPUs is started. A cluster joined or started here is shut down at the end.
+
+    Args:
+        model: what :func:`load_model` takes: a zoo name, a checkpoint folder or ``hf:DIR`` (a
+            path every worker can read), or ``"_toy"``; an ``hf:`` model's limit is an integer
+            ``max_steps``, else ``HF_MAX_STEPS``. It is also loaded here first, to check it and ``search``.
+        lines: :class:`~beamsearch.corpus.Line` values (``read_lines``), unique indices.
+        address: a Ray cluster address (``"HOST:6379"``, ``"auto"``), or None.
+        num_workers: actors in the pool, >= 1.
+        batch_size: lines per batch sent to an actor, >= 1.
+        calendar, threads: for :func:`load_model` (in every worker).
+        **search: the keywords of ``decode_records`` (``mode``, ``beam``, ``n_best``, ``alpha``,
+            ``max_steps``, ``max_rows``, ``no_repeat_ngram``, ...), the same for every line.
+
+    Returns:
+        One record per line, in the order of ``lines``: ``{"index", "input", "nbest": [...]}`` or
+        ``{"index", "input", "error"}``.
+
+    Raises:
+        ValueError, TypeError: a bad ``model``, ``address``, ``num_workers``, ``batch_size``, a
+            bad search option, or two lines with the same index; before Ray is started.
+        ModuleNotFoundError: ray is not installed (``pip install 'beamsearch[ray]'``).
+    """
+    num_workers = check.at_least("num_workers", num_workers, 1)
+    batch_size = check.at_least("batch_size", batch_size, 1)
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"address must be a string (HOST:PORT or 'auto') or None; got {address!r}")
+    steps = search.get("max_steps")
+    options = {"calendar": calendar, "threads": threads,
+               "hf_max_steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else HF_MAX_STEPS}
+    next(decode_records(load_model(model, **options), [], **search), None)  # checks the model and search
+    lines = list(lines)
+    order = {line.index: position for position, line in enumerate(lines)}
+    if len(order) != len(lines):
+        raise ValueError("lines must have unique indices (as read_lines gives them)")
+    if not lines:
+        return []
+    try:
+        import ray
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError("decode_ray needs ray: pip install 'beamsearch[ray]'") from e
+
+    started = not ray.is_initialized()
+    if started and address is not None:
+        ray.init(address=address)
+    elif started:
+        ray.init(num_cpus=num_workers, include_dashboard=False)
+    try:
+        rows = [{"line": json.dumps(asdict(line), ensure_ascii=False)} for line in lines]
+        blocks = max(num_workers, -(-len(rows) // batch_size))
+        dataset = ray.data.from_items(rows, override_num_blocks=blocks).map_batches(
+            _Decoder, fn_constructor_args=(model, options, search), batch_size=batch_size,
+            batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=num_workers), num_cpus=1)
+        records = [json.loads(row["record"]) for row in dataset.iter_rows()]
+    finally:
+        if started:
+            ray.shutdown()
+    records.sort(key=lambda r: order[r["index"]])  # batches finish in any order
+    return records
+
+
+def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, int]:
+    """Write ``records`` as JSON Lines to ``output`` (a temporary file, then an atomic rename), or
+    to stdout when ``output`` is ``"-"``, as ``beamsearch decode`` writes them.
+
+    Returns:
+        ``(records, errors)``: how many records, and how many of them have ``error``.
+    """
+    data = b"".join((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8") for r in records)
+    if str(output) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        temporary = pathlib.Path(str(output) + ".tmp")
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, output)
+    return len(records), sum("error" in r for r in records)
