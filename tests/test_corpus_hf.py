@@ -113,3 +113,25 @@ def test_hf_missing_folder_is_a_usage_error(tmp_path, capsys):
     src.write_text("a\n")
     assert main(["decode", "--model", f"hf:{tmp_path / 'nope'}", "--input", str(src), "--output", "-"]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
+    """A causal LM's lines join the search in flight (mixed calls: cohorts at different steps in
+    one model call) and each still gets its result alone; an encoder-decoder keeps fixed batches."""
+    from beamsearch._refill import decode_stream
+    from beamsearch.corpus import hf_model
+
+    model = hf_model(gpt2_dir, max_steps=6)
+    assert model.refill and not hf_model(bart_dir).refill
+    steps = [2, 6, 3, 6]  # line 0 stops first: line 2 joins line 1 in flight, then line 3
+    items = [{"prompt": model.prompt(t), "source": t, "max_steps": s} for t, s in zip(LINES, steps)]
+    # min_new_tokens: this random model gives eos first; outputs of 2 or more tokens use the joined cache
+    stream = decode_stream(model.step, model.make_state, items, max_rows=4, beam_size=2, n_best=2,
+                           eos_token_id=model.eos, max_steps=6, min_new_tokens=2)
+    got = {d.index: d.hypotheses for d in stream}
+    assert stream.stats.mixed_calls > 0
+    for i, (text, s) in enumerate(zip(LINES, steps)):
+        want = alone(gpt2_dir, text, beam=2, n_best=2, max_steps=s, min_new_tokens=2)
+        assert all(len(w[1]) >= 2 for w in want)
+        assert [(h.tokens, h.finished) for h in got[i]] == [(w[1], w[4]) for w in want]
+        assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want))

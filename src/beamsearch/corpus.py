@@ -682,11 +682,11 @@ class _ToyModel:
 class _HFModel:
     """A local ``transformers`` directory (model and tokenizer) as a :class:`CorpusModel`, through
     :mod:`beamsearch.hf`: a causal LM's prompt is the line's tokens, an encoder-decoder's source is.
-    Decoded in fixed batches (``refill = False``): the adapter's states do not register
-    ``concat_state`` yet. A line is refused when empty, when a word is not in the tokenizer's
+    A causal LM decodes with refill (its states join with ``concat_state``: caches left-padded,
+    positions per row); an encoder-decoder in fixed batches (``refill = False``: its states do not
+    register ``concat_state`` yet). A line is refused when empty, when a word is not in the tokenizer's
     vocabulary (its unknown token), or when its tokens plus ``max_steps`` pass the model's positions."""
 
-    refill = False
     processors: Sequence[Any] = ()
 
     def __init__(self, directory: str | os.PathLike, max_steps: int) -> None:
@@ -698,6 +698,7 @@ class _HFModel:
         self._hf, self._torch = hf, torch
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         self.encoder_decoder = bool(config.is_encoder_decoder)
+        self.refill = not self.encoder_decoder
         auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
         self.model = auto.from_pretrained(directory, local_files_only=True).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
@@ -743,7 +744,9 @@ class _HFModel:
         return self._prepared.init_state
 
     def step(self, state: Any, y_prev: Any) -> tuple[Any, Any]:
-        return self._prepared.step(state, y_prev)  # the batch in flight's adapter (one at a time)
+        # the last adapter made: its step reads all it needs per row from the state, so it runs the
+        # rows of every input in flight (inputs prepared by earlier adapters of the same model too)
+        return self._prepared.step(state, y_prev)
 
     def tokens(self, text: str) -> list[int]:
         ids = self._ids(text)

@@ -40,7 +40,7 @@ from beamsearch import _validate as check
 from beamsearch._backends import NEG_INF
 from beamsearch._hypothesis import BatchResults
 from beamsearch._search import batch_options, beam_search_batch, run_batch
-from beamsearch._state import select_state
+from beamsearch._state import concat_state, pad_axis, select_state
 from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
@@ -103,13 +103,19 @@ class Prepared:
 
 
 class CausalState(NamedTuple):
-    """A decoder-only model's state; every tensor has one row per live hypothesis."""
+    """A decoder-only model's state; every tensor has one row per live hypothesis.
 
-    cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]
-    mask: torch.Tensor  # int64 [k, P + C]: 0 on the prompt's left padding, 1 elsewhere (allocated once)
-    positions: torch.Tensor  # int64 [k, C]: position of the s-th token fed after the prompt (len + s)
-    fed: int  # tokens fed after the prompt so far (the same for every row): the step reads column fed
+    Rows may come from searches joined at different steps (refill, :func:`concat_state`): their
+    caches are then aligned by left padding, masked out in ``mask``, and each row keeps its own
+    positions, so the model computes for each row what it computes for it alone."""
+
+    cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]; t = columns
+    mask: torch.Tensor  # int64 [k, M], M > t: column j is 0 where cache column j is padding, 1 elsewhere
+    positions: torch.Tensor  # int64 [k]: the position of the next token each row feeds
+    columns: int  # t, the cache's length (every row's): the step's token goes to column t
+    furthest: int  # at least positions.max() (a bound kept on the host: no device sync per step)
     first: torch.Tensor | None  # float [k, V]: logits of the prompt's last position, until used
+    pending: torch.Tensor | None  # bool [k]: rows whose next logits are ``first`` (None: every row, when first is set)
 
 
 class Seq2SeqState(NamedTuple):
@@ -131,7 +137,35 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     idx = torch.as_tensor(idx, device=state.mask.device)
     _reorder_in_place(state.cache, idx)
     return CausalState(state.cache, state.mask.index_select(0, idx), state.positions.index_select(0, idx),
-                       state.fed, None if state.first is None else state.first.index_select(0, idx))
+                       state.columns, state.furthest, None if state.first is None else state.first.index_select(0, idx),
+                       None if state.pending is None else state.pending.index_select(0, idx))
+
+
+@concat_state.register(CausalState)
+def _concat_causal_states(states: list[CausalState]) -> CausalState:
+    """The rows of several states (searches at different steps) in one state: every layer's keys
+    and values left-padded with zeros to the longest cache, the mask with 0 on those columns
+    (and right-padded with 1, the columns of tokens to come, to the widest), positions per row as
+    they were. Rows of a state whose prompt logits are unused yet keep them (``pending``)."""
+    t = max(s.columns for s in states)
+    cache = copy.copy(states[0].cache)
+    cache.layers = []
+    for i, layer in enumerate(states[0].cache.layers):
+        new = copy.copy(layer)
+        new.keys = torch.cat(pad_axis([s.cache.layers[i].keys for s in states], 2, 0.0, side="left"))
+        new.values = torch.cat(pad_axis([s.cache.layers[i].values for s in states], 2, 0.0, side="left"))
+        cache.layers.append(new)
+    masks = [torch.cat([s.mask.new_zeros(s.mask.shape[0], t - s.columns), s.mask], dim=1) for s in states]
+    mask = torch.cat(pad_axis(masks, 1, 1, side="right"))
+    first = pending = None
+    if any(s.first is not None for s in states):
+        like = next(s.first for s in states if s.first is not None)
+        first = torch.cat([like.new_zeros(s.mask.shape[0], like.shape[1]) if s.first is None else s.first
+                           for s in states])
+        pending = torch.cat([s.mask.new_full((s.mask.shape[0],), s.first is not None, dtype=torch.bool)
+                             if s.pending is None or s.first is None else s.pending for s in states])
+    return CausalState(cache, mask, torch.cat([s.positions for s in states]), t, max(s.furthest for s in states),
+                       first, pending)
 
 
 @select_state.register(Seq2SeqState)
@@ -379,33 +413,35 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep)
     width = ids.shape[1]
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
-    fed_positions = lengths + torch.arange(capacity, device=device)  # --> [N, C]
-    prepared.init_state = CausalState(_cache_of(out), full, fed_positions, 0, _logits(out, extra))
+    prepared.init_state = CausalState(_cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None)
 
     @torch.no_grad()
     def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
-        if state.first is not None:  # the prompt's last position was scored by the prefill
+        if state.first is not None and state.pending is None:  # every row's prompt was scored by the prefill
             return state.first, state._replace(first=None)
-        s = state.fed
-        if limit is not None and longest + s >= limit:
-            raise ValueError(f"the search asks for a token at position {longest + s}, beyond the model's {limit} "
-                             "positions: lower max_steps")
-        if s == state.positions.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
-            state = _grown(state)
-        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=state.mask[:, : width + s + 1],
-                     position_ids=state.positions[:, s : s + 1], **{cache_kw: state.cache})
-        return _logits(out, extra), CausalState(_cache_of(out), state.mask, state.positions, s + 1, None)
+        if limit is not None and state.furthest >= limit and int(state.positions.max()) >= limit:
+            raise ValueError(f"the search asks for a token at position {int(state.positions.max())}, beyond the "
+                             f"model's {limit} positions: lower max_steps")
+        t = state.columns
+        if t == state.mask.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
+            state = state._replace(mask=torch.cat([state.mask, state.mask.new_ones(len(y_prev), _CAPACITY)], dim=1))
+        mask, fed = state.mask, torch.ones_like(state.positions)
+        if state.pending is not None:
+            # rows that joined at this call take their prefill logits; their token here is a dummy,
+            # masked out (column t is 0 for them from now on) and at no position
+            mask = mask.clone()
+            mask[:, t] = (~state.pending).to(mask.dtype)
+            fed = fed.masked_fill(state.pending, 0)
+        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=mask[:, : t + 1],
+                     position_ids=state.positions[:, None], **{cache_kw: state.cache})
+        logits = _logits(out, extra)
+        if state.pending is not None:
+            logits = torch.where(state.pending[:, None], state.first, logits)
+        return logits, CausalState(_cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
+                                   None)
 
     prepared.step = step
     return prepared
-
-
-def _grown(state: CausalState) -> CausalState:
-    """The state with ``_CAPACITY`` more generated-token columns in its mask and positions."""
-    k, c = state.positions.shape
-    more = state.positions[:, -1:] + torch.arange(1, _CAPACITY + 1, device=state.positions.device)
-    return state._replace(mask=torch.cat([state.mask, state.mask.new_ones(k, _CAPACITY)], dim=1),
-                          positions=torch.cat([state.positions, more], dim=1))
 
 
 @torch.no_grad()

@@ -1,0 +1,107 @@
+"""Refill with a Hugging Face causal LM: ``CausalState``s of searches at different steps joined by
+``concat_state`` (caches left-padded, masked, positions per row). Oracle: each prompt decoded alone
+through ``causal_lm`` + ``beam_search_batch`` (a batch of one), and each state's own next logits.
+The adapter is torch-only (the model returns torch logits), so there is no numpy variant."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
+
+from beamsearch import beam_search_batch  # noqa: E402
+from beamsearch._refill import decode_stream  # noqa: E402
+from beamsearch._state import concat_state, select_state  # noqa: E402
+from beamsearch.hf import causal_lm  # noqa: E402
+
+VOCAB, EOS, PAD, BOS = 41, 3, 0, 1
+PROMPTS = [[5, 17, 33, 8, 11], [9], [20, 2, 37], [11, 12, 13, 14, 15, 16, 17], [30, 31], [7, 7, 7, 7]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=40, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # sharper than the default init, so that beams differ and some finish early
+        m.lm_head.weight.mul_(8.0)
+    return m
+
+
+def alone(model, prompt, max_steps, **search):
+    dec = causal_lm(model, [prompt], eos_token_id=EOS, max_new_tokens=max_steps)
+    return beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=max_steps,
+                             **search)[0]
+
+
+def streamed(model, items, *, max_rows, allocate, **search):
+    """decode_stream over ``causal_lm`` states: one adapter per cohort (``allocate`` generated-token
+    columns each), every call run by the latest adapter's step."""
+    latest = {}
+
+    def make_state(batch):
+        latest["dec"] = causal_lm(model, [i["prompt"] for i in batch], eos_token_id=EOS, max_new_tokens=allocate)
+        return latest["dec"].init_state
+
+    def step(state, y_prev):
+        return latest["dec"].step(state, y_prev)
+
+    stream = decode_stream(step, make_state, items, max_rows=max_rows, eos_token_id=EOS, **search)
+    return {d.index: d for d in stream}, stream.stats
+
+
+@pytest.mark.parametrize("allocate", [8, 2])  # 2: the mask grows past its allocated columns mid-search
+def test_refill_equals_each_prompt_alone(model, allocate):
+    steps = [6, 4, 8, 5, 7, 3]
+    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS, steps)]
+    got, stats = streamed(model, items, max_rows=5, allocate=allocate, beam_size=2, n_best=2, max_steps=8)
+    assert stats.mixed_calls > 0 and stats.cohorts > 2  # inputs did join a search in flight
+    for i, (prompt, s) in enumerate(zip(PROMPTS, steps)):
+        want = alone(model, prompt, s, beam_size=2, n_best=2)
+        have = got[i].hypotheses
+        assert got[i].error is None
+        assert [h.tokens for h in have] == [h.tokens for h in want], i
+        assert [h.finished for h in have] == [h.finished for h in want], i
+        # the joined call pads the cache with masked columns: float sums differ in the last bits only
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want))
+
+
+def test_joined_state_steps_like_each_state_alone(model):
+    """A state 3 steps in (cache 7 + 3 columns) joined with a fresh one (prefill logits pending,
+    cache 3 columns): the joined step's logits are each state's own next logits, row for row, and
+    the step after that too (the pending row's dummy column stays masked)."""
+    a_dec = causal_lm(model, [PROMPTS[3], PROMPTS[1]], eos_token_id=EOS, max_new_tokens=6)
+    a = a_dec.init_state
+    for token in (4, 5, 6):  # the first call returns the prefill logits; the next two feed tokens
+        _, a = a_dec.step(a, torch.tensor([token, token + 1]))
+    a = select_state(a, [1, 0, 0])  # three rows, reordered
+    b_dec = causal_lm(model, [PROMPTS[2]], eos_token_id=EOS, max_new_tokens=6)
+    b = b_dec.init_state
+    joined = concat_state([a, b])
+    assert joined.columns == a.columns == 9 and b.columns == 3
+    assert joined.cache.layers[0].keys.shape[2] == 9 and joined.pending.tolist() == [False, False, False, True]
+    assert joined.mask[3, :6].tolist() == [0] * 6  # b's left padding of the join
+    ya, yb = torch.tensor([8, 9, 10]), torch.tensor([12])
+    want_a, a2 = a_dec.step(a, ya)
+    want_b, b2 = b_dec.step(b, yb)
+    got, j2 = b_dec.step(joined, torch.cat([ya, yb]))
+    torch.testing.assert_close(got, torch.cat([want_a, want_b]), atol=1e-5, rtol=0)
+    assert j2.positions.tolist() == a2.positions.tolist() + b2.positions.tolist()
+    ya, yb = torch.tensor([13, 14, 15]), torch.tensor([16])
+    want_a, _ = a_dec.step(a2, ya)
+    want_b, _ = b_dec.step(b2, yb)
+    got, _ = b_dec.step(j2, torch.cat([ya, yb]))
+    torch.testing.assert_close(got, torch.cat([want_a, want_b]), atol=1e-5, rtol=0)
+
+
+def test_joined_state_still_refuses_positions_beyond_the_model(model):
+    dec = causal_lm(model, [[5] * 38], eos_token_id=EOS)  # next position 38 of 40
+    state = dec.init_state
+    _, state = dec.step(state, torch.tensor([4]))  # prefill logits
+    _, state = dec.step(state, torch.tensor([4]))  # position 38
+    _, state = dec.step(state, torch.tensor([4]))  # position 39
+    joined = concat_state([state, causal_lm(model, [[6]], eos_token_id=EOS).init_state])
+    with pytest.raises(ValueError, match="position 40, beyond the model's 40 positions"):
+        dec.step(joined, torch.tensor([4, 4]))
