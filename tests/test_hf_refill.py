@@ -96,6 +96,31 @@ def test_joined_state_steps_like_each_state_alone(model):
     torch.testing.assert_close(got, torch.cat([want_a, want_b]), atol=1e-5, rtol=0)
 
 
+def test_columns_padding_every_row_left_are_dropped(model):
+    """After a join, once only the younger state's rows are left (the older input stopped), the
+    leading columns that were padding for all of them are dropped: the cache is the younger
+    state's own length again (plus the one masked column its pending step took), and the next
+    logits are still its own."""
+    a_dec = causal_lm(model, [PROMPTS[3]], eos_token_id=EOS, max_new_tokens=6)
+    a = a_dec.init_state
+    for token in (4, 5, 6):
+        _, a = a_dec.step(a, torch.tensor([token]))
+    b_dec = causal_lm(model, [PROMPTS[2]], eos_token_id=EOS, max_new_tokens=6)
+    b = b_dec.init_state
+    want_first, b1 = b_dec.step(b, torch.tensor([12]))  # b alone: its prefill logits, then a token
+    want_b, _ = b_dec.step(b1, torch.tensor([13]))
+    fresh = causal_lm(model, [PROMPTS[2]], eos_token_id=EOS, max_new_tokens=6).init_state  # b's used one grew
+    joined = concat_state([a, fresh])
+    first, j1 = b_dec.step(joined, torch.tensor([8, 12]))
+    torch.testing.assert_close(first[1:], want_first, atol=1e-5, rtol=0)
+    assert j1.columns == a.columns + 1 > b1.columns
+    only_b = select_state(j1, [1])  # input a stopped: b's row alone
+    assert only_b.columns == b1.columns + 1 == only_b.cache.layers[0].keys.shape[2]  # was a's length + 1
+    assert only_b.mask[0, : only_b.columns].tolist() == [1, 1, 1, 0]  # b's prompt, then the dummy column
+    got, _ = b_dec.step(only_b, torch.tensor([13]))
+    torch.testing.assert_close(got, want_b, atol=1e-5, rtol=0)
+
+
 def test_joined_state_still_refuses_positions_beyond_the_model(model):
     dec = causal_lm(model, [[5] * 38], eos_token_id=EOS)  # next position 38 of 40
     state = dec.init_state

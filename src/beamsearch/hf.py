@@ -136,8 +136,21 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     costs 3 to 5 times the time in fresh memory)."""
     idx = torch.as_tensor(idx, device=state.mask.device)
     _reorder_in_place(state.cache, idx)
-    return CausalState(state.cache, state.mask.index_select(0, idx), state.positions.index_select(0, idx),
-                       state.columns, state.furthest, None if state.first is None else state.first.index_select(0, idx),
+    mask, columns = state.mask.index_select(0, idx), state.columns
+    # leading cache columns that are padding for every row left (rows that joined a refill search
+    # later were left-padded to the oldest row's length) are dropped, so the cache does not keep
+    # growing with the length of the whole run (full-attention caches only: a sliding-window layer
+    # keeps its own window)
+    full = all(getattr(layer, "keys", None) is not None and layer.keys.dim() == 4 and layer.keys.shape[2] == columns
+               for layer in state.cache.layers)
+    lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
+    if lead:
+        for layer in state.cache.layers:
+            layer_: Any = layer
+            layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
+        mask, columns = mask[:, lead:], columns - lead
+    return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
+                       None if state.first is None else state.first.index_select(0, idx),
                        None if state.pending is None else state.pending.index_select(0, idx))
 
 
