@@ -418,6 +418,29 @@ def test_concat_state_errors():
             concat_state([np.zeros((1, 2)), torch.zeros(1, 2)])
 
 
+def test_concat_state_refuses_a_row_holder_it_was_not_taught():
+    # a cache type select_state can reorder holds rows; joining two of them as "equal leaves" would
+    # silently keep the first one's rows, so concat_state refuses it until a concatenation is registered
+    class Cache:
+        def __init__(self, rows):
+            self.rows = rows
+
+    @select_state.register(Cache)
+    def _(cache, idx):
+        return Cache(cache.rows[np.asarray(idx)])
+
+    one = Cache(np.zeros(1))
+    with pytest.raises(TypeError, match=r"type Cache is registered with select_state.*concat_state\.register\(Cache\)"):
+        concat_state([(np.zeros(1), one), (np.zeros(1), one)])
+
+    @concat_state.register(Cache)
+    def _(caches):
+        return Cache(np.concatenate([c.rows for c in caches]))
+
+    joined = concat_state([(np.zeros(1), one), (np.ones(2), Cache(np.ones(2)))])
+    np.testing.assert_array_equal(joined[1].rows, [0, 1, 1])
+
+
 def test_pad_axis_by_hand():
     x, y = np.array([[1, 2]]), np.array([[3, 4, 5], [6, 7, 8]])
     left = pad_axis([x, y], 1, 0, side="left")

@@ -30,7 +30,6 @@ a few int64 / float64 entries (the back-pointer trail the paths are rebuilt from
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -44,7 +43,7 @@ from beamsearch._hypothesis import BatchResults, Hypothesis
 from beamsearch._penalties import score
 from beamsearch._search import batch_options, beam_search_batch
 from beamsearch._select import accumulate, split_terminals
-from beamsearch._state import select_state
+from beamsearch._state import concat_state, select_state
 
 __all__ = ["ExactResults", "exact_search"]
 
@@ -191,7 +190,7 @@ class _BranchAndBound:
             if children.size == 0:
                 break
             self.trail.add(children.token, children.parent, children.logprob - beam.logprob[children.parent])
-            state, size, parent = _join(states), beam.size, children.parent
+            state, size, parent = concat_state(states), beam.size, children.parent
             beam = Beam(beam.input[children.parent], children.logprob, children.token,
                         _extend_history(beam, children, step, self.controls), _extend_recent(beam.recent, children))
         return self._hypotheses(best, n), proven
@@ -285,46 +284,6 @@ def _gather(state: Any, size: int, rows: np.ndarray, index: Callable[[np.ndarray
     if rows.shape[0] == size and (rows == np.arange(size)).all():
         return state
     return select_state(state, index(rows))
-
-
-def _join(states: list[Any]) -> Any:
-    """One state holding the rows of ``states`` one after another (axis 0 of every array leaf;
-    the containers of :func:`select_state`; other leaves are taken from the first state).
-
-    Raises:
-        TypeError: a type taught to ``select_state`` by registration (a cache object): its rows
-            cannot be joined here.
-    """
-    first = states[0]
-    if len(states) == 1:
-        return first
-    if isinstance(first, tuple):
-        items = [_join([s[i] for s in states]) for i in range(len(first))]
-        if hasattr(type(first), "_fields"):
-            return type(first)._make(items)  # type: ignore[attr-defined]
-        return tuple(items) if type(first) is tuple else type(first)(items)
-    if isinstance(first, list):
-        items = [_join([s[i] for s in states]) for i in range(len(first))]
-        return items if type(first) is list else type(first)(items)
-    if isinstance(first, dict):
-        out = copy.copy(first)
-        for key in first:
-            out[key] = _join([s[key] for s in states])
-        return out
-    if len(getattr(first, "shape", ())) >= 1:
-        if isinstance(first, np.ndarray):
-            return np.concatenate(states)
-        if type(first).__module__.split(".", 1)[0] == "torch":
-            import torch
-
-            return torch.cat(states)
-    if select_state.dispatch(type(first)) is not select_state.dispatch(object):
-        raise TypeError(f"exact_search joins the state rows of several model calls; a state leaf of type "
-                        f"{type(first).__name__} (registered with select_state) cannot be joined")
-    if hasattr(first, "shape") and len(first.shape) >= 1:
-        raise TypeError(f"exact_search joins the state rows of several model calls; an array leaf of type "
-                        f"{type(first).__name__} is neither numpy nor torch")
-    return first
 
 
 def _ended(beam: Beam, chosen: Candidates, step: int, finished: bool) -> Ended:

@@ -104,11 +104,16 @@ def _is_array(leaf: Any) -> bool:
 @functools.singledispatch
 def _concat_as(states: list) -> Any:
     """The default: ``states`` are leaves. Array leaves are concatenated on axis 0 (their other
-    axes must agree); any other leaf (a scalar, a string, None, a 0-d array) must be equal in
-    every state and is kept once."""
+    axes must agree); a leaf of a type registered with :func:`select_state` only (a cache object)
+    is a TypeError; any other leaf (a scalar, a string, None, a 0-d array) must be equal in every
+    state and is kept once."""
     first = states[0]
     if _is_array(first):
         return _concat_arrays(states)
+    if select_state.dispatch(type(first)) is not select_state.dispatch(object):
+        name = type(first).__name__  # it holds rows (select_state knows it), but not how to join them
+        raise TypeError(f"concat_state: a state leaf of type {name} is registered with select_state, so it "
+                        f"holds rows, but its rows cannot be joined: teach it with @concat_state.register({name})")
     for j, other in enumerate(states[1:], 1):
         if _is_array(other) or not _same_leaf(first, other):
             raise ValueError(f"concat_state: states[{j}] has the leaf {other!r:.60} where states[0] has "
