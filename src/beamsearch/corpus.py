@@ -229,7 +229,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                               k=k, seed=seed, token_logprobs=token_logprobs)
     rows = search["k"] if mode == "stochastic" else search["beam_size"]
     max_rows = check.at_least("max_rows", max_rows, 1)
-    prompt = getattr(model, "prompt", lambda text: [model.bos])
+    prompt = _prompt_of(model)
     # a model without refill (its states cannot be joined) decodes in fixed batches: inputs join
     # only when nothing is in flight
     min_join = _min_join(max_rows, rows) if getattr(model, "refill", True) else max(1, max_rows // rows)
@@ -584,6 +584,11 @@ class _ZooModel:
         return self._vocab.decode(list(tokens))
 
 
+def _prompt_of(model: CorpusModel) -> Callable[[str], list[int]]:
+    """The model's ``prompt(text)`` (a causal LM's tokens of the text), or ``[bos]`` for every text."""
+    return getattr(model, "prompt", lambda text: [model.bos])
+
+
 def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1, alpha: float = 0.6,
                max_steps: int | None = None, trace_width: int = 1, no_repeat_ngram: int = 0,
                min_new_tokens: int = 0, stop_sequences: Sequence[str] = ()) -> tuple[Any, Any]:
@@ -598,7 +603,8 @@ def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1,
     trees = []
     for width in (beam, 1):
         tree = Trace()
-        beam_search_batch(model.step, model.make_state([{"source": text}]), [[model.bos]], eos_token_id=model.eos,
+        beam_search_batch(model.step, model.make_state([{"source": text}]), [_prompt_of(model)(text)],
+                          eos_token_id=model.eos,
                           max_steps=max_steps or model.max_steps, beam_size=width, n_best=min(n_best, width),
                           alpha=alpha, logits_processors=list(model.processors), trace=tree, trace_width=trace_width,
                           no_repeat_ngram_size=no_repeat_ngram, min_new_tokens=min_new_tokens,
@@ -628,7 +634,13 @@ def zoo_model(name: str, directory: str | os.PathLike | None = None, *, calendar
     """
     from beamsearch.zoo.translator import Translator
 
-    return _ZooModel(Translator.load(name, directory), calendar)
+    return translator_model(Translator.load(name, directory), calendar)
+
+
+def translator_model(translator: Any, calendar: bool = True) -> CorpusModel:
+    """A loaded :class:`beamsearch.zoo.translator.Translator` as a :class:`CorpusModel` (its
+    searches those of ``Translator.beam``; ``calendar`` constrains outputs to real dates)."""
+    return _ZooModel(translator, calendar)
 
 
 class _ToyModel:

@@ -153,19 +153,11 @@ class Translator:
         """The search tree of one text: ``(trace, greedy_trace, texts)``, the beam search's
         :class:`~beamsearch.Trace` (as :meth:`beam` runs it), the trace of greedy decoding (one live
         row, under the same constraint) for the overlay, and the beam's n-best texts, best first."""
-        from beamsearch import Trace
+        from beamsearch.corpus import trace_line, translator_model
 
-        processors = [CalendarDates()] if calendar else []
-        trees = []
-        for width in (beam, 1):
-            tree = Trace()
-            results = beam_search_batch(self.model.step, self.model.init_state(self.encode([text])), [[self.cfg.bos]],
-                                        eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=width,
-                                        n_best=n_best if width == beam else 1, alpha=alpha,
-                                        logits_processors=processors, trace=tree, trace_width=trace_width)
-            trees.append((tree, results[0]))
-        (tree, hyps), (greedy, _) = trees
-        return tree, greedy, [TARGET_VOCAB.decode(h.tokens) for h in hyps]
+        tree, greedy = trace_line(translator_model(self, calendar), text, beam=beam, n_best=n_best, alpha=alpha,
+                                  trace_width=trace_width)
+        return tree, greedy, [TARGET_VOCAB.decode(tree.tokens(int(v))) for v in tree.results(0)]
 
     def decode(self, texts: Sequence[str], beam: int, n_best: int = 1, alpha: float = 0.6,
                calendar: bool = True) -> list[list[Output]]:
