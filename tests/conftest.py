@@ -3,6 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import pytest
 from hypothesis import Phase, settings
 
 # CI runs the same examples every time; locally, hypothesis explores new ones.
@@ -22,3 +23,15 @@ if os.environ.get("MUTANT_UNDER_TEST"):
         torch.set_num_threads(1)
     except ImportError:
         pass
+
+
+@pytest.fixture(params=["prompt in place", "model's cache"])
+def layout(request, monkeypatch):
+    """Both cache layouts of the causal adapter, whatever the prompt and output lengths: the
+    prompt kept in place (preallocated buffers, only generated columns gathered at a reorder)
+    and the model's own ``DynamicCache``."""
+    hf = pytest.importorskip("beamsearch.hf")
+
+    keep = request.param == "prompt in place"
+    monkeypatch.setattr(hf, "_keeps_prompt", lambda width, room: keep)
+    return keep

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from beamsearch import beam_search_batch  # noqa: E402
+from beamsearch._state import select_state  # noqa: E402
 from beamsearch.hf import causal_lm, generate, position_limit, seq2seq_lm  # noqa: E402
 
 VOCAB, PAD, BOS, START = 61, 0, 1, 2
@@ -265,3 +266,61 @@ def test_t5_has_no_position_limit():
     assert position_limit(model) is None
     got = generate(model, [[5] * 60], max_new_tokens=3, eos_token_id=None)
     assert len(got.hypotheses[0][0].tokens) == 3
+
+
+CAUSAL = [n for n in NAMES if n not in ("bart", "t5", "marian")]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.parametrize("new", [6, None])  # None: no max_new_tokens to the adapter, buffers grow mid-search
+def test_both_cache_layouts_equal_generate_where_the_rules_coincide(name, new, layout):
+    """The two layouts against ``generate`` (no eos, power penalty 1, n_best = beams), a long
+    prompt beside short ones so rows of one input share many prompt columns; and the layer type
+    actually used."""
+    from beamsearch import hf
+
+    model, beams, steps = build(name, 6), 3, 6
+    prompts = PROMPTS + [[(7 * i) % (VOCAB - 10) + 10 for i in range(20)]]
+    expected, out = theirs(model, prompts, num_beams=beams, num_return_sequences=beams, max_new_tokens=steps,
+                           eos_token_id=None, length_penalty=1.0, early_stopping=False)
+    dec = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=new)
+    kinds = {type(layer) for layer in dec.init_state.cache.layers}
+    if name == "mistral":  # sliding-window layers keep the model's own layer
+        assert hf._PromptLayer not in kinds
+    else:
+        assert (hf._PromptLayer in kinds) == layout
+    got = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=steps,
+                            beam_size=beams, n_best=beams, length_penalty="power", alpha=1.0)
+    for i, hyps in enumerate(got):
+        assert [h.tokens for h in hyps] == expected[i * beams:(i + 1) * beams]
+        for j, h in enumerate(hyps):
+            assert h.score == pytest.approx(out.sequences_scores[i * beams + j].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_prompt_in_place_reorder_equals_a_plain_gather(name, layout):
+    """After any sequence of reorders (within inputs, and rows leaving), the layer's keys and
+    values equal those of the model's own cache gathered by the same indices (``index_select`` of
+    every column), step by step."""
+    from beamsearch import hf
+
+    model = build(name, 7)
+    prompts = [[11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
+    ours = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=3)  # layout as the fixture says
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(hf, "_keeps_prompt", lambda width, room: False)
+        plain = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=3)
+    gen = torch.Generator().manual_seed(0)
+    a, b = ours.init_state, plain.init_state
+    orders = [torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([2, 0, 1, 5, 5, 3]), torch.tensor([1, 1, 0, 4, 3, 5]),
+              torch.tensor([3, 4, 5])]  # expand, two reorders within inputs, the first input leaves
+    y = torch.tensor([1, 2])
+    for order in orders:
+        la, a = ours.step(a, y)
+        lb, b = plain.step(b, y)
+        torch.testing.assert_close(la, lb)
+        a, b = select_state(a, order), select_state(b, order)
+        y = torch.randint(4, VOCAB, (len(order),), generator=gen)
+        for x, z in zip(a.cache.layers, b.cache.layers):
+            torch.testing.assert_close(x.keys, z.keys)
+            torch.testing.assert_close(x.values, z.values)

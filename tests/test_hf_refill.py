@@ -53,7 +53,7 @@ def streamed(model, items, *, max_rows, allocate, **search):
 
 
 @pytest.mark.parametrize("allocate", [8, 2])  # 2: the mask grows past its allocated columns mid-search
-def test_refill_equals_each_prompt_alone(model, allocate):
+def test_refill_equals_each_prompt_alone(model, allocate, layout):
     steps = [6, 4, 8, 5, 7, 3]
     items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS, steps)]
     got, stats = streamed(model, items, max_rows=5, allocate=allocate, beam_size=2, n_best=2, max_steps=8)
