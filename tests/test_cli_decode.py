@@ -84,6 +84,7 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     (["--beam", "0"], "--beam must be >= 1; got 0"),
     (["--beam", "2", "--n-best", "3"], "--n-best must be <= --beam=2; got 3"),
     (["--beam", "4", "--max-rows", "3"], "--max-rows must be >= --beam=4; got 3"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1; got 0"),
     (["--max-steps", "13"], "--max-steps must be in [1, 12] (the model's limit); got 13"),
     (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
                               "got 'nonsense'"),
@@ -315,3 +316,24 @@ def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
                  *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "o.jsonl").exists()
+
+
+def test_decode_token_budget(tmp_path, capsys):
+    """The toy model's prompt is [bos] and its limit 12 steps: a line at beam 3 reserves
+    3 x (1 + 12) = 39 tokens, 3 x (1 + 2) = 9 with its own max_steps 2. Under --max-tokens 20 the
+    first is an error record and the second decodes as alone; under 39 both decode as alone."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"src": "hello"}\n{"src": "short", "max_steps": 2}\n{"src": "world"}\n', encoding="utf-8")
+    base = ["decode", "--model", "_toy", "--input", str(src), "--jsonl", "--field", "src", "--beam", "3"]
+    out = tmp_path / "tight.jsonl"
+    assert main(base + ["--output", str(out), "--max-tokens", "20"]) == 1
+    records = read(out)
+    need = "the input needs 39 tokens (3 rows x (prompt 1 + max_steps 12)), more than max_tokens=20"
+    assert [r.get("error") for r in records] == [need, None, need]
+    assert records[1]["nbest"] == alone("short", beam=3, max_steps=2)
+    assert "2 of 3 lines failed" in capsys.readouterr().err
+    out = tmp_path / "fits.jsonl"
+    assert main(base + ["--output", str(out), "--max-tokens", "39"]) == 0
+    records = read(out)
+    assert [r["nbest"] for r in records] == [alone("hello", beam=3), alone("short", beam=3, max_steps=2),
+                                           alone("world", beam=3)]

@@ -574,3 +574,64 @@ def test_min_join_joins_several_inputs_at_once_with_the_same_results(min_join):
     assert stats.cohorts <= 2 + (len(PROMPTS) - 3) // min_join
     with pytest.raises(ValueError, match="min_join must be >= 1; got 0"):
         stream("beam", PROMPTS, dict(beam_size=3), "numpy", max_rows=9, min_join=0)
+
+
+@pytest.mark.parametrize("max_tokens", [48, 100, 170])
+def test_a_token_budget_bounds_every_call_and_changes_no_result(max_tokens):
+    """Each input reserves beam x (prompt + its max_steps) tokens: 3 x (2 + 14) = 48, or 3 x 5 = 15
+    and 3 x 8 = 24 for the lines with max_steps 3 and 6, 3 x 4 = 12 for max_steps 2. The rows of
+    every call belong to inputs whose reservations sum to at most max_tokens (the inputs of a
+    call are read from the state: each row carries its stream position), and every result is the
+    input decoded alone."""
+    mode, search, build = CASES["beam-controls"]
+    items = build(PROMPTS)
+    want = alone(mode, items, search, "numpy")
+    steps = [fields(it).get("max_steps", MAX_STEPS) for it in items]
+    cost = [3 * (2 + s) for s in steps]
+    model = SequenceModel(TABLE)
+    seen = []
+
+    def make_state(batch):
+        return model.init_state([fields(it)["prompt"] for it in batch]), np.array([it["source"] for it in batch])
+
+    def step(state, y_prev):
+        inner, position = state
+        seen.append(sorted(set(position.tolist())))
+        logits, new = model.step(inner, y_prev)
+        return logits, (new, position)
+
+    tagged = [dict(fields(it), source=i) for i, it in enumerate(items)]
+    s = decode_stream(step, make_state, tagged, max_rows=30, max_tokens=max_tokens, mode=mode, **kwargs_of(search))
+    results = {r.index: r for r in s}
+    assert sorted(results) == list(range(len(items)))
+    for i, r in results.items():
+        assert r.error is None and r.hypotheses == want[i][0]
+    assert all(sum(cost[i] for i in inputs) <= max_tokens for inputs in seen)
+    widest = max(len(inputs) for inputs in seen)
+    assert widest < len(items)  # max_rows=30 alone would take all ten at once: the budget held them back
+    assert widest > 1 or max_tokens < 100  # and it lets several in when it can
+    assert s.stats.max_tokens == max_tokens
+
+
+def test_an_input_over_the_token_budget_is_an_error_record_and_the_rest_decode():
+    model = SequenceModel(TABLE)
+    items = [PROMPTS[0], {"prompt": PROMPTS[1], "max_steps": 3}, PROMPTS[2]]
+    s = decode_stream(model.step, make_state_for(model), items, max_rows=9, max_tokens=20, beam_size=3,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)
+    results = {r.index: r for r in s}
+    for i in (0, 2):
+        assert str(results[i].error) == ("the input needs 48 tokens (3 rows x (prompt 2 + max_steps 14)), more "
+                                         "than max_tokens=20")
+        assert results[i].hypotheses == []
+    assert results[1].error is None and results[1].hypotheses
+    assert s.stats.errors == 2
+
+
+@pytest.mark.parametrize("bad, error", [(0, "max_tokens must be >= 1; got 0"), (-5, "max_tokens must be >= 1; got -5"),
+                                        (2.5, "max_tokens"), ("10", "max_tokens")])
+def test_a_bad_token_budget_is_refused_before_any_call(bad, error):
+    model = SequenceModel(TABLE)
+    with pytest.raises((ValueError, TypeError), match=error):
+        decode_stream(model.step, make_state_for(model), PROMPTS, max_rows=6, max_tokens=bad, beam_size=3,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)
+    assert model.calls == []

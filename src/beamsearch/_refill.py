@@ -66,6 +66,7 @@ class StreamStats:
 
     Attributes:
         max_rows: the row budget per model call.
+        max_tokens: the token budget (None: none).
         calls: model calls made.
         rows: rows passed, over all calls.
         mixed_calls: calls whose rows came from more than one cohort (inputs that joined at
@@ -76,6 +77,7 @@ class StreamStats:
     """
 
     max_rows: int
+    max_tokens: int | None = None
     calls: int = 0
     rows: int = 0
     mixed_calls: int = 0
@@ -127,6 +129,7 @@ class _Input:
     fields: dict[str, Any]
     item: Any
     plan: Plan
+    tokens: int  # what it reserves of max_tokens: rows x (prompt + max_steps)
 
 
 class _Cohort:
@@ -166,15 +169,17 @@ class Stream(Iterator[Decoded]):
     """
 
     def __init__(self, step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], max_rows: int,
-                 min_join: int, mode: _Mode, search: dict[str, Any], seed: int | None) -> None:
+                 min_join: int, mode: _Mode, search: dict[str, Any], seed: int | None,
+                 max_tokens: int | None = None) -> None:
         self._step_fn, self._make_state, self._mode = step_fn, make_state, mode
+        self._max_tokens = max_tokens
         self._search, self._seed = search, seed
         self._rows = self._plan([], np.zeros(0, np.int64)).rows_per_input  # validates the keywords
         if self._rows > max_rows:
             raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
                              f"({self._rows}, its beam size); raise max_rows or lower the beam")
         self._join_rows = min(min_join, max_rows // self._rows) * self._rows  # the room a join waits for
-        self.stats = StreamStats(max_rows)
+        self.stats = StreamStats(max_rows, max_tokens)
         self._run = self._decode(iter(inputs))
 
     def __iter__(self) -> Stream:
@@ -210,9 +215,20 @@ class Stream(Iterator[Decoded]):
             plan = self._plan([fields], np.array([index]))
             if vocab is not None:
                 check.token_ids_below(plan.opts.controls.vocab_checks, vocab)
+            tokens = self._tokens(plan)
         except (TypeError, ValueError) as error:
             return Decoded(index, [], error)
-        return _Input(index, fields, item, plan)
+        return _Input(index, fields, item, plan, tokens)
+
+    def _tokens(self, plan: Plan) -> int:
+        """What an input reserves of ``max_tokens``: the most positions its rows can hold at
+        once, rows x (prompt + max_steps). Raises when that alone is over the budget."""
+        prompt, steps = len(plan.opts.prompts[0]), int(plan.opts.controls.max_steps[0])
+        tokens = self._rows * (prompt + steps)
+        if self._max_tokens is not None and tokens > self._max_tokens:
+            raise ValueError(f"the input needs {tokens} tokens ({self._rows} rows x (prompt {prompt} + max_steps "
+                             f"{steps})), more than max_tokens={self._max_tokens}")
+        return tokens
 
     def _decode(self, inputs: Iterator[Any]) -> Iterator[Decoded]:
         stats, rows = self.stats, self._rows
@@ -220,6 +236,8 @@ class Stream(Iterator[Decoded]):
         cohorts: list[_Cohort] = []
         state, tokens, index, vocab = None, np.zeros(0, np.int64), None, None
         reserved, position, exhausted, failure = 0, 0, False, None
+        held: dict[int, int] = {}  # stream position -> tokens reserved, of the inputs in flight
+        held_tokens, budget = 0, self._max_tokens
         while True:
             joining = []
             room = stats.max_rows - reserved
@@ -242,8 +260,12 @@ class Stream(Iterator[Decoded]):
                         yield self._count(read)
                         continue
                     waiting.append(read)
+                if budget is not None and held_tokens + waiting[0].tokens > budget:
+                    break  # in stream order: the next input waits for its tokens
                 joining.append(waiting.popleft())
                 reserved, room = reserved + rows, room - rows
+                held[joining[-1].index] = joining[-1].tokens
+                held_tokens += joining[-1].tokens
             for group in _groups(joining):
                 cohort, init = self._join(group)
                 cohorts.append(cohort)
@@ -263,7 +285,9 @@ class Stream(Iterator[Decoded]):
             if vocab is None:  # the first call: the inputs' ids can be checked against V only now
                 vocab = int(x.shape[1])
                 errors, left = self._check_ids(cohorts, vocab, waiting)
-                reserved -= left * rows
+                reserved -= len(left) * rows
+                for i in left:
+                    held_tokens -= held.pop(i)
                 for error in errors:
                     yield self._count(error)
             parents, next_tokens, live, offset = [], [], [], 0
@@ -275,6 +299,7 @@ class Stream(Iterator[Decoded]):
                 parent = cohort.search.advance(x[offset : offset + k])  # --> [k'], rows of its block
                 for result in cohort.stopped():
                     reserved -= rows
+                    held_tokens -= held.pop(result.index)
                     yield self._count(result)
                 if cohort.search.beam.size:
                     parents.append(parent + offset)
@@ -297,16 +322,17 @@ class Stream(Iterator[Decoded]):
         return _Cohort(group, plan), init
 
     def _check_ids(self, cohorts: list[_Cohort], vocab: int, waiting: collections.deque[_Input]
-                   ) -> tuple[list[Decoded], int]:
+                   ) -> tuple[list[Decoded], list[int]]:
         """At the first call: each input's token ids against ``[0, V)``. A cohort with a bad
         input is dropped before its first step (its rows are left out of the reorder): the bad
         inputs' errors are returned, the others go back to the front of ``waiting`` and join the
         next call as a new cohort (``make_state`` is called for them again).
 
         Returns:
-            The errors, and how many inputs left the dropped cohorts (their rows are released).
+            The errors, and the stream positions of the inputs that left the dropped cohorts
+            (their rows and tokens are released).
         """
-        errors, again, left = [], [], 0
+        errors, again, left = [], [], []
         for cohort in cohorts:
             bad = []
             for i in cohort.inputs:  # setup of the first call: a few ids per input
@@ -319,7 +345,7 @@ class Stream(Iterator[Decoded]):
                 errors += bad
                 failed = {d.index for d in bad}
                 again += [i for i in cohort.inputs if i.index not in failed]
-                left += len(cohort.inputs)
+                left += [i.index for i in cohort.inputs]
         waiting.extendleft(reversed(again))
         return errors, left
 
@@ -363,7 +389,7 @@ def _groups(joining: list[_Input]) -> list[list[_Input]]:
 
 
 def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], *, max_rows: int,
-                  min_join: int = 1, mode: str = "beam", **search: Any) -> Stream:
+                  max_tokens: int | None = None, min_join: int = 1, mode: str = "beam", **search: Any) -> Stream:
     """Decode a stream of inputs with refill (continuous batching); results come as inputs stop.
 
     One model call per step for the live rows of every input in flight (at most ``max_rows``);
@@ -385,6 +411,11 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
             ``source``: anything, left to ``make_state`` (the text or ids an encoder reads).
         max_rows: the most rows per model call, >= the beam size: an input joins only when its
             beam size fits beside the beam sizes of the inputs in flight.
+        max_tokens: None, or the most tokens the rows of one call may hold (what a KV cache
+            holds: each row its prompt and the tokens generated so far). An input reserves
+            ``beam size x (len(prompt) + its max_steps)`` from joining to stopping and joins, in
+            stream order, only when that fits beside the inputs in flight; an input that alone
+            needs more is an error result (the stream goes on).
         min_join: >= 1; new inputs join only when at least this many fit at once (or nothing is
             in flight). Each cohort costs the search a fixed overhead per step (its own scoring and
             selection), so joining a few at a time can be faster than keeping every call full;
@@ -412,6 +443,8 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
         goes on. An error of the model (``step_fn``, ``make_state``, the logits) ends the stream.
     """
     max_rows = check.at_least("max_rows", max_rows, 1)
+    if max_tokens is not None:
+        max_tokens = check.at_least("max_tokens", max_tokens, 1)
     min_join = check.at_least("min_join", min_join, 1)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
@@ -432,4 +465,4 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
         seed = base_seed(search.pop("rng", None), search.pop("seed", None))
     if "max_steps" not in search:
         raise TypeError("decode_stream needs max_steps (an int: the default of inputs that give none)")
-    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, search, seed)
+    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, search, seed, max_tokens)

@@ -288,6 +288,8 @@ def decode_command(args: argparse.Namespace) -> int:
     if args.max_rows < rows:
         what = f"--k={args.k}" if args.mode == "stochastic" else f"--beam={args.beam}"
         raise _CliError(f"beamsearch: error: --max-rows must be >= {what}; got {args.max_rows}", 2)
+    if args.max_tokens is not None:
+        _positive(args, "--max-tokens")
     if args.resume and args.output == "-":
         raise _CliError("beamsearch: error: --resume needs an --output file", 2)
     if args.trace is not None and args.input == "-":
@@ -297,7 +299,8 @@ def decode_command(args: argparse.Namespace) -> int:
     if args.trace_input < 0:
         raise _CliError(f"beamsearch: error: --trace-input must be >= 0; got {args.trace_input}", 2)
     search = {"mode": args.mode, "beam": args.beam, "n_best": args.n_best, "alpha": args.alpha,
-              "max_steps": max_steps, "max_rows": args.max_rows, "no_repeat_ngram": args.no_repeat_ngram,
+              "max_steps": max_steps, "max_rows": args.max_rows, "max_tokens": args.max_tokens,
+              "no_repeat_ngram": args.no_repeat_ngram,
               "min_new_tokens": args.min_new_tokens, "stop_sequences": args.stop_sequence, "groups": args.groups,
               "diversity_penalty": args.diversity_penalty, "k": args.k, "seed": args.seed,
               "token_logprobs": args.token_logprobs}
@@ -502,6 +505,9 @@ def _parser() -> _Parser:
                    help="most tokens per output: N, or per line from its source length (characters; tokens for "
                         "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit)")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="most decoder tokens the rows of one model call may hold (a line reserves rows x (prompt "
+                        "tokens + its max steps) while decoded; a line needing more alone gets an error record)")
     p.add_argument("--mode", choices=("beam", "diverse", "stochastic"), default="beam",
                    help="beam search; diverse beam search (--groups, --diversity-penalty); stochastic beam "
                         "search (--k samples per line without replacement, --seed)")

@@ -181,8 +181,8 @@ that need nothing per line)."""
 
 def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", beam: int = 5,
                    n_best: int = 1, alpha: float = 0.6, max_steps: int | LengthRule | None = None,
-                   max_rows: int = 320, no_repeat_ngram: int = 0, min_new_tokens: int = 0,
-                   stop_sequences: Sequence[str] = (), groups: int | None = None,
+                   max_rows: int = 320, max_tokens: int | None = None, no_repeat_ngram: int = 0,
+                   min_new_tokens: int = 0, stop_sequences: Sequence[str] = (), groups: int | None = None,
                    diversity_penalty: float | None = None, k: int | None = None, seed: int | None = None,
                    token_logprobs: bool = False, skip: Callable[[int], bool] = lambda index: False
                    ) -> Iterator[dict]:
@@ -203,6 +203,10 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             ``max_steps`` overrides both, up to ``model.max_steps``.
         max_rows: the most rows (hypotheses) per model call, >= the rows of one line (``beam``,
             or ``k``).
+        max_tokens: None, or the most decoder tokens the rows of one call may hold: a line
+            reserves rows x (its prompt tokens + its max_steps) while it is decoded
+            (:func:`beamsearch._refill.decode_stream`); a line that alone needs more gets an
+            error record.
         no_repeat_ngram, min_new_tokens: as ``no_repeat_ngram_size`` / ``min_new_tokens`` of
             :func:`~beamsearch.beam_search_batch`.
         stop_sequences: target texts (each through ``model.tokens``) that finish an output like eos.
@@ -258,7 +262,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             position += 1
             yield item
 
-    stream = decode_stream(model.step, model.make_state, items(), max_rows=max_rows,
+    stream = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
                            min_join=min_join, mode=mode, **search)
     for result in stream:
         yield from early
