@@ -117,12 +117,12 @@ def test_hf_missing_folder_is_a_usage_error(tmp_path, capsys):
 
 def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
     """A causal LM's lines join the search in flight (mixed calls: cohorts at different steps in
-    one model call) and each still gets its result alone; an encoder-decoder keeps fixed batches."""
+    one model call) and each still gets its result alone (encoder-decoders: tests/test_hf_refill.py)."""
     from beamsearch._refill import decode_stream
     from beamsearch.corpus import hf_model
 
     model = hf_model(gpt2_dir, max_steps=6)
-    assert model.refill and not hf_model(bart_dir).refill
+    assert model.refill and hf_model(bart_dir).refill
     steps = [2, 6, 3, 6]  # line 0 stops first: line 2 joins line 1 in flight, then line 3
     items = [{"prompt": model.prompt(t), "source": t, "max_steps": s} for t, s in zip(LINES, steps)]
     # min_new_tokens: this random model gives eos first; outputs of 2 or more tokens use the joined cache

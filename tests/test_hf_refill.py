@@ -130,3 +130,90 @@ def test_joined_state_still_refuses_positions_beyond_the_model(model):
     joined = concat_state([state, causal_lm(model, [[6]], eos_token_id=EOS).init_state])
     with pytest.raises(ValueError, match="position 40, beyond the model's 40 positions"):
         dec.step(joined, torch.tensor([4, 4]))
+
+
+SOURCES = [[5, 17, 33, 8, 11], [9], [20, 2, 37], [11, 12, 13, 14, 15, 16, 17, 18, 19], [30, 31], [7, 7, 7, 7],
+           [40, 41, 42, 43, 44, 45]]
+
+
+def seq2seq_streamed(model, items, *, max_rows, eos, **search):
+    """decode_stream over ``seq2seq_lm`` states, one adapter per cohort (each source's encoder
+    output and its decoder rows join the rows in flight), every call run by the latest adapter."""
+    from beamsearch.hf import seq2seq_lm
+
+    latest = {}
+
+    def make_state(batch):
+        latest["dec"] = seq2seq_lm(model, [i["source"] for i in batch], eos_token_id=eos, max_new_tokens=9)
+        return latest["dec"].init_state
+
+    def step(state, y_prev):
+        return latest["dec"].step(state, y_prev)
+
+    stream = decode_stream(step, make_state, items, max_rows=max_rows, eos_token_id=eos, **search)
+    return {d.index: d for d in stream}, stream.stats
+
+
+@pytest.mark.parametrize("name", ["bart", "t5", "marian"])
+def test_encoder_decoder_refill_equals_each_source_alone(name):
+    """BART (a learned position table, offset 2), Marian (a sinusoidal table) and T5 (relative
+    positions): sources of different lengths join a search in flight (encoder side right-padded,
+    decoder cache left-padded, positions per row, cross-attention recomputed for every row at the
+    join), and each source's hypotheses are those of the source decoded alone."""
+    from test_hf_models import EOS as TWO_EOS
+    from test_hf_models import START, build
+
+    from beamsearch.hf import joinable, seq2seq_lm
+
+    model = build(name, 8, eos_bias=1.5)
+    assert joinable(model)
+    steps = [6, 4, 9, 5, 7, 3, 8]
+    items = [{"prompt": [START], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps)]
+    got, stats = seq2seq_streamed(model, items, max_rows=5, eos=TWO_EOS, beam_size=2, n_best=2, max_steps=9,
+                                  no_repeat_ngram_size=2)
+    assert stats.mixed_calls > 0 and stats.cohorts > 2
+    for i, (src, s) in enumerate(zip(SOURCES, steps)):
+        dec = seq2seq_lm(model, [src], eos_token_id=TWO_EOS, max_new_tokens=s)
+        want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=TWO_EOS, max_steps=s,
+                                 beam_size=2, n_best=2, no_repeat_ngram_size=2)[0]
+        have = got[i].hypotheses
+        assert got[i].error is None
+        assert [h.tokens for h in have] == [h.tokens for h in want], i
+        assert [h.finished for h in have] == [h.finished for h in want], i
+        # padded attention sums differ from the unpadded ones in the last bits only
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want))
+
+
+def test_joined_encoder_decoder_states_step_like_each_state_alone():
+    """Two BART states at different steps (one has fed 3 decoder tokens, the other none), joined:
+    the joined call's logits are each state's own next logits, row for row."""
+    from test_hf_models import START, build
+
+    from beamsearch.hf import seq2seq_lm
+
+    model = build("bart", 9)
+    a = seq2seq_lm(model, [[5, 6, 7, 8, 9, 10], [11, 12]], eos_token_id=3)
+    b = seq2seq_lm(model, [[13, 14, 15, 16, 17, 18, 19, 20, 21]], eos_token_id=3)
+    sa, y = a.init_state, torch.tensor([START, START])
+    for token in (20, 21, 22):
+        _, sa = a.step(sa, y)
+        y = torch.tensor([token, token + 1])
+    joined = concat_state([sa, b.init_state])
+    logits, _ = a.step(joined, torch.cat([y, torch.tensor([START])]))
+    alone_a, _ = a.step(sa, y)
+    alone_b, _ = b.step(b.init_state, torch.tensor([START]))
+    torch.testing.assert_close(logits, torch.cat([alone_a, alone_b]), atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_whose_positions_cannot_be_given_per_row_refuses_a_joined_state(monkeypatch):
+    from test_hf_models import START, build
+
+    from beamsearch import hf
+
+    model = build("bart", 9)
+    a = hf.seq2seq_lm(model, [[5, 6, 7]], eos_token_id=3)
+    _, sa = a.step(a.init_state, torch.tensor([START]))
+    joined = concat_state([sa, a.init_state])
+    monkeypatch.setattr(hf, "joinable", lambda model: False)
+    with pytest.raises(TypeError, match="rows of BartForConditionalGeneration at different steps cannot share a call"):
+        a.step(joined, torch.tensor([4, START]))

@@ -491,7 +491,7 @@ def _parser() -> _Parser:
     p.add_argument("--model", required=True, metavar="NAME|DIR",
                    help=f"a zoo model ({', '.join(MODELS)}), a checkpoint folder as `train --out DIR` writes it, or "
                         "hf:DIR, a local transformers folder (model and tokenizer, save_pretrained; causal LM "
-                        f"or encoder-decoder; decoded in fixed batches; at most {HF_MAX_STEPS} tokens unless "
+                        f"or encoder-decoder, decoded with refill; at most {HF_MAX_STEPS} tokens unless "
                         "--max-steps N)")
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")

@@ -698,9 +698,10 @@ class _ToyModel:
 class _HFModel:
     """A local ``transformers`` directory (model and tokenizer) as a :class:`CorpusModel`, through
     :mod:`beamsearch.hf`: a causal LM's prompt is the line's tokens, an encoder-decoder's source is.
-    A causal LM decodes with refill (its states join with ``concat_state``: caches left-padded,
-    positions per row); an encoder-decoder in fixed batches (``refill = False``: its states do not
-    register ``concat_state`` yet). A line is refused when empty, when a word is not in the tokenizer's
+    Both decode with refill (their states join with ``concat_state``: decoder caches left-padded,
+    positions per row; an encoder-decoder's encoder side right-padded), an encoder-decoder whose
+    decoder positions cannot be given per row in fixed batches (``refill = False``,
+    :func:`beamsearch.hf.joinable`). A line is refused when empty, when a word is not in the tokenizer's
     vocabulary (its unknown token), or when its tokens plus ``max_steps`` pass the model's positions."""
 
     processors: Sequence[Any] = ()
@@ -714,9 +715,9 @@ class _HFModel:
         self._hf, self._torch = hf, torch
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         self.encoder_decoder = bool(config.is_encoder_decoder)
-        self.refill = not self.encoder_decoder
         auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
         self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+        self.refill = hf.joinable(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.max_steps = check.at_least("max_steps", max_steps, 1)
         eos = self.model.generation_config.eos_token_id

@@ -44,7 +44,7 @@ from beamsearch._state import concat_state, pad_axis, select_state
 from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
-__all__ = ["Generation", "Prepared", "causal_lm", "generate", "position_limit", "seq2seq_lm"]
+__all__ = ["Generation", "Prepared", "causal_lm", "generate", "joinable", "position_limit", "seq2seq_lm"]
 
 
 class _PromptLayer(DynamicLayer):
@@ -200,13 +200,21 @@ class CausalState(NamedTuple):
 
 
 class Seq2SeqState(NamedTuple):
-    """An encoder-decoder model's state; every tensor has one row per live hypothesis."""
+    """An encoder-decoder model's state; every tensor has one row per live hypothesis.
+
+    Rows may come from searches joined at different steps (refill, :func:`concat_state`): the
+    encoder side is then right-padded to the longest source (masked in ``encoder_mask``), the
+    decoder's self-attention cache left-padded to the longest (masked in ``mask``), each row keeps
+    its own decoder positions, and the cross-attention cache is recomputed for every row at the
+    next call."""
 
     cache: EncoderDecoderCache
     encoder_hidden: torch.Tensor  # float [k, S, d]
     encoder_mask: torch.Tensor  # int64 [k, S]
-    fed: int  # decoder tokens fed so far (the decoder start token is the first)
+    fed: int  # decoder cache columns (every row's): the step's token goes to column fed
     source: torch.Tensor  # int64 [k]: the source each row decodes (what the encoder-side rows depend on)
+    mask: torch.Tensor | None = None  # int64 [k, M], M > fed: 0 on decoder cache columns that are padding (None: none are)
+    positions: torch.Tensor | None = None  # int64 [k]: the decoder position of each row's next token (None: fed)
 
 
 @select_state.register(CausalState)
@@ -226,25 +234,28 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     _reorder_in_place(state.cache, idx, same)
     if same:
         return state
-    mask, columns = state.mask.index_select(0, idx), state.columns
-    # leading cache columns that are padding for every row left (rows that joined a refill search
-    # later were left-padded to the oldest row's length) are dropped, so the cache does not keep
-    # growing with the length of the whole run (full-attention caches only: a sliding-window layer
-    # keeps its own window)
+    mask, columns = _drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
+    return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
+                       None if state.first is None else state.first.index_select(0, idx),
+                       None if state.pending is None else state.pending.index_select(0, idx), source)
+
+
+def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple[torch.Tensor, int]:
+    """Drop the leading cache columns that are padding for every row left (rows that joined a
+    refill search later were left-padded to the oldest row's length), so the cache does not keep
+    growing with the length of the whole run (full-attention caches only: a sliding-window layer
+    keeps its own window). Returns the mask ``[k, M]`` and the columns left."""
     full = all(getattr(layer, "keys", None) is not None and layer.keys.dim() == 4 and layer.keys.shape[2] == columns
-               for layer in state.cache.layers)
+               for layer in cache.layers)
     lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
     if lead:
-        for layer in state.cache.layers:
+        for layer in cache.layers:
             layer_: Any = layer
             if isinstance(layer_, _PromptLayer):
                 layer_.drop_leading(lead)
             else:
                 layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
-        mask, columns = mask[:, lead:], columns - lead
-    return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
-                       None if state.first is None else state.first.index_select(0, idx),
-                       None if state.pending is None else state.pending.index_select(0, idx), source)
+    return mask[:, lead:], columns - lead
 
 
 @concat_state.register(CausalState)
@@ -265,8 +276,7 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
         new = copy.copy(layer)
         new.keys, new.values = keys, values
         cache.layers.append(new)
-    masks = [torch.cat([s.mask.new_zeros(s.mask.shape[0], t - s.columns), s.mask], dim=1) for s in states]
-    mask = torch.cat(pad_axis(masks, 1, 1, side="right"))
+    mask = _joined_mask([s.mask for s in states], [s.columns for s in states])
     first = pending = None
     if any(s.first is not None for s in states):
         like = next(s.first for s in states if s.first is not None)
@@ -274,12 +284,26 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
                            for s in states])
         pending = torch.cat([s.mask.new_full((s.mask.shape[0],), s.first is not None, dtype=torch.bool)
                              if s.pending is None or s.first is None else s.pending for s in states])
-    sources, offset = [], 0
-    for s in states:  # each state numbers its own inputs from 0: renumbered apart
-        sources.append(s.source + offset)
-        offset += int(s.source.max()) + 1 if s.source.numel() else 0
     return CausalState(cache, mask, torch.cat([s.positions for s in states]), t, max(s.furthest for s in states),
-                       first, pending, torch.cat(sources))
+                       first, pending, _joined_sources([s.source for s in states]))
+
+
+def _joined_mask(masks: list[torch.Tensor], columns: list[int]) -> torch.Tensor:
+    """Masks ``[n_i, M_i]`` of states with ``columns[i]`` cache columns, as one ``[sum n_i, M]``:
+    each left-padded with 0 to the most columns (their caches are left-padded so), then
+    right-padded with 1 (the columns of tokens to come) to the widest."""
+    t = max(columns)
+    masks = [torch.cat([m.new_zeros(m.shape[0], t - c), m], dim=1) for m, c in zip(masks, columns)]
+    return torch.cat(pad_axis(masks, 1, 1, side="right"))
+
+
+def _joined_sources(sources: list[torch.Tensor]) -> torch.Tensor:
+    """Each state numbers its own inputs from 0: the states' ``source`` rows renumbered apart."""
+    out, offset = [], 0
+    for source in sources:
+        out.append(source + offset)
+        offset += int(source.max()) + 1 if source.numel() else 0
+    return torch.cat(out)
 
 
 @select_state.register(Seq2SeqState)
@@ -296,8 +320,90 @@ def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
     if source.shape == state.source.shape and torch.equal(source, state.source):
         return state
     _reorder_in_place(state.cache.cross_attention_cache, idx)
+    mask, positions, fed = state.mask, state.positions, state.fed
+    if mask is not None and positions is not None:
+        mask, fed = _drop_leading(state.cache.self_attention_cache, mask.index_select(0, idx), fed)
+        positions = positions.index_select(0, idx)
     return Seq2SeqState(state.cache, state.encoder_hidden.index_select(0, idx),
-                        state.encoder_mask.index_select(0, idx), state.fed, source)
+                        state.encoder_mask.index_select(0, idx), fed, source, mask, positions)
+
+
+@concat_state.register(Seq2SeqState)
+def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
+    """The rows of several states (searches at different steps) in one state: the encoder output
+    and mask right-padded to the longest source, the decoder's self-attention keys and values
+    left-padded with zeros to the longest (masked in ``mask``), positions per row as they were;
+    the cross-attention cache is left empty, so the next call computes it for every row from the
+    encoder output (it is a function of that alone)."""
+    t = max(s.fed for s in states)
+    like = next((s for s in states if s.fed), None)
+    self_cache = copy.copy(states[0].cache.self_attention_cache)
+    self_cache.layers = []
+    for i in range(len(states[0].cache.self_attention_cache.layers)):
+        if like is None:  # no state has fed a token: nothing cached yet
+            self_cache.layers.append(DynamicLayer())
+            continue
+        ref = like.cache.self_attention_cache.layers[i].keys
+        parts = []
+        for s in states:
+            layer: Any = s.cache.self_attention_cache.layers[i]
+            if s.fed:
+                parts.append((layer.keys, layer.values))
+            else:
+                empty = ref.new_zeros((s.source.shape[0], ref.shape[1], 0, ref.shape[3]))
+                parts.append((empty, empty))
+        keys = torch.cat(pad_axis([k for k, _ in parts], 2, 0.0, side="left"))
+        values = torch.cat(pad_axis([v for _, v in parts], 2, 0.0, side="left"))
+        self_cache.layers.append(_plain_layer(keys, values))
+    cross = copy.copy(states[0].cache.cross_attention_cache)
+    cross.layers = [DynamicLayer() for _ in states[0].cache.cross_attention_cache.layers]
+    ones = [s.mask if s.mask is not None else s.encoder_mask.new_ones(s.source.shape[0], s.fed) for s in states]
+    positions = [s.positions if s.positions is not None else s.source.new_full(s.source.shape, s.fed) for s in states]
+    return Seq2SeqState(EncoderDecoderCache(self_cache, cross),
+                        torch.cat(pad_axis([s.encoder_hidden for s in states], 1, 0.0, side="right")),
+                        torch.cat(pad_axis([s.encoder_mask for s in states], 1, 0, side="right")),
+                        t, _joined_sources([s.source for s in states]),
+                        _joined_mask(ones, [s.fed for s in states]), torch.cat(positions))
+
+
+def joinable(model: Any) -> bool:
+    """Whether states of ``seq2seq_lm`` for ``model`` at different steps can be joined (refill):
+    the decoder has a table of absolute positions (``embed_positions``, an ``nn.Embedding``:
+    BART, Marian), whose rows are read per row, or relative positions only (T5), which padding on
+    the left does not change. Decoder-only models always can (:func:`causal_lm`)."""
+    if not model.config.is_encoder_decoder:
+        return True
+    return _position_table(model) is not None or _relative_positions(model)
+
+
+def _position_table(model: Any) -> torch.nn.Embedding | None:
+    table = getattr(model.get_decoder(), "embed_positions", None)
+    return table if isinstance(table, torch.nn.Embedding) else None
+
+
+def _relative_positions(model: Any) -> bool:
+    return getattr(model.get_decoder(), "embed_positions", None) is None and \
+        getattr(model.config, "relative_attention_num_buckets", None) is not None
+
+
+class _RowPositions:
+    """While in use, the decoder's position table gives each row its own position (``positions``
+    ``[k]``): a forward hook replaces the table's output (one position for all rows, from the
+    cache length) by the rows of the table at ``positions + offset`` (BART's table is offset by 2)."""
+
+    def __init__(self, model: Any, positions: torch.Tensor) -> None:
+        self.table, self.positions = _position_table(model), positions
+        self.handle: Any = None
+
+    def __enter__(self) -> None:
+        if self.table is not None:
+            rows = self.positions[:, None] + getattr(self.table, "offset", 0)  # --> [k, 1]
+            self.handle = self.table.register_forward_hook(
+                lambda module, args, out: torch.nn.functional.embedding(rows, module.weight).to(out.dtype))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            self.handle.remove()
 
 
 def _reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool = False) -> None:
@@ -622,12 +728,26 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
 
     @torch.no_grad()
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
-        if limit is not None and state.fed >= limit:
-            raise ValueError(f"the search asks for a decoder token at position {state.fed}, beyond the model's "
+        if limit is not None and state.fed >= limit and (state.positions is None or int(state.positions.max()) >= limit):
+            at = state.fed if state.positions is None else int(state.positions.max())
+            raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")
-        out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
-                     decoder_input_ids=y_prev[:, None], **{cache_kw: state.cache})
-        return _logits(out, extra), state._replace(cache=_cache_of(out), fed=state.fed + 1)
+        if state.mask is None or state.positions is None:  # every row has fed the same tokens
+            out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
+                         decoder_input_ids=y_prev[:, None], **{cache_kw: state.cache})
+            return _logits(out, extra), state._replace(cache=_cache_of(out), fed=state.fed + 1)
+        if not joinable(model):
+            raise TypeError(f"rows of {type(model).__name__} at different steps cannot share a call: its decoder "
+                            "positions cannot be given per row (decode it in fixed batches)")
+        t, mask = state.fed, state.mask
+        if t == mask.shape[1]:  # out of allocated columns: grow once per C
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], _CAPACITY)], dim=1)
+        with _RowPositions(model, state.positions):
+            out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
+                         decoder_input_ids=y_prev[:, None], decoder_attention_mask=mask[:, : t + 1],
+                         **{cache_kw: state.cache})
+        return _logits(out, extra), state._replace(cache=_cache_of(out), fed=t + 1, mask=mask,
+                                                   positions=state.positions + 1)
 
     prepared.step = step
     return prepared
