@@ -89,6 +89,7 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
                               "got 'nonsense'"),
     (["--model", "hf:somewhere"], "--model hf:somewhere: 'somewhere' is not a folder"),
+    (["--model", "_toy:slow"], "--model _toy:DELAY needs a number of seconds; got '_toy:slow'"),
     (["--output", "-", "--resume"], "--resume needs an --output file"),
     (["--input", "/nonexistent/in.txt"], "cannot read --input /nonexistent/in.txt"),
 ])

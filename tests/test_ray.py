@@ -160,9 +160,9 @@ def test_hf_gpt2_on_two_workers_equals_the_single_process_run(cluster, gpt2_dir)
     (dict(max_steps=13), ValueError, "max_steps must be an integer in [1, 12]"),
     (dict(beam=3, max_rows=2), ValueError, "max_rows=2"),
     (dict(bogus=1), TypeError, "bogus"),
-    (dict(model="nope"), ValueError, "model must be one of seq2seq, transformer, a checkpoint folder, hf:DIR or _toy; "
+    (dict(model="nope"), ValueError, "model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
                                      "got 'nope'"),
-    (dict(model="hf:/no/such/folder"), ValueError, "model 'hf:/no/such/folder': '/no/such/folder' is not a folder"),
+    (dict(model="hf:/no/such/folder"), ValueError, "model hf:/no/such/folder: '/no/such/folder' is not a folder"),
     (dict(model=None), TypeError, "model must be a string"),
     (dict(model="_toy:slow"), ValueError, "_toy:DELAY needs a number of seconds; got '_toy:slow'"),
     (dict(threads=0), ValueError, "threads must be >= 1; got 0"),
@@ -192,7 +192,8 @@ def test_without_ray_the_error_says_what_to_install(monkeypatch):
 
 
 def test_checkpoint_folder_must_hold_one_model(tmp_path):
-    with pytest.raises(ValueError, match="exactly one of seq2seq.json, transformer.json; it holds 0"):
+    message = r"the folder holds no checkpoint \(seq2seq.json, transformer.json\); it must hold exactly one"
+    with pytest.raises(ValueError, match=message):
         load_model(str(tmp_path))
 
 

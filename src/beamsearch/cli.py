@@ -14,10 +14,10 @@ import sys
 from typing import Any, NoReturn, Sequence
 
 from beamsearch import Hypothesis, __version__, beam_search, greedy_decode
+from beamsearch.distributed import HF_MAX_STEPS
+from beamsearch.distributed import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
 
-MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
-HF_MAX_STEPS = 64  # most tokens per output of an hf: model without an integer --max-steps
 FASTEST_THREADS = 1  # torch threads: 1 was the fastest for translate and evaluate on a 2-core machine (README)
 
 
@@ -235,45 +235,22 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def _decode_model(args: argparse.Namespace) -> Any:
-    """``--model``: a zoo name, a checkpoint folder (the kind read from its one MODEL.json), or
-    the hidden test model ``_toy[:DELAY]`` (numpy, for the corpus tests)."""
-    from beamsearch import corpus
+    """``--model``: what :func:`beamsearch.distributed.load_model` takes (a zoo name, a checkpoint
+    folder, ``hf:DIR``, or the hidden test model ``_toy[:DELAY]``); a spec naming no model is a
+    usage error (exit 2), files that cannot be read exit 1."""
+    from beamsearch.distributed import ModelSpecError, load_model
 
-    spec = args.model
-    if spec == "_toy" or spec.startswith("_toy:"):
-        return corpus.toy_model(float(spec[5:] or 0))
-    if spec.startswith("hf:"):
-        folder = pathlib.Path(spec[3:])
-        if not folder.is_dir():
-            raise _CliError(f"beamsearch: error: --model {spec}: {str(folder)!r} is not a folder", 2)
-        import torch
-
-        torch.set_num_threads(args.threads)
-        steps = _max_steps(args.max_steps)
-        try:  # its limit: an integer --max-steps, else HF_MAX_STEPS (what A*len+B is capped at)
-            return corpus.hf_model(folder, max_steps=steps if isinstance(steps, int) else HF_MAX_STEPS)
-        except OSError as e:
-            raise _CliError(f"beamsearch: error: --model {spec}: {e}", 1) from None
-    if spec in MODELS:
-        name, folder = spec, None
-    elif pathlib.Path(spec).is_dir():
-        found = [m for m in MODELS if (pathlib.Path(spec) / f"{m}.json").is_file()]
-        if len(found) != 1:
-            what = "no" if not found else "more than one"
-            raise _CliError(f"beamsearch: error: --model {spec}: the folder holds {what} checkpoint "
-                            f"({', '.join(f'{m}.json' for m in MODELS)}); it must hold exactly one", 2)
-        name, folder = found[0], spec
-    else:
-        raise _CliError(f"beamsearch: error: --model must be one of {', '.join(MODELS)}, a checkpoint folder "
-                        f"or hf:DIR; got {spec!r}", 2)
-    import torch
-
-    from beamsearch.zoo.translator import CheckpointError
-
-    torch.set_num_threads(args.threads)
-    try:
-        return corpus.zoo_model(name, folder, calendar=args.calendar)
-    except CheckpointError as e:
+    steps = _max_steps(args.max_steps)
+    try:  # an hf: model's limit: an integer --max-steps, else HF_MAX_STEPS (what A*len+B is capped at)
+        return load_model(args.model, calendar=args.calendar, threads=args.threads,
+                          hf_max_steps=steps if isinstance(steps, int) else HF_MAX_STEPS)
+    except ModelSpecError as e:
+        raise _CliError(f"beamsearch: error: --{e}", 2) from None
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: --model {args.model}: {e}", 1) from None
+    except Exception as e:  # the zoo's CheckpointError (a message naming the file); torch is imported lazily
+        if type(e).__name__ != "CheckpointError":
+            raise
         raise _CliError(f"beamsearch: error: {e}", 1) from None
 
 

@@ -30,6 +30,11 @@ ZOO_MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, wit
 HF_MAX_STEPS = 64  # the limit of an hf: model without an integer max_steps (as beamsearch decode)
 
 
+class ModelSpecError(ValueError):
+    """A model spec that names no model: its message starts with ``model`` (``beamsearch decode``
+    shows it as ``--model ...``)."""
+
+
 def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
                hf_max_steps: int = HF_MAX_STEPS) -> CorpusModel:
     """The :class:`~beamsearch.corpus.CorpusModel` named by ``spec`` (what ``--model`` takes).
@@ -44,7 +49,8 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
         hf_max_steps: the most tokens per output of an ``hf:`` model (its limit), >= 1.
 
     Raises:
-        TypeError, ValueError: ``spec`` is not one of these, or a bad ``threads`` / ``hf_max_steps``.
+        ModelSpecError (a ValueError): ``spec`` is not one of these. TypeError, ValueError: a bad
+            ``threads`` / ``hf_max_steps``. OSError, ``CheckpointError``: the files cannot be read.
     """
     threads = check.at_least("threads", threads, 1)
     if not isinstance(spec, str):
@@ -53,12 +59,12 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
         try:
             delay = float(spec[5:] or 0)
         except ValueError:
-            raise ValueError(f"model _toy:DELAY needs a number of seconds; got {spec!r}") from None
+            raise ModelSpecError(f"model _toy:DELAY needs a number of seconds; got {spec!r}") from None
         return toy_model(delay)
     if spec.startswith("hf:"):
         hf_max_steps = check.at_least("hf_max_steps", hf_max_steps, 1)
         if not pathlib.Path(spec[3:]).is_dir():
-            raise ValueError(f"model {spec!r}: {spec[3:]!r} is not a folder")
+            raise ModelSpecError(f"model {spec}: {spec[3:]!r} is not a folder")
         import torch
 
         torch.set_num_threads(threads)
@@ -68,12 +74,12 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
     elif pathlib.Path(spec).is_dir():
         found = [m for m in ZOO_MODELS if (pathlib.Path(spec) / f"{m}.json").is_file()]
         if len(found) != 1:
-            raise ValueError(f"model {spec!r}: a checkpoint folder must hold exactly one of "
-                             f"{', '.join(f'{m}.json' for m in ZOO_MODELS)}; it holds {len(found)}")
+            raise ModelSpecError(f"model {spec}: the folder holds {'no' if not found else 'more than one'} checkpoint "
+                                 f"({', '.join(f'{m}.json' for m in ZOO_MODELS)}); it must hold exactly one")
         name, folder = found[0], spec
     else:
-        raise ValueError(f"model must be one of {', '.join(ZOO_MODELS)}, a checkpoint folder, hf:DIR or _toy; "
-                         f"got {spec!r}")
+        raise ModelSpecError(f"model must be one of {', '.join(ZOO_MODELS)}, a checkpoint folder or hf:DIR; "
+                             f"got {spec!r}")
     import torch
 
     torch.set_num_threads(threads)
