@@ -306,14 +306,16 @@ def test_prompt_in_place_reorder_equals_a_plain_gather(name, layout):
 
     model = build(name, 7)
     prompts = [[11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
-    ours = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=3)  # layout as the fixture says
+    ours = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)  # layout as the fixture says
     with pytest.MonkeyPatch.context() as m:
         m.setattr(hf, "_keeps_prompt", lambda width, room: False)
-        plain = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=3)
+        plain = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)
     gen = torch.Generator().manual_seed(0)
     a, b = ours.init_state, plain.init_state
     orders = [torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([2, 0, 1, 5, 5, 3]), torch.tensor([1, 1, 0, 4, 3, 5]),
-              torch.tensor([3, 4, 5])]  # expand, two reorders within inputs, the first input leaves
+              torch.tensor([3, 4, 5]), torch.tensor([2, 2, 0]), torch.tensor([1, 0, 2])]
+    # expand, two reorders within inputs, the first (longest) input leaves: its prompt's leading
+    # columns, padding for the rest, are dropped; then reorders within the input left
     y = torch.tensor([1, 2])
     for order in orders:
         la, a = ours.step(a, y)

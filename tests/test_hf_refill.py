@@ -199,6 +199,9 @@ def test_joined_encoder_decoder_states_step_like_each_state_alone():
         _, sa = a.step(sa, y)
         y = torch.tensor([token, token + 1])
     joined = concat_state([sa, b.init_state])
+    # each state numbers its sources from 0: joined, they are told apart (a reorder that keeps
+    # every row with its source leaves the encoder side in place, so equal numbers would lie)
+    assert joined.source.tolist() == [0, 1, 2]
     logits, _ = a.step(joined, torch.cat([y, torch.tensor([START])]))
     alone_a, _ = a.step(sa, y)
     alone_b, _ = b.step(b.init_state, torch.tensor([START]))

@@ -276,6 +276,9 @@ class Stream(Iterator[Decoded]):
             if not cohorts:
                 if failure is not None:
                     raise failure
+                if waiting:  # nothing in flight holds rows or tokens: the next input always fits
+                    raise RuntimeError(f"decode_stream: {len(waiting)} inputs wait with nothing in flight "
+                                       f"(rows reserved {reserved}, tokens {held_tokens}); this is a bug")
                 return
             logits, new_state = check.step_output(self._step_fn(state, index(tokens)))
             x = backend_of(logits).compute(logits)
