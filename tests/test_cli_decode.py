@@ -309,6 +309,15 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     (["--no-repeat-ngram", "-1"], "--no-repeat-ngram"),
     (["--min-new-tokens", "-2"], "--min-new-tokens"),
     (["--stop-sequence", "xyz"], "--stop-sequence: 'xyz': characters outside the target vocabulary: 'xyz'"),
+    (["--constraint", "ab"], "--constraint is an option of mode 'constrained', not of mode 'beam'; got "
+                             "--constraint=['ab']"),
+    (["--mode", "constrained", "--constraint", "xyz"],
+     "--constraint: 'xyz': characters outside the target vocabulary: 'xyz'"),
+    (["--ordered-constraints"], "--ordered-constraints is an option of mode 'constrained', not of mode 'beam'"),
+    (["--mode", "stochastic", "--k", "2", "--length-penalty", "power"],
+     "--length-penalty does not apply to mode 'stochastic'"),
+    (["--top-k", "0"], "--top-k must be >= 1; got 0"),
+    (["--temperature", "0"], "--temperature"),
 ])
 def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
     src = tmp_path / "in.txt"
@@ -338,3 +347,54 @@ def test_decode_token_budget(tmp_path, capsys):
     records = read(out)
     assert [r["nbest"] for r in records] == [alone("hello", beam=3), alone("short", beam=3, max_steps=2),
                                            alone("world", beam=3)]
+
+
+def test_decode_length_penalty_temperature_and_top_k_equal_beam_search_batch_alone(tmp_path):
+    from beamsearch import beam_search_batch
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "3", "--n-best", "2", "--length-penalty", "power",
+                               "--alpha", "1.0", "--temperature", "0.7", "--top-k", "3", "--max-steps", "9")
+    assert code == 0
+    for r in records:
+        assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=3, n_best=2, max_steps=9,
+                                       length_penalty="power", alpha=1.0, temperature=0.7, top_k=3)
+
+
+def test_decode_constrained_mode_equals_constrained_beam_search_alone(tmp_path):
+    """--constraint for every line; a JSON line's own constraints (a phrase, and alternatives)
+    replace them; bad constraints are that line's error record."""
+    from beamsearch import AnyOf, constrained_beam_search
+
+    model = corpus.toy_model()
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join([
+        '{"text": "hello"}',
+        '{"text": "beam search", "constraints": ["fa", ["cc", "dd"]]}',
+        '{"text": "zz", "constraints": "fa"}',
+        '{"text": "x", "constraints": ["xyz"]}',
+        '{"text": "a much longer line of text"}',
+    ]) + "\n", encoding="utf-8")
+    code = main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--jsonl",
+                 "--mode", "constrained", "--constraint", "ab", "--constraint", "e", "--beam", "3", "--n-best", "2"])
+    assert code == 1
+    records = read(out)
+    ab, e = model.tokens("ab"), model.tokens("e")
+    for i, constraints in [(0, [ab, e]), (1, [model.tokens("fa"), AnyOf(model.tokens("cc"), model.tokens("dd"))]),
+                           (4, [ab, e])]:
+        want = toy_alone(constrained_beam_search, records[i]["input"], beam_size=3, n_best=2, max_steps=12,
+                         constraints=[constraints])
+        assert records[i]["nbest"] == want
+    for h in records[0]["nbest"] + records[4]["nbest"]:
+        if h["finished"]:
+            assert "ab" in h["text"] and "e" in h["text"]
+    assert records[2]["error"].startswith("constraints must be a list whose items are non-empty texts")
+    assert records[3]["error"] == "constraints: 'xyz': characters outside the target vocabulary: 'xyz'"
+
+
+def test_a_line_with_constraints_outside_constrained_mode_is_an_error_record(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"text": "hello", "constraints": ["ab"]}\n{"text": "zz"}\n', encoding="utf-8")
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--jsonl"]) == 1
+    records = read(out)
+    assert records[0]["error"] == "constraints apply to mode 'constrained'; got mode 'beam'"
+    assert "nbest" in records[1]

@@ -280,7 +280,10 @@ def decode_command(args: argparse.Namespace) -> int:
               "no_repeat_ngram": args.no_repeat_ngram,
               "min_new_tokens": args.min_new_tokens, "stop_sequences": args.stop_sequence, "groups": args.groups,
               "diversity_penalty": args.diversity_penalty, "k": args.k, "seed": args.seed,
-              "token_logprobs": args.token_logprobs}
+              "token_logprobs": args.token_logprobs, "temperature": args.temperature, "top_k": args.top_k,
+              "constraints": args.constraint, "ordered": args.ordered_constraints}
+    if args.length_penalty is not None:
+        search["length_penalty"] = args.length_penalty
     if args.mode == "stochastic":
         del search["alpha"]
     if args.ray is not None:
@@ -315,7 +318,9 @@ def decode_command(args: argparse.Namespace) -> int:
 _FLAGS = {"no_repeat_ngram_size": "--no-repeat-ngram", "min_new_tokens": "--min-new-tokens",
           "stop_sequences": "--stop-sequence", "diversity_penalty": "--diversity-penalty", "num_groups": "--groups",
           "groups": "--groups", "max_steps": "--max-steps", "n_best": "--n-best", "beam_size": "--beam",
-          "seed": "--seed", "alpha": "--alpha", "k": "--k"}
+          "seed": "--seed", "alpha": "--alpha", "k": "--k", "length_penalty": "--length-penalty",
+          "temperature": "--temperature", "top_k": "--top-k", "constraints": "--constraint",
+          "ordered": "--ordered-constraints"}
 
 
 def _flag_names(message: str) -> str:
@@ -382,8 +387,10 @@ def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) ->
         if isinstance(steps, str):
             raise ValueError(steps)
         tree, greedy = corpus.trace_line(model, line.text, beam=args.beam, n_best=args.n_best, alpha=args.alpha,
-                                         max_steps=steps, no_repeat_ngram=args.no_repeat_ngram,
-                                         min_new_tokens=args.min_new_tokens, stop_sequences=args.stop_sequence)
+                                         length_penalty=args.length_penalty or "gnmt", max_steps=steps,
+                                         no_repeat_ngram=args.no_repeat_ngram, min_new_tokens=args.min_new_tokens,
+                                         temperature=args.temperature, top_k=args.top_k,
+                                         stop_sequences=args.stop_sequence)
     except ValueError as e:
         raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {e}", 1) from None
     page = to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy,
@@ -473,11 +480,13 @@ def _parser() -> _Parser:
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
-                   help="the input is JSON Lines: the text in --field, optional per-line max_steps and prefix")
+                   help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and constraints")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
     p.add_argument("--beam", type=int, default=5, help="beam size")
     p.add_argument("--n-best", type=int, default=1, help="outputs per input")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty strength")
+    p.add_argument("--alpha", type=float, default=0.6, help="length-penalty strength")
+    p.add_argument("--length-penalty", choices=("gnmt", "power"), default=None,
+                   help="gnmt: ((5 + len) / 6) ** alpha (default); power: len ** alpha")
     p.add_argument("--max-steps", default=None, metavar="N|A*len+B",
                    help="most tokens per output: N, or per line from its source length (characters; tokens for "
                         "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit)")
@@ -485,9 +494,15 @@ def _parser() -> _Parser:
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="most decoder tokens the rows of one model call may hold (a line reserves rows x (prompt "
                         "tokens + its max steps) while decoded; a line needing more alone gets an error record)")
-    p.add_argument("--mode", choices=("beam", "diverse", "stochastic"), default="beam",
-                   help="beam search; diverse beam search (--groups, --diversity-penalty); stochastic beam "
-                        "search (--k samples per line without replacement, --seed)")
+    p.add_argument("--mode", choices=("beam", "constrained", "diverse", "stochastic"), default="beam",
+                   help="beam search; constrained beam search (--constraint, or each JSON line's constraints); "
+                        "diverse beam search (--groups, --diversity-penalty); stochastic beam search (--k samples "
+                        "per line without replacement, --seed)")
+    p.add_argument("--constraint", action="append", default=[], metavar="TEXT",
+                   help="constrained: every output contains TEXT (as target tokens); repeatable; a JSON line's "
+                        "own constraints (a list of texts, or of lists of texts for alternatives) replace these")
+    p.add_argument("--ordered-constraints", action="store_true",
+                   help="constrained: the constraints appear in the given order")
     p.add_argument("--groups", type=int, default=None, help="diverse: groups (divides --beam)")
     p.add_argument("--diversity-penalty", type=float, default=None, help="diverse: Hamming diversity penalty")
     p.add_argument("--k", type=int, default=None, help="stochastic: samples per line")
@@ -496,6 +511,8 @@ def _parser() -> _Parser:
     p.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
                    help="no n-gram of N tokens twice in an output (0: off)")
     p.add_argument("--min-new-tokens", type=int, default=0, metavar="M", help="no end token before M tokens")
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T", help="logits divided by T before scoring")
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="only each row's K best tokens extend it")
     p.add_argument("--stop-sequence", action="append", default=[], metavar="TEXT",
                    help="an output ending with TEXT (as target tokens) is finished, as with the end token; "
                         "repeatable")

@@ -51,6 +51,9 @@ class Line:
         error: None, or why the line cannot be decoded (not UTF-8, bad JSON, a missing field).
         max_steps: the line's own ``max_steps`` (JSON Lines), or None.
         prefix: the line's own target ``prefix`` text (JSON Lines), or None.
+        constraints: the line's own constraints (JSON Lines; mode ``constrained``), or None: a
+            tuple whose items are a target text (a phrase the output must contain) or a tuple of
+            texts (one of them must appear).
     """
 
     index: int
@@ -58,6 +61,7 @@ class Line:
     error: str | None = None
     max_steps: int | None = None
     prefix: str | None = None
+    constraints: tuple[str | tuple[str, ...], ...] | None = None
 
 
 def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text") -> Iterator[Line]:
@@ -67,8 +71,9 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
         data: the file's lines as bytes (a file opened ``"rb"``, or a list of ``bytes``); each line
             ends with ``b"\\n"`` or ``b"\\r\\n"`` (removed), the last one may end without.
         jsonl: each line is a JSON object; its ``field`` is the text, and the optional
-            ``max_steps`` (int >= 1) and ``prefix`` (str) are the line's own; other keys are
-            left alone (ids, metadata).
+            ``max_steps`` (int >= 1), ``prefix`` (str) and ``constraints`` (a list of texts, or of
+            lists of texts for alternatives) are the line's own; other keys are left alone (ids,
+            metadata).
         field: the JSON key of the text.
 
     Yields:
@@ -101,7 +106,24 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         return Line(index, value, f"max_steps must be an integer >= 1; got {max_steps!r}")
     if prefix is not None and not isinstance(prefix, str):
         return Line(index, value, f"prefix must be a string; got {prefix!r}")
-    return Line(index, value, None, max_steps, prefix)
+    constraints = record.get("constraints")
+    if constraints is not None:
+        constraints = _constraint_texts(constraints)
+        if isinstance(constraints, str):
+            return Line(index, value, constraints)
+    return Line(index, value, None, max_steps, prefix, constraints)
+
+
+def _constraint_texts(value: Any) -> tuple[str | tuple[str, ...], ...] | str:
+    """A JSON ``constraints`` value as a tuple of texts and tuples of texts, or the error text."""
+    def phrase(x: Any) -> bool:
+        return isinstance(x, str) and bool(x)
+
+    if isinstance(value, list) and all(phrase(c) or (isinstance(c, list) and c and all(map(phrase, c)))
+                                       for c in value):
+        return tuple(c if isinstance(c, str) else tuple(c) for c in value)
+    return ("constraints must be a list whose items are non-empty texts or non-empty lists of them; "
+            f"got {json.dumps(value)[:80]}")
 
 
 class CorpusModel(Protocol):
@@ -174,16 +196,17 @@ class LengthRule:
         return LengthRule(a, b)
 
 
-MODES = ("beam", "diverse", "stochastic")
-"""The search modes of :func:`decode_records` (those of :func:`beamsearch._refill.decode_stream`
-that need nothing per line)."""
+MODES = ("beam", "constrained", "diverse", "stochastic")
+"""The search modes of :func:`decode_records` (those of :func:`beamsearch._refill.decode_stream`)."""
 
 
 def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", beam: int = 5,
-                   n_best: int = 1, alpha: float = 0.6, max_steps: int | LengthRule | None = None,
-                   max_rows: int = 320, max_tokens: int | None = None, no_repeat_ngram: int = 0,
-                   min_new_tokens: int = 0, stop_sequences: Sequence[str] = (), groups: int | None = None,
+                   n_best: int = 1, alpha: float = 0.6, length_penalty: str = "gnmt",
+                   max_steps: int | LengthRule | None = None, max_rows: int = 320, max_tokens: int | None = None,
+                   no_repeat_ngram: int = 0, min_new_tokens: int = 0, temperature: float = 1.0,
+                   top_k: int | None = None, stop_sequences: Sequence[str] = (), groups: int | None = None,
                    diversity_penalty: float | None = None, k: int | None = None, seed: int | None = None,
+                   constraints: Sequence[str | Sequence[str]] = (), ordered: bool = False,
                    token_logprobs: bool = False, skip: Callable[[int], bool] = lambda index: False
                    ) -> Iterator[dict]:
     """Decode ``lines`` with refill; one record per line, in the order lines finish.
@@ -191,11 +214,14 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     Args:
         model: a :class:`CorpusModel`.
         lines: :class:`Line` values (read lazily, as there is room in the batch).
-        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"diverse"``
+        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"constrained"``
+            (:func:`~beamsearch.constrained_beam_search` with ``constraints``, or each line's own,
+            and ``ordered``), ``"diverse"``
             (``diverse_beam_search`` with ``groups`` and ``diversity_penalty``) or
             ``"stochastic"`` (``stochastic_beam_search`` with ``k`` and ``seed``: a record holds
             the ``k`` samples; ``beam``, ``n_best`` and ``alpha`` do not apply).
-        beam, n_best, alpha: beam size, outputs per line, GNMT length-penalty strength.
+        beam, n_best, alpha, length_penalty: beam size, outputs per line, the length penalty
+            (``"gnmt"`` or ``"power"``) and its strength (not for stochastic).
         max_steps: the most tokens per output (default and upper bound: ``model.max_steps``), or a
             :class:`LengthRule`: per line ``floor(a * source length + b)`` capped at
             ``model.max_steps`` (the source length is ``model.source_length(text)`` where the model
@@ -207,10 +233,13 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             reserves rows x (its prompt tokens + its max_steps) while it is decoded
             (:func:`beamsearch._refill.decode_stream`); a line that alone needs more gets an
             error record.
-        no_repeat_ngram, min_new_tokens: as ``no_repeat_ngram_size`` / ``min_new_tokens`` of
-            :func:`~beamsearch.beam_search_batch`.
+        no_repeat_ngram, min_new_tokens, temperature, top_k: as ``no_repeat_ngram_size`` /
+            ``min_new_tokens`` / ``temperature`` / ``top_k`` of :func:`~beamsearch.beam_search_batch`.
         stop_sequences: target texts (each through ``model.tokens``) that finish an output like eos.
         groups, diversity_penalty: diverse mode only (both required there).
+        constraints, ordered: constrained mode only: target texts every output must contain (an
+            item that is a list of texts: one of them), for every line without constraints of its
+            own (:attr:`Line.constraints`); ``ordered``: in the given order.
         k, seed: stochastic mode only (``k`` required; ``seed`` an int: line i of the stream gets
             the noise of ``stochastic_beam_search(all lines, seed=seed)``'s input i).
         token_logprobs: each output also carries ``token_logprobs`` (one float per token).
@@ -227,10 +256,12 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             ``next()``, before any model call.
     """
     limit = model.max_steps
-    search = _search_keywords(model, mode, beam=beam, n_best=n_best, alpha=alpha, max_steps=max_steps,
-                              no_repeat_ngram=no_repeat_ngram, min_new_tokens=min_new_tokens,
-                              stop_sequences=stop_sequences, groups=groups, diversity_penalty=diversity_penalty,
-                              k=k, seed=seed, token_logprobs=token_logprobs)
+    search = _search_keywords(model, mode, beam=beam, n_best=n_best, alpha=alpha, length_penalty=length_penalty,
+                              max_steps=max_steps, no_repeat_ngram=no_repeat_ngram, min_new_tokens=min_new_tokens,
+                              temperature=temperature, top_k=top_k, stop_sequences=stop_sequences, groups=groups,
+                              diversity_penalty=diversity_penalty, k=k, seed=seed, constraints=constraints,
+                              ordered=ordered, token_logprobs=token_logprobs)
+    every_line = search.pop("constraints", None)  # constrained: the lines without their own
     rows = search["k"] if mode == "stochastic" else search["beam_size"]
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
@@ -246,7 +277,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         for line in lines:
             if skip(line.index):
                 continue
-            error = line.error or model.problem(line.text) or _line_problem(model, line, limit)
+            error = line.error or model.problem(line.text) or _line_problem(model, line, limit, mode)
             steps = None if error is not None else line_max_steps(model, line, max_steps)
             if isinstance(steps, str):
                 error = steps
@@ -258,6 +289,9 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                 item["max_steps"] = steps
             if line.prefix is not None:
                 item["prefix"] = model.tokens(line.prefix)
+            if mode == "constrained":
+                own = line.constraints
+                item["constraints"] = every_line if own is None else _constraint_ids(model, own, "constraints")
             indices[position], texts[position] = line.index, line.text
             position += 1
             yield item
@@ -283,10 +317,12 @@ def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
     return out
 
 
-def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, alpha: float,
+def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, alpha: float, length_penalty: str,
                      max_steps: int | LengthRule | None, no_repeat_ngram: int, min_new_tokens: int,
-                     stop_sequences: Sequence[str], groups: int | None, diversity_penalty: float | None,
-                     k: int | None, seed: int | None, token_logprobs: bool) -> dict[str, Any]:
+                     temperature: float, top_k: int | None, stop_sequences: Sequence[str], groups: int | None,
+                     diversity_penalty: float | None, k: int | None, seed: int | None,
+                     constraints: Sequence[str | Sequence[str]], ordered: bool,
+                     token_logprobs: bool) -> dict[str, Any]:
     """The keywords of :func:`decode_stream` for ``mode``; checks what it does not check itself
     (the mode's own options, ``max_steps``, the stop texts)."""
     if mode not in MODES:
@@ -311,21 +347,29 @@ def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, a
     search: dict[str, Any] = {
         "eos_token_id": model.eos, "max_steps": max_steps if isinstance(max_steps, int) else limit,
         "logits_processors": list(model.processors), "no_repeat_ngram_size": no_repeat_ngram,
-        "min_new_tokens": min_new_tokens, "stop_sequences": stops, "return_token_logprobs": token_logprobs}
-    given = {"groups": groups, "diversity_penalty": diversity_penalty, "k": k, "seed": seed}
-    own = {"beam": (), "diverse": ("groups", "diversity_penalty"), "stochastic": ("k", "seed")}[mode]
+        "min_new_tokens": min_new_tokens, "temperature": temperature, "top_k": top_k, "stop_sequences": stops,
+        "return_token_logprobs": token_logprobs}
+    given = {"groups": groups, "diversity_penalty": diversity_penalty, "k": k, "seed": seed,
+             "constraints": list(constraints) or None, "ordered": ordered or None}
+    owners = {"groups": "diverse", "diversity_penalty": "diverse", "k": "stochastic", "seed": "stochastic",
+              "constraints": "constrained", "ordered": "constrained"}
     for name, value in given.items():
-        if value is not None and name not in own:
-            owner = "diverse" if name in ("groups", "diversity_penalty") else "stochastic"
-            raise ValueError(f"{name} is an option of mode {owner!r}, not of mode {mode!r}; got {name}={value!r}")
+        if value is not None and owners[name] != mode:
+            raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {mode!r}; "
+                             f"got {name}={value!r}")
     if mode == "stochastic":
         if k is None:
             raise ValueError("mode 'stochastic' needs k (samples per line); got k=None")
         if n_best != 1:
             raise ValueError("n_best does not apply to mode 'stochastic' (a record holds the k samples); "
                              f"got n_best={n_best!r}")
+        if length_penalty != "gnmt":
+            raise ValueError("length_penalty does not apply to mode 'stochastic' (samples are not length-scored); "
+                             f"got length_penalty={length_penalty!r}")
         return {**search, "k": check.at_least("k", k, 1), "seed": seed}
-    search.update(beam_size=check.at_least("beam", beam, 1), n_best=n_best, alpha=alpha)
+    search.update(beam_size=check.at_least("beam", beam, 1), n_best=n_best, alpha=alpha, length_penalty=length_penalty)
+    if mode == "constrained":
+        search.update(constraints=_constraint_ids(model, constraints, "constraints"), ordered=ordered)
     if mode == "diverse":
         if groups is None or diversity_penalty is None:
             raise ValueError(f"mode 'diverse' needs groups and diversity_penalty; got groups={groups!r}, "
@@ -362,7 +406,7 @@ def _min_join(max_rows: int, rows: int) -> int:
     return max(1, max_rows // rows // 2)
 
 
-def _line_problem(model: CorpusModel, line: Line, limit: int) -> str | None:
+def _line_problem(model: CorpusModel, line: Line, limit: int, mode: str) -> str | None:
     if line.max_steps is not None and line.max_steps > limit:
         return f"max_steps must be <= {limit} (the model's limit); got {line.max_steps}"
     if line.prefix is not None:
@@ -370,7 +414,31 @@ def _line_problem(model: CorpusModel, line: Line, limit: int) -> str | None:
             model.tokens(line.prefix)
         except ValueError as e:
             return f"prefix: {e}"
+    if line.constraints is not None:
+        if mode != "constrained":
+            return f"constraints apply to mode 'constrained'; got mode {mode!r}"
+        try:
+            _constraint_ids(model, line.constraints, "constraints")
+        except ValueError as e:
+            return str(e)
     return None
+
+
+def _constraint_ids(model: CorpusModel, texts: Sequence[str | Sequence[str]], name: str) -> list[Any]:
+    """Constraint texts as token ids: a text is a phrase, a list of texts an :class:`AnyOf`."""
+    from beamsearch import AnyOf
+
+    def ids(text: Any) -> list[int]:
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{name} must be non-empty texts (or lists of them); got {text!r}")
+        try:
+            return model.tokens(text)
+        except ValueError as e:
+            raise ValueError(f"{name}: {text!r}: {e}") from None
+
+    if isinstance(texts, str):
+        raise ValueError(f"{name} must be a list of texts, not one text; got {texts!r}")
+    return [ids(c) if isinstance(c, str) else AnyOf(*(ids(t) for t in c)) for c in texts]
 
 
 # ---- files: the side file, resume, the ordered output --------------------------------------------
@@ -597,8 +665,9 @@ def _prompt_of(model: CorpusModel) -> Callable[[str], list[int]]:
 
 
 def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1, alpha: float = 0.6,
-               max_steps: int | None = None, trace_width: int = 1, no_repeat_ngram: int = 0,
-               min_new_tokens: int = 0, stop_sequences: Sequence[str] = ()) -> tuple[Any, Any]:
+               length_penalty: str = "gnmt", max_steps: int | None = None, trace_width: int = 1,
+               no_repeat_ngram: int = 0, min_new_tokens: int = 0, temperature: float = 1.0,
+               top_k: int | None = None, stop_sequences: Sequence[str] = ()) -> tuple[Any, Any]:
     """The search tree of one line, as :func:`decode_records` searches it: ``(trace, greedy)``,
     the beam search's :class:`~beamsearch.Trace` and greedy's (one live row, the same processors)
     for the overlay of :func:`beamsearch.viz.to_html`. ValueError if the model cannot read ``text``."""
@@ -613,8 +682,9 @@ def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1,
         beam_search_batch(model.step, model.make_state([{"source": text}]), [_prompt_of(model)(text)],
                           eos_token_id=model.eos,
                           max_steps=max_steps or model.max_steps, beam_size=width, n_best=min(n_best, width),
-                          alpha=alpha, logits_processors=list(model.processors), trace=tree, trace_width=trace_width,
-                          no_repeat_ngram_size=no_repeat_ngram, min_new_tokens=min_new_tokens,
+                          alpha=alpha, length_penalty=length_penalty, logits_processors=list(model.processors),
+                          trace=tree, trace_width=trace_width, no_repeat_ngram_size=no_repeat_ngram,
+                          min_new_tokens=min_new_tokens, temperature=temperature, top_k=top_k,
                           stop_sequences=[model.tokens(t) for t in stop_sequences])
         trees.append(tree)
     return trees[0], trees[1]
