@@ -317,6 +317,10 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     (["--mode", "stochastic", "--k", "2", "--length-penalty", "power"],
      "--length-penalty does not apply to mode 'stochastic'"),
     (["--top-k", "0"], "--top-k must be >= 1; got 0"),
+    (["--node-budget", "5"], "--node-budget is an option of mode 'exact', not of mode 'beam'"),
+    (["--mode", "exact", "--node-budget", "0"], "--node-budget must be >= 1; got 0"),
+    (["--mode", "exact", "--token-logprobs"], "--token-logprobs does not apply to mode 'exact'"),
+    (["--mode", "exact", "--max-tokens", "100"], "--max-tokens does not apply to mode 'exact'"),
     (["--temperature", "0"], "--temperature"),
 ])
 def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
@@ -398,3 +402,25 @@ def test_a_line_with_constraints_outside_constrained_mode_is_an_error_record(tmp
     records = read(out)
     assert records[0]["error"] == "constraints apply to mode 'constrained'; got mode 'beam'"
     assert "nbest" in records[1]
+
+
+def test_decode_exact_mode_equals_exact_search_alone(tmp_path):
+    """Each record is exact_search's on the line alone (the seed beam is --beam), with its proof
+    flag and cost; --n-best may exceed --beam; a tiny --node-budget leaves lines unproven."""
+    from beamsearch import exact_search
+
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--n-best", "3",
+                               "--max-steps", "6", "--max-rows", "8", "--length-penalty", "power", "--alpha", "1")
+    assert code == 0
+    model = corpus.toy_model()
+    for r in records:
+        alone = exact_search(model.step, model.make_state([{"source": r["input"]}]), [[model.bos]],
+                             eos_token_id=model.eos, max_steps=6, n_best=3, seed_beam=2, length_penalty="power",
+                             alpha=1.0, batch_rows=8)
+        assert r["nbest"] == [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob,
+                               "score": h.score, "finished": h.finished} for h in alone[0]]
+        assert r["proven"] is True and r["proven"] == bool(alone.proven[0])
+        assert r["expanded"] == int(alone.expanded[0]) > 0
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--max-steps", "6",
+                               "--node-budget", "3")
+    assert code == 0 and not all(r["proven"] for r in records)

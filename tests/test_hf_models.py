@@ -326,3 +326,44 @@ def test_prompt_in_place_reorder_equals_a_plain_gather(name, layout):
         for x, z in zip(a.cache.layers, b.cache.layers):
             torch.testing.assert_close(x.keys, z.keys)
             torch.testing.assert_close(x.values, z.values)
+
+
+def _brute_force_two_steps(model, prompt, eos, alpha):
+    """Every output of at most 2 tokens of a causal LM, by teacher forcing written from the
+    definition (no cache, one forward over all first tokens): finished ones end with an eos id
+    (at step 1 or 2), unfinished ones have exactly 2 tokens; score = logprob / ((5 + len) / 6) **
+    alpha (GNMT). Sorted as the search ranks: finished first, then by score."""
+    with torch.no_grad():
+        first = torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)
+        rows = torch.tensor([prompt + [t] for t in range(VOCAB)])
+        second = torch.log_softmax(model(input_ids=rows).logits[:, -1].float(), -1)  # --> [V, V]
+    lp = lambda n: ((5 + n) / 6) ** alpha  # noqa: E731
+    outs = []
+    for a in range(VOCAB):
+        if a in eos:
+            outs.append(((a,), first[a].item(), True))
+            continue
+        for b in range(VOCAB):
+            outs.append(((a, b), first[a].item() + second[a, b].item(), b in eos))
+    ranked = sorted(((t, s, f, s / lp(len(t))) for t, s, f in outs), key=lambda o: (not o[2], -o[3]))
+    return ranked
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("rows", [64, 3, 1])  # 3 and 1: several model calls per step, each from the same state
+def test_exact_search_on_a_transformers_model_equals_brute_force(name, rows, layout):
+    """exact_search through the causal adapter (whose cache the search and the model change in
+    place) against every output of at most 2 tokens enumerated by teacher forcing."""
+    from beamsearch import exact_search
+
+    model = build(name, 11, eos_bias=2.5)
+    prompts = [[5, 17, 33], [9, 10]]
+    dec = causal_lm(model, prompts, eos_token_id=EOS, max_new_tokens=2)
+    got = exact_search(dec.step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=2, n_best=3,
+                       batch_rows=rows, seed_beam=1, alpha=0.6)
+    assert got.proven.all()
+    for prompt, hyps in zip(prompts, got):
+        want = _brute_force_two_steps(model, prompt, set(EOS), 0.6)[:3]
+        assert [tuple(h.tokens) for h in hyps] == [w[0] for w in want]
+        assert [h.finished for h in hyps] == [w[2] for w in want]
+        assert [h.score for h in hyps] == pytest.approx([w[3] for w in want], abs=1e-4)

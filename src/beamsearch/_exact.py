@@ -110,11 +110,14 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
         return ExactResults(pad_token_id=pad)
     check.state_rows(init_state, n)
     meter = _Meter(n)
+    # the seed search consumes its state (a registered cache may be extended and reordered in
+    # place, as the Hugging Face adapter's is): the branch and bound starts from a copy
+    search_state = _copy_if_shared(init_state)
     seed = beam_search_batch(meter.wrap(step_fn), (init_state, np.arange(n)), opts.prompts,
                              beam_size=max(seed_beam, n_best), n_best=n_best, **controls)
     incumbent = np.array([_nth_finished([h.score for h in hyps if h.finished], n_best) for hyps in seed])
     bb = _BranchAndBound(step_fn, opts, n_best, node_budget, batch_rows, meter)
-    found, proven = bb.run(init_state, incumbent)
+    found, proven = bb.run(search_state, incumbent)
     merged = [_merge(s, f, n_best) for s, f in zip(seed, found)]
     return ExactResults(merged, pad_token_id=pad, proven=proven, model_calls=meter.calls, expanded=meter.rows)
 
@@ -209,10 +212,13 @@ class _BranchAndBound:
         """
         states, ended, children = [], [], []
         scratch = None
-        for start in range(0, beam.size, self.batch_rows):
+        starts = range(0, beam.size, self.batch_rows)
+        for start in starts:
             part = _rows(beam, np.arange(start, min(start + self.batch_rows, beam.size)))
             self.meter.count(part.input)
-            out = self.step_fn(_gather(state, size, parent[start : start + part.size], index), index(part.token))
+            # every call but the last gathers from a copy: the call consumes the state it is given
+            source = state if start == starts[-1] else _copy_if_shared(state)
+            out = self.step_fn(_gather(source, size, parent[start : start + part.size], index), index(part.token))
             scores, new_state = score_step(out, part, step, self.controls, _Offset(self.trail, start), vocab, scratch)
             vocab = scores.vocab
             terminal, logp = split_terminals(scores)  # terminal entries of logp are now -inf
@@ -270,6 +276,31 @@ class _Offset:
 
     def generated(self, rows: np.ndarray, step: int) -> np.ndarray:
         return self.trail.generated(rows + self.start, step)
+
+
+def _copy_if_shared(state: Any) -> Any:
+    """``state``, or a copy of it (``concat_state`` of the one state) when it holds a leaf of a
+    type registered with ``select_state``: such a leaf (a KV cache object) may be reordered and
+    extended in place by the search and the model, so a state read more than once is copied
+    first. Plain arrays are never changed in place: no copy."""
+    return concat_state([state]) if _has_registered_leaf(state) else state
+
+
+def _has_registered_leaf(state: Any) -> bool:
+    if isinstance(state, (tuple, list)) and not _registered(type(state)):
+        return any(_has_registered_leaf(x) for x in state)
+    if isinstance(state, dict):
+        return any(_has_registered_leaf(x) for x in state.values())
+    return _registered(type(state))
+
+
+def _registered(cls: type) -> bool:
+    """A type with its own ``select_state`` (not the array default, nor the containers')."""
+    return select_state.dispatch(cls) not in _PLAIN
+
+
+_PLAIN = {select_state.dispatch(object), select_state.dispatch(tuple), select_state.dispatch(list),
+          select_state.dispatch(dict)}
 
 
 def _rows(beam: Beam, idx: np.ndarray) -> Beam:

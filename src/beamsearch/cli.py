@@ -260,7 +260,7 @@ def decode_command(args: argparse.Namespace) -> int:
     _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
     max_steps = _max_steps(args.max_steps)
     rows = args.k if args.mode == "stochastic" and args.k is not None else args.beam
-    if args.mode != "stochastic" and args.n_best > args.beam:
+    if args.mode not in ("stochastic", "exact") and args.n_best > args.beam:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
     if args.max_rows < rows:
         what = f"--k={args.k}" if args.mode == "stochastic" else f"--beam={args.beam}"
@@ -281,7 +281,7 @@ def decode_command(args: argparse.Namespace) -> int:
               "min_new_tokens": args.min_new_tokens, "stop_sequences": args.stop_sequence, "groups": args.groups,
               "diversity_penalty": args.diversity_penalty, "k": args.k, "seed": args.seed,
               "token_logprobs": args.token_logprobs, "temperature": args.temperature, "top_k": args.top_k,
-              "constraints": args.constraint, "ordered": args.ordered_constraints}
+              "constraints": args.constraint, "ordered": args.ordered_constraints, "node_budget": args.node_budget}
     if args.length_penalty is not None:
         search["length_penalty"] = args.length_penalty
     if args.mode == "stochastic":
@@ -320,7 +320,8 @@ _FLAGS = {"no_repeat_ngram_size": "--no-repeat-ngram", "min_new_tokens": "--min-
           "groups": "--groups", "max_steps": "--max-steps", "n_best": "--n-best", "beam_size": "--beam",
           "seed": "--seed", "alpha": "--alpha", "k": "--k", "length_penalty": "--length-penalty",
           "temperature": "--temperature", "top_k": "--top-k", "constraints": "--constraint",
-          "ordered": "--ordered-constraints"}
+          "ordered": "--ordered-constraints", "node_budget": "--node-budget", "seed_beam": "--beam",
+          "token_logprobs": "--token-logprobs", "max_tokens": "--max-tokens"}
 
 
 def _flag_names(message: str) -> str:
@@ -494,10 +495,15 @@ def _parser() -> _Parser:
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="most decoder tokens the rows of one model call may hold (a line reserves rows x (prompt "
                         "tokens + its max steps) while decoded; a line needing more alone gets an error record)")
-    p.add_argument("--mode", choices=("beam", "constrained", "diverse", "stochastic"), default="beam",
+    p.add_argument("--mode", choices=("beam", "constrained", "diverse", "stochastic", "exact"), default="beam",
                    help="beam search; constrained beam search (--constraint, or each JSON line's constraints); "
                         "diverse beam search (--groups, --diversity-penalty); stochastic beam search (--k samples "
-                        "per line without replacement, --seed)")
+                        "per line without replacement, --seed); exact search (the --n-best highest-scoring outputs "
+                        "by branch and bound, seeded by a beam of --beam, --node-budget; records add proven and "
+                        "expanded)")
+    p.add_argument("--node-budget", type=int, default=None, metavar="N",
+                   help="exact: the most prefixes of one line passed to the model (default 100000); beyond it "
+                        "the best found, proven false")
     p.add_argument("--constraint", action="append", default=[], metavar="TEXT",
                    help="constrained: every output contains TEXT (as target tokens); repeatable; a JSON line's "
                         "own constraints (a list of texts, or of lists of texts for alternatives) replace these")

@@ -34,7 +34,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 
 from beamsearch import _validate as check
-from beamsearch._refill import decode_stream
+from beamsearch._refill import Decoded, decode_stream
 
 __all__ = ["CorpusModel", "LengthRule", "Line", "Progress", "decode_corpus", "decode_records", "hf_model",
            "read_lines", "toy_model", "zoo_model"]
@@ -196,8 +196,9 @@ class LengthRule:
         return LengthRule(a, b)
 
 
-MODES = ("beam", "constrained", "diverse", "stochastic")
-"""The search modes of :func:`decode_records` (those of :func:`beamsearch._refill.decode_stream`)."""
+MODES = ("beam", "constrained", "diverse", "stochastic", "exact")
+"""The search modes of :func:`decode_records`: those of :func:`beamsearch._refill.decode_stream`,
+and ``exact`` (:func:`beamsearch.exact_search`, in fixed batches)."""
 
 
 def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", beam: int = 5,
@@ -207,8 +208,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                    top_k: int | None = None, stop_sequences: Sequence[str] = (), groups: int | None = None,
                    diversity_penalty: float | None = None, k: int | None = None, seed: int | None = None,
                    constraints: Sequence[str | Sequence[str]] = (), ordered: bool = False,
-                   token_logprobs: bool = False, skip: Callable[[int], bool] = lambda index: False
-                   ) -> Iterator[dict]:
+                   node_budget: int | None = None, token_logprobs: bool = False,
+                   skip: Callable[[int], bool] = lambda index: False) -> Iterator[dict]:
     """Decode ``lines`` with refill; one record per line, in the order lines finish.
 
     Args:
@@ -219,7 +220,11 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             and ``ordered``), ``"diverse"``
             (``diverse_beam_search`` with ``groups`` and ``diversity_penalty``) or
             ``"stochastic"`` (``stochastic_beam_search`` with ``k`` and ``seed``: a record holds
-            the ``k`` samples; ``beam``, ``n_best`` and ``alpha`` do not apply).
+            the ``k`` samples; ``beam``, ``n_best`` and ``alpha`` do not apply), or ``"exact"``
+            (:func:`~beamsearch.exact_search`: the ``n_best`` highest-scoring outputs, seeded by a
+            beam of ``beam``, at most ``node_budget`` prefixes per line; the lines are decoded in
+            fixed batches of ``max_rows // beam``, ``max_rows`` rows per model call; each record
+            also has ``proven`` and ``expanded``).
         beam, n_best, alpha, length_penalty: beam size, outputs per line, the length penalty
             (``"gnmt"`` or ``"power"``) and its strength (not for stochastic).
         max_steps: the most tokens per output (default and upper bound: ``model.max_steps``), or a
@@ -240,6 +245,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         constraints, ordered: constrained mode only: target texts every output must contain (an
             item that is a list of texts: one of them), for every line without constraints of its
             own (:attr:`Line.constraints`); ``ordered``: in the given order.
+        node_budget: exact mode only: the most prefixes of one line passed to the model (default
+            100,000); a line that needs more gets the best found, with ``proven`` false.
         k, seed: stochastic mode only (``k`` required; ``seed`` an int: line i of the stream gets
             the noise of ``stochastic_beam_search(all lines, seed=seed)``'s input i).
         token_logprobs: each output also carries ``token_logprobs`` (one float per token).
@@ -260,9 +267,10 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                               max_steps=max_steps, no_repeat_ngram=no_repeat_ngram, min_new_tokens=min_new_tokens,
                               temperature=temperature, top_k=top_k, stop_sequences=stop_sequences, groups=groups,
                               diversity_penalty=diversity_penalty, k=k, seed=seed, constraints=constraints,
-                              ordered=ordered, token_logprobs=token_logprobs)
+                              ordered=ordered, node_budget=node_budget, token_logprobs=token_logprobs)
     every_line = search.pop("constraints", None)  # constrained: the lines without their own
-    rows = search["k"] if mode == "stochastic" else search["beam_size"]
+    rows = {"stochastic": "k", "exact": "seed_beam"}.get(mode, "beam_size")
+    rows = search[rows]
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
     # a model without refill (its states cannot be joined) decodes in fixed batches: inputs join
@@ -296,17 +304,66 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             position += 1
             yield item
 
-    stream = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
-                           min_join=min_join, mode=mode, **search)
-    for result in stream:
+    if mode == "exact":
+        if max_tokens is not None:
+            raise ValueError(f"max_tokens does not apply to mode 'exact' (it decodes in fixed batches of max_rows "
+                             f"rows per call); got max_tokens={max_tokens!r}")
+        from beamsearch import exact_search
+
+        exact_search(model.step, None, [], batch_rows=max_rows, **search)  # checks the keywords; no model call
+        results: Iterable[Decoded] = _exact_results(model, items(), search, max(1, max_rows // rows), max_rows)
+    else:
+        results = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
+                                min_join=min_join, mode=mode, **search)
+    for result in results:
         yield from early
         early.clear()
         index, text = indices.pop(result.index), texts.pop(result.index)
         if result.error is not None:
             yield {"index": index, "input": text, "error": str(result.error)}
             continue
-        yield {"index": index, "input": text, "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses]}
+        yield {"index": index, "input": text, "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
+               **(result.info if mode == "exact" else {})}
     yield from early
+
+
+def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, Any], lines: int,
+                   rows: int) -> Iterator[Decoded]:
+    """Mode ``exact``: :func:`~beamsearch.exact_search` over ``lines`` items at a time (their
+    stream positions counted from 0), ``rows`` rows per model call. A batch that raises a
+    ``ValueError`` / ``TypeError`` (an input's token id outside the model's vocabulary, found at
+    its first call) is decoded again one item at a time, so only the bad item gets the error."""
+    from beamsearch import exact_search
+
+    def run(batch: list[dict]) -> Any:
+        kwargs = dict(search, max_steps=[i.get("max_steps", search["max_steps"]) for i in batch])
+        if any("prefix" in i for i in batch):
+            kwargs["prefix"] = [i.get("prefix", []) for i in batch]
+        return exact_search(model.step, model.make_state(batch), [i["prompt"] for i in batch], batch_rows=rows,
+                            **kwargs)
+
+    def decoded(batch: list[dict], start: int) -> Iterator[Decoded]:
+        try:
+            found = run(batch)
+        except (ValueError, TypeError) as error:
+            if len(batch) == 1:
+                yield Decoded(start, [], error)
+                return
+            for j, item in enumerate(batch):
+                yield from decoded([item], start + j)
+            return
+        for j, hyps in enumerate(found):
+            yield Decoded(start + j, hyps, None, {"proven": bool(found.proven[j]), "expanded": int(found.expanded[j])})
+
+    batch: list[dict] = []
+    position = 0
+    for item in items:
+        batch.append(item)
+        if len(batch) == lines:
+            yield from decoded(batch, position)
+            position, batch = position + len(batch), []
+    if batch:
+        yield from decoded(batch, position)
 
 
 def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
@@ -321,7 +378,7 @@ def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, a
                      max_steps: int | LengthRule | None, no_repeat_ngram: int, min_new_tokens: int,
                      temperature: float, top_k: int | None, stop_sequences: Sequence[str], groups: int | None,
                      diversity_penalty: float | None, k: int | None, seed: int | None,
-                     constraints: Sequence[str | Sequence[str]], ordered: bool,
+                     constraints: Sequence[str | Sequence[str]], ordered: bool, node_budget: int | None,
                      token_logprobs: bool) -> dict[str, Any]:
     """The keywords of :func:`decode_stream` for ``mode``; checks what it does not check itself
     (the mode's own options, ``max_steps``, the stop texts)."""
@@ -350,9 +407,9 @@ def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, a
         "min_new_tokens": min_new_tokens, "temperature": temperature, "top_k": top_k, "stop_sequences": stops,
         "return_token_logprobs": token_logprobs}
     given = {"groups": groups, "diversity_penalty": diversity_penalty, "k": k, "seed": seed,
-             "constraints": list(constraints) or None, "ordered": ordered or None}
+             "constraints": list(constraints) or None, "ordered": ordered or None, "node_budget": node_budget}
     owners = {"groups": "diverse", "diversity_penalty": "diverse", "k": "stochastic", "seed": "stochastic",
-              "constraints": "constrained", "ordered": "constrained"}
+              "constraints": "constrained", "ordered": "constrained", "node_budget": "exact"}
     for name, value in given.items():
         if value is not None and owners[name] != mode:
             raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {mode!r}; "
@@ -367,6 +424,12 @@ def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, a
             raise ValueError("length_penalty does not apply to mode 'stochastic' (samples are not length-scored); "
                              f"got length_penalty={length_penalty!r}")
         return {**search, "k": check.at_least("k", k, 1), "seed": seed}
+    if mode == "exact":
+        if token_logprobs:
+            raise ValueError("token_logprobs does not apply to mode 'exact'; got token_logprobs=True")
+        del search["return_token_logprobs"]
+        return {**search, "seed_beam": check.at_least("beam", beam, 1), "n_best": n_best, "alpha": alpha,
+                "length_penalty": length_penalty, "node_budget": 100_000 if node_budget is None else node_budget}
     search.update(beam_size=check.at_least("beam", beam, 1), n_best=n_best, alpha=alpha, length_penalty=length_penalty)
     if mode == "constrained":
         search.update(constraints=_constraint_ids(model, constraints, "constraints"), ordered=ordered)
