@@ -169,9 +169,11 @@ def test_stopped_inputs_leave_the_cache():
     inner = dec.step
 
     def step(state, y_prev):
-        if state.first is None:
-            sizes.append((state.cache.layers[0].keys.shape[0], len(y_prev)))
-        return inner(state, y_prev)
+        first = state.first is not None
+        logits, new = inner(state, y_prev)
+        if not first:  # the cache the model wrote this step's column into (a waiting reorder applied)
+            sizes.append((new.cache.layers[0].keys.shape[0], len(y_prev)))
+        return logits, new
 
     beam_search_batch(step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=10, beam_size=3)
     assert sizes

@@ -298,18 +298,22 @@ def test_both_cache_layouts_equal_generate_where_the_rules_coincide(name, new, l
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_prompt_in_place_reorder_equals_a_plain_gather(name, layout):
-    """After any sequence of reorders (within inputs, and rows leaving), the layer's keys and
-    values equal those of the model's own cache gathered by the same indices (``index_select`` of
-    every column), step by step."""
+def test_the_adapters_cache_layers_equal_a_plain_gather(name, layout):
+    """After any sequence of reorders (within inputs, and rows leaving), the adapter's layers
+    (the prompt kept in place, or each reorder deferred into the next write) hold the keys and
+    values of the model's own ``DynamicCache`` gathered by the same indices with ``index_select``
+    (every column, at once), step by step; and the next logits are the same."""
     from beamsearch import hf
 
     model = build(name, 7)
     prompts = [[11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
     ours = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)  # layout as the fixture says
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(hf, "_keeps_prompt", lambda width, room: False)
+    kinds = {type(layer) for layer in ours.init_state.cache.layers}
+    assert kinds == ({hf._PromptLayer} if layout else {hf._DeferredLayer})
+    with pytest.MonkeyPatch.context() as m:  # the oracle: the model's own cache, reordered at once
+        m.setattr(hf, "_adapter_cache", lambda model, layer: transformers.DynamicCache(config=model.config))
         plain = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)
+    assert {type(layer) for layer in plain.init_state.cache.layers} == {transformers.cache_utils.DynamicLayer}
     gen = torch.Generator().manual_seed(0)
     a, b = ours.init_state, plain.init_state
     orders = [torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([2, 0, 1, 5, 5, 3]), torch.tensor([1, 1, 0, 4, 3, 5]),
@@ -323,9 +327,13 @@ def test_prompt_in_place_reorder_equals_a_plain_gather(name, layout):
         torch.testing.assert_close(la, lb)
         a, b = select_state(a, order), select_state(b, order)
         y = torch.randint(4, VOCAB, (len(order),), generator=gen)
-        for x, z in zip(a.cache.layers, b.cache.layers):
-            torch.testing.assert_close(x.keys, z.keys)
-            torch.testing.assert_close(x.values, z.values)
+        for x, z in zip(a.cache.layers, b.cache.layers):  # a waiting reorder read without applying it,
+            pending = getattr(x, "pending", None)  # so the next write takes the fused path
+            keys, values = (x.keys, x.values) if pending is None else (x.keys[pending], x.values[pending])
+            torch.testing.assert_close(keys, z.keys)
+            torch.testing.assert_close(values, z.values)
+        if not layout:
+            assert all(layer.pending is not None for layer in a.cache.layers)
 
 
 def _brute_force_two_steps(model, prompt, eos, alpha):

@@ -29,7 +29,7 @@ import inspect
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -116,6 +116,53 @@ class _PromptLayer(DynamicLayer):
         self._views()
 
 
+class _DeferredLayer(DynamicLayer):
+    """A full-attention layer whose reorder waits for the next write: ``take(idx)`` only records
+    the rows, and the next ``update`` gathers them straight into the grown cache, one copy where
+    ``index_select`` then ``DynamicLayer``'s concatenation are two (``generate`` makes both).
+    :meth:`settle` applies a waiting reorder for any reader of ``keys``/``values`` rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: torch.Tensor | None = None  # int64 [k']: the rows the cache holds next
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        idx, self.pending = self.pending, None
+        if idx is None or self.keys is None or self.keys.dim() < 4:  # nothing waits, or nothing cached yet
+            return super().update(key_states, value_states, *args, **kwargs)
+        self.keys, self.values = _gathered(self.keys, idx, key_states), _gathered(self.values, idx, value_states)
+        return self.keys, self.values
+
+    def take(self, idx: torch.Tensor) -> None:
+        """Keep rows ``idx`` (applied at the next write, or by :meth:`settle`)."""
+        self.pending = idx if self.pending is None else self.pending.index_select(0, idx)
+
+    def settle(self) -> None:
+        if self.pending is not None:
+            if self.keys is not None and self.keys.dim() == 4:
+                self.keys, self.values = self.keys.index_select(0, self.pending), self.values.index_select(0, self.pending)
+            self.pending = None
+
+
+def _gathered(cache: torch.Tensor, idx: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``cat([cache[idx], new], dim=2)`` in one pass: ``[k, h, t, d]`` rows ``idx`` and ``new``
+    ``[k', h, q, d]`` written into one new ``[k', h, t + q, d]`` tensor."""
+    t = cache.shape[2]
+    out = cache.new_empty((idx.shape[0], cache.shape[1], t + new.shape[2], cache.shape[3]))
+    torch.index_select(cache, 0, idx, out=out[:, :, :t])
+    out[:, :, t:] = new
+    return out
+
+
+def _settled(cache: Any) -> Any:
+    """``cache`` with every waiting reorder of its layers applied (before its rows are read)."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, _DeferredLayer):
+            layer.settle()
+    return cache
+
+
 def _plain_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
     """A ``DynamicLayer`` holding ``keys`` and ``values`` ``[k, heads, t, dh]``."""
     layer = DynamicLayer()
@@ -127,6 +174,7 @@ def _plain_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
 @select_state.register(DynamicCache)
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
+    _settled(cache)
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
@@ -134,7 +182,7 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
         if not hasattr(layer_, "keys"):
             raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
                             "not supported; register a function for them with select_state.register")
-        if isinstance(layer_, _PromptLayer):
+        if isinstance(layer_, (_PromptLayer, _DeferredLayer)):
             out.layers.append(_plain_layer(select_state(layer_.keys, idx), select_state(layer_.values, idx)))
             continue
         new = copy.copy(layer_)
@@ -244,7 +292,8 @@ def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tupl
     """Drop the leading cache columns that are padding for every row left (rows that joined a
     refill search later were left-padded to the oldest row's length), so the cache does not keep
     growing with the length of the whole run (full-attention caches only: a sliding-window layer
-    keeps its own window). Returns the mask ``[k, M]`` and the columns left."""
+    keeps its own window; a reorder waiting in a layer is not applied: it indexes rows, this
+    drops columns). Returns the mask ``[k, M]`` and the columns left."""
     full = all(getattr(layer, "keys", None) is not None and layer.keys.dim() == 4 and layer.keys.shape[2] == columns
                for layer in cache.layers)
     lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
@@ -265,6 +314,8 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
     (and right-padded with 1, the columns of tokens to come, to the widest), positions per row as
     they were. Rows of a state whose prompt logits are unused yet keep them (``pending``)."""
     t = max(s.columns for s in states)
+    for s in states:
+        _settled(s.cache)
     cache = copy.copy(states[0].cache)
     cache.layers = []
     for i, layer in enumerate(states[0].cache.layers):
@@ -272,6 +323,12 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
         values = torch.cat(pad_axis([s.cache.layers[i].values for s in states], 2, 0.0, side="left"))
         if isinstance(layer, _PromptLayer):  # the rows of several searches share no prompt columns
             cache.layers.append(_plain_layer(keys, values))
+            continue
+        if isinstance(layer, _DeferredLayer):
+            deferred = _DeferredLayer()
+            deferred.lazy_initialization(keys, values)
+            deferred.keys, deferred.values = keys, values
+            cache.layers.append(deferred)
             continue
         new = copy.copy(layer)
         new.keys, new.values = keys, values
@@ -336,6 +393,8 @@ def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
     the cross-attention cache is left empty, so the next call computes it for every row from the
     encoder output (it is a function of that alone)."""
     t = max(s.fed for s in states)
+    for s in states:
+        _settled(s.cache.self_attention_cache)
     like = next((s for s in states if s.fed), None)
     self_cache = copy.copy(states[0].cache.self_attention_cache)
     self_cache.layers = []
@@ -415,6 +474,9 @@ def _reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool 
         layer_: Any = layer
         if isinstance(layer_, _PromptLayer):
             layer_.take(idx, same_inputs)
+            continue
+        if isinstance(layer_, _DeferredLayer):
+            layer_.take(idx)
             continue
         if not hasattr(layer_, "keys"):
             raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
@@ -593,23 +655,23 @@ _CAPACITY = 64  # generated-token columns allocated at once when max_new_tokens 
 
 def _keeps_prompt(width: int, room: int) -> bool:
     """Whether a prefill of ``width`` prompt columns, with ``room`` generated columns to come,
-    keeps the prompt in place (:func:`_prompt_cache`): when the prompt is at least the generated
+    keeps the prompt in place (:func:`_adapter_cache`): when the prompt is at least the generated
     part (either way the results are the same)."""
     return width >= room
 
 
-def _prompt_cache(model: Any, room: int) -> dict[str, DynamicCache]:
-    """The prefill's cache keyword: a ``DynamicCache`` for the model whose full-attention layers
-    keep the prompt in place (:class:`_PromptLayer`, ``room`` generated columns allocated at
-    once); nothing (the model's own cache) when it has no such layer. Used when the prompt
-    columns are at least the generated ones: then gathering only the generated columns at each
-    reorder, and writing each step's column in place, saves more than the strided reads cost
-    (with short prompts it measured slower than the model's own cache; :func:`_keeps_prompt`)."""
+def _adapter_cache(model: Any, layer: Callable[[], DynamicLayer]) -> DynamicCache:
+    """A ``DynamicCache`` for ``model`` whose full-attention layers (exactly ``DynamicLayer``)
+    are ``layer()`` (sliding-window and other layers stay the model's own):
+
+    - :class:`_PromptLayer` when the prompt columns are at least the generated ones
+      (:func:`_keeps_prompt`): gathering only the generated columns at each reorder, and writing
+      each step's column in place, saves more than the strided reads cost (with short prompts it
+      measured slower);
+    - :class:`_DeferredLayer` otherwise: each reorder is gathered into the next step's write."""
     cache = DynamicCache(config=model.config)
-    if not any(type(layer) is DynamicLayer for layer in cache.layers):
-        return {}
-    cache.layers = [_PromptLayer(room) if type(layer) is DynamicLayer else layer for layer in cache.layers]
-    return {_cache_keyword(model): cache}
+    cache.layers = [layer() if type(existing) is DynamicLayer else existing for existing in cache.layers]
+    return cache
 
 
 @torch.no_grad()
@@ -655,9 +717,12 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     cache_kw = _cache_keyword(model)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     width = ids.shape[1]
-    cache = _prompt_cache(model, capacity) if _keeps_prompt(width, capacity) else {}
+    layer: Callable[[], DynamicLayer] = (lambda: _PromptLayer(capacity)) if _keeps_prompt(width, capacity) \
+        else _DeferredLayer
+    cache = _adapter_cache(model, layer)
     # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
-    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep, **cache)
+    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep,
+                 **{cache_kw: cache})
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
     prepared.init_state = CausalState(_cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
                                       torch.arange(len(rows), device=device))
@@ -722,7 +787,7 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
     prepared.forward_seconds += time.perf_counter() - t0
     prepared.forward_calls += 1
-    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    cache = EncoderDecoderCache(_adapter_cache(model, _DeferredLayer), DynamicCache(config=model.config))
     cache_kw = _cache_keyword(model)
     prepared.init_state = Seq2SeqState(cache, hidden, mask, 0, torch.arange(len(rows), device=device))
 
