@@ -29,7 +29,7 @@ if os.environ.get("MUTANT_UNDER_TEST"):
 def layout(request, monkeypatch):
     """Both cache layouts of the causal adapter, whatever the prompt and output lengths: the
     prompt kept in place (preallocated buffers, only generated columns gathered at a reorder)
-    and the model's own ``DynamicCache``."""
+    and each reorder deferred into the next cache write (``_DeferredLayer``)."""
     hf = pytest.importorskip("beamsearch.hf")
 
     keep = request.param == "prompt in place"

@@ -321,6 +321,8 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     (["--mode", "exact", "--node-budget", "0"], "--node-budget must be >= 1; got 0"),
     (["--mode", "exact", "--token-logprobs"], "--token-logprobs does not apply to mode 'exact'"),
     (["--mode", "exact", "--max-tokens", "100"], "--max-tokens does not apply to mode 'exact'"),
+    (["--mode", "exact", "--beam", "2", "--n-best", "6", "--max-rows", "4"],
+     "--max-rows must be >= max(--beam, --n-best)=6; got 4"),
     (["--temperature", "0"], "--temperature"),
 ])
 def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
@@ -424,3 +426,18 @@ def test_decode_exact_mode_equals_exact_search_alone(tmp_path):
     code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--max-steps", "6",
                                "--node-budget", "3")
     assert code == 0 and not all(r["proven"] for r in records)
+
+
+def test_decode_exact_mode_never_passes_more_than_max_rows(monkeypatch, tmp_path):
+    """The seed search of a line holds max(beam, n_best) rows: lines are batched by that."""
+    seen = []
+    step = corpus._ToyModel.step
+
+    def counting(self, state, y_prev):
+        seen.append(len(y_prev))
+        return step(self, state, y_prev)
+
+    monkeypatch.setattr(corpus._ToyModel, "step", counting)
+    code, _ = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--n-best", "6",
+                         "--max-rows", "12", "--max-steps", "4")
+    assert code == 0 and seen and max(seen) <= 12

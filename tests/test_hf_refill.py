@@ -220,3 +220,72 @@ def test_a_model_whose_positions_cannot_be_given_per_row_refuses_a_joined_state(
     monkeypatch.setattr(hf, "joinable", lambda model: False)
     with pytest.raises(TypeError, match="rows of BartForConditionalGeneration at different steps cannot share a call"):
         a.step(joined, torch.tensor([4, START]))
+
+
+def _tiny(name):
+    """Small random-weight encoder-decoders beyond the eight of test_hf_models (vocabulary 61,
+    the same special ids)."""
+    from test_hf_models import _SEQ2SEQ
+
+    torch.manual_seed(3)
+    if name == "mbart":
+        model = transformers.MBartForConditionalGeneration(transformers.MBartConfig(**_SEQ2SEQ))
+    elif name == "pegasus":
+        model = transformers.PegasusForConditionalGeneration(transformers.PegasusConfig(**_SEQ2SEQ))
+    elif name == "m2m100":
+        model = transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**_SEQ2SEQ))
+    else:  # fsmt: its own sinusoidal table, positions from padding_idx + 1
+        cfg = transformers.FSMTConfig(langs=["en", "de"], src_vocab_size=61, tgt_vocab_size=61, d_model=32,
+                                      encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                      max_position_embeddings=40, pad_token_id=0, bos_token_id=1, eos_token_id=3,
+                                      decoder_start_token_id=2, forced_eos_token_id=None)
+        model = transformers.FSMTForConditionalGeneration(cfg)
+    model.eval()
+    model.generation_config.decoder_start_token_id = 2
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model
+
+
+@pytest.mark.parametrize("name", ["mbart", "pegasus"])
+def test_more_position_tables_refill_equal_each_source_alone(name):
+    """mBART (a learned table offset by 2, like BART) and Pegasus (a sinusoidal table, like
+    Marian) under refill: each source as decoded alone."""
+    from beamsearch.hf import joinable, seq2seq_lm
+
+    model = _tiny(name)
+    assert joinable(model)
+    steps = [6, 4, 9, 5, 7, 3, 8]
+    items = [{"prompt": [2], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps)]
+    got, stats = seq2seq_streamed(model, items, max_rows=5, eos=3, beam_size=2, n_best=2, max_steps=9)
+    assert stats.mixed_calls > 0
+    for i, (src, s) in enumerate(zip(SOURCES, steps)):
+        dec = seq2seq_lm(model, [src], eos_token_id=3, max_new_tokens=s)
+        want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=s,
+                                 beam_size=2, n_best=2)[0]
+        assert [(h.tokens, h.finished) for h in got[i].hypotheses] == [(h.tokens, h.finished) for h in want], i
+        assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(got[i].hypotheses, want))
+
+
+@pytest.mark.parametrize("name", ["fsmt", "m2m100"])
+def test_decoders_of_unknown_positions_are_not_joined_and_exact_search_still_works(name):
+    """FSMT (its table's row for position p is p + padding_idx + 1) and M2M100 (positions made on
+    the fly) are not joinable: decoded in fixed batches. exact_search copies their state (a join
+    of one state at one step, which stays plain) and equals an exhaustive beam for two steps
+    (beam = V keeps every first token, so every output of at most two tokens is ranked)."""
+    from beamsearch import exact_search
+    from beamsearch.hf import joinable, seq2seq_lm
+
+    model = _tiny(name)
+    assert not joinable(model)
+    sources = [[5, 17, 33, 8], [9, 10]]
+    dec = seq2seq_lm(model, sources, eos_token_id=3, max_new_tokens=2)
+    got = exact_search(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=2, n_best=2, batch_rows=7)
+    dec = seq2seq_lm(model, sources, eos_token_id=3, max_new_tokens=2)
+    want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=2, beam_size=61,
+                             n_best=2)
+    assert got.proven.all()
+    for g, w in zip(got, want):
+        assert [(h.tokens, h.finished) for h in g] == [(h.tokens, h.finished) for h in w]
+        assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)

@@ -66,7 +66,6 @@ class StreamStats:
 
     Attributes:
         max_rows: the row budget per model call.
-        max_tokens: the token budget (None: none).
         calls: model calls made.
         rows: rows passed, over all calls.
         mixed_calls: calls whose rows came from more than one cohort (inputs that joined at
@@ -74,16 +73,17 @@ class StreamStats:
         cohorts: cohorts started (each a set of inputs joining at one call).
         inputs: results yielded (errors included).
         errors: results yielded with an error.
+        max_tokens: the token budget per model call (None: none).
     """
 
     max_rows: int
-    max_tokens: int | None = None
     calls: int = 0
     rows: int = 0
     mixed_calls: int = 0
     cohorts: int = 0
     inputs: int = 0
     errors: int = 0
+    max_tokens: int | None = None
 
     @property
     def rows_per_call(self) -> float:
@@ -129,7 +129,7 @@ class _Input:
     fields: dict[str, Any]
     item: Any
     plan: Plan
-    tokens: int  # what it reserves of max_tokens: rows x (prompt + max_steps)
+    width: int  # the most positions one of its rows can hold: prompt + max_steps
 
 
 class _Cohort:
@@ -179,7 +179,7 @@ class Stream(Iterator[Decoded]):
             raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
                              f"({self._rows}, its beam size); raise max_rows or lower the beam")
         self._join_rows = min(min_join, max_rows // self._rows) * self._rows  # the room a join waits for
-        self.stats = StreamStats(max_rows, max_tokens)
+        self.stats = StreamStats(max_rows, max_tokens=max_tokens)
         self._run = self._decode(iter(inputs))
 
     def __iter__(self) -> Stream:
@@ -215,20 +215,19 @@ class Stream(Iterator[Decoded]):
             plan = self._plan([fields], np.array([index]))
             if vocab is not None:
                 check.token_ids_below(plan.opts.controls.vocab_checks, vocab)
-            tokens = self._tokens(plan)
+            width = self._width(plan)
         except (TypeError, ValueError) as error:
             return Decoded(index, [], error)
-        return _Input(index, fields, item, plan, tokens)
+        return _Input(index, fields, item, plan, width)
 
-    def _tokens(self, plan: Plan) -> int:
-        """What an input reserves of ``max_tokens``: the most positions its rows can hold at
-        once, rows x (prompt + max_steps). Raises when that alone is over the budget."""
+    def _width(self, plan: Plan) -> int:
+        """The most positions one row of an input can hold, prompt + max_steps. Raises when its
+        rows alone (rows x that) are over ``max_tokens``."""
         prompt, steps = len(plan.opts.prompts[0]), int(plan.opts.controls.max_steps[0])
-        tokens = self._rows * (prompt + steps)
-        if self._max_tokens is not None and tokens > self._max_tokens:
-            raise ValueError(f"the input needs {tokens} tokens ({self._rows} rows x (prompt {prompt} + max_steps "
-                             f"{steps})), more than max_tokens={self._max_tokens}")
-        return tokens
+        if self._max_tokens is not None and self._rows * (prompt + steps) > self._max_tokens:
+            raise ValueError(f"the input needs {self._rows * (prompt + steps)} tokens ({self._rows} rows x (prompt "
+                             f"{prompt} + max_steps {steps})), more than max_tokens={self._max_tokens}")
+        return prompt + steps
 
     def _decode(self, inputs: Iterator[Any]) -> Iterator[Decoded]:
         stats, rows = self.stats, self._rows
@@ -236,8 +235,8 @@ class Stream(Iterator[Decoded]):
         cohorts: list[_Cohort] = []
         state, tokens, index, vocab = None, np.zeros(0, np.int64), None, None
         reserved, position, exhausted, failure = 0, 0, False, None
-        held: dict[int, int] = {}  # stream position -> tokens reserved, of the inputs in flight
-        held_tokens, budget = 0, self._max_tokens
+        held: dict[int, int] = {}  # stream position -> width (prompt + max_steps), of the inputs in flight
+        budget = self._max_tokens
         while True:
             joining = []
             room = stats.max_rows - reserved
@@ -260,12 +259,11 @@ class Stream(Iterator[Decoded]):
                         yield self._count(read)
                         continue
                     waiting.append(read)
-                if budget is not None and held_tokens + waiting[0].tokens > budget:
-                    break  # in stream order: the next input waits for its tokens
+                if budget is not None and (reserved + rows) * max([waiting[0].width, *held.values()]) > budget:
+                    break  # in stream order: the next input waits until the padded rows fit
                 joining.append(waiting.popleft())
                 reserved, room = reserved + rows, room - rows
-                held[joining[-1].index] = joining[-1].tokens
-                held_tokens += joining[-1].tokens
+                held[joining[-1].index] = joining[-1].width
             for group in _groups(joining):
                 cohort, init = self._join(group)
                 cohorts.append(cohort)
@@ -278,7 +276,7 @@ class Stream(Iterator[Decoded]):
                     raise failure
                 if waiting:  # nothing in flight holds rows or tokens: the next input always fits
                     raise RuntimeError(f"decode_stream: {len(waiting)} inputs wait with nothing in flight "
-                                       f"(rows reserved {reserved}, tokens {held_tokens}); this is a bug")
+                                       f"(rows reserved {reserved}, inputs held {len(held)}); this is a bug")
                 return
             logits, new_state = check.step_output(self._step_fn(state, index(tokens)))
             x = backend_of(logits).compute(logits)
@@ -290,7 +288,7 @@ class Stream(Iterator[Decoded]):
                 errors, left = self._check_ids(cohorts, vocab, waiting)
                 reserved -= len(left) * rows
                 for i in left:
-                    held_tokens -= held.pop(i)
+                    del held[i]
                 for error in errors:
                     yield self._count(error)
             parents, next_tokens, live, offset = [], [], [], 0
@@ -302,7 +300,7 @@ class Stream(Iterator[Decoded]):
                 parent = cohort.search.advance(x[offset : offset + k])  # --> [k'], rows of its block
                 for result in cohort.stopped():
                     reserved -= rows
-                    held_tokens -= held.pop(result.index)
+                    del held[result.index]
                     yield self._count(result)
                 if cohort.search.beam.size:
                     parents.append(parent + offset)
@@ -414,11 +412,13 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
             ``source``: anything, left to ``make_state`` (the text or ids an encoder reads).
         max_rows: the most rows per model call, >= the beam size: an input joins only when its
             beam size fits beside the beam sizes of the inputs in flight.
-        max_tokens: None, or the most tokens the rows of one call may hold (what a KV cache
-            holds: each row its prompt and the tokens generated so far). An input reserves
-            ``beam size x (len(prompt) + its max_steps)`` from joining to stopping and joins, in
-            stream order, only when that fits beside the inputs in flight; an input that alone
-            needs more is an error result (the stream goes on).
+        max_tokens: None, or the most decoder tokens the rows of one call may hold, padding
+            included (what a KV cache shared by rows of different lengths holds: every row as wide
+            as the widest). A row of an input holds at most ``len(prompt) + its max_steps``
+            positions; an input joins, in stream order, only when ``(rows in flight + its beam
+            size) x (the widest such width in flight, its own included)`` fits; an input whose
+            own rows need more is an error result (the stream goes on). An encoder's side (its
+            output, a cross-attention cache) is not counted.
         min_join: >= 1; new inputs join only when at least this many fit at once (or nothing is
             in flight). Each cohort costs the search a fixed overhead per step (its own scoring and
             selection), so joining a few at a time can be faster than keeping every call full;

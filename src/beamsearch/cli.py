@@ -260,10 +260,13 @@ def decode_command(args: argparse.Namespace) -> int:
     _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
     max_steps = _max_steps(args.max_steps)
     rows = args.k if args.mode == "stochastic" and args.k is not None else args.beam
+    if args.mode == "exact":
+        rows = max(args.beam, args.n_best)  # the seed search's rows per line
     if args.mode not in ("stochastic", "exact") and args.n_best > args.beam:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
     if args.max_rows < rows:
-        what = f"--k={args.k}" if args.mode == "stochastic" else f"--beam={args.beam}"
+        what = {"stochastic": f"--k={args.k}", "exact": f"max(--beam, --n-best)={rows}"}.get(args.mode,
+                                                                                         f"--beam={args.beam}")
         raise _CliError(f"beamsearch: error: --max-rows must be >= {what}; got {args.max_rows}", 2)
     if args.max_tokens is not None:
         _positive(args, "--max-tokens")
@@ -493,8 +496,9 @@ def _parser() -> _Parser:
                         "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit)")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
-                   help="most decoder tokens the rows of one model call may hold (a line reserves rows x (prompt "
-                        "tokens + its max steps) while decoded; a line needing more alone gets an error record)")
+                   help="most decoder tokens the rows of one model call may hold, padding included: lines join "
+                        "when (rows in flight + theirs) x (the widest prompt + max steps among them) fits; a line "
+                        "whose own rows need more gets an error record")
     p.add_argument("--mode", choices=("beam", "constrained", "diverse", "stochastic", "exact"), default="beam",
                    help="beam search; constrained beam search (--constraint, or each JSON line's constraints); "
                         "diverse beam search (--groups, --diversity-penalty); stochastic beam search (--k samples "

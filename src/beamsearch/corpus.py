@@ -234,10 +234,10 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             ``max_steps`` overrides both, up to ``model.max_steps``.
         max_rows: the most rows (hypotheses) per model call, >= the rows of one line (``beam``,
             or ``k``).
-        max_tokens: None, or the most decoder tokens the rows of one call may hold: a line
-            reserves rows x (its prompt tokens + its max_steps) while it is decoded
-            (:func:`beamsearch._refill.decode_stream`); a line that alone needs more gets an
-            error record.
+        max_tokens: None, or the most decoder tokens the rows of one call may hold, padding
+            included: lines join only when (rows in flight + theirs) x (the widest prompt +
+            max_steps among them) fits (:func:`beamsearch._refill.decode_stream`); a line whose
+            own rows need more gets an error record. Not for exact mode.
         no_repeat_ngram, min_new_tokens, temperature, top_k: as ``no_repeat_ngram_size`` /
             ``min_new_tokens`` / ``temperature`` / ``top_k`` of :func:`~beamsearch.beam_search_batch`.
         stop_sequences: target texts (each through ``model.tokens``) that finish an output like eos.
@@ -270,7 +270,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                               ordered=ordered, node_budget=node_budget, token_logprobs=token_logprobs)
     every_line = search.pop("constraints", None)  # constrained: the lines without their own
     rows = {"stochastic": "k", "exact": "seed_beam"}.get(mode, "beam_size")
-    rows = search[rows]
+    rows = search[rows] if mode != "exact" else max(search["seed_beam"], search["n_best"])  # the seed's rows
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
     # a model without refill (its states cannot be joined) decodes in fixed batches: inputs join
@@ -311,6 +311,9 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         from beamsearch import exact_search
 
         exact_search(model.step, None, [], batch_rows=max_rows, **search)  # checks the keywords; no model call
+        if max_rows < rows:
+            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line's seed search ({rows}: "
+                             "max(beam, n_best)); raise max_rows")
         results: Iterable[Decoded] = _exact_results(model, items(), search, max(1, max_rows // rows), max_rows)
     else:
         results = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
@@ -332,7 +335,8 @@ def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, 
     """Mode ``exact``: :func:`~beamsearch.exact_search` over ``lines`` items at a time (their
     stream positions counted from 0), ``rows`` rows per model call. A batch that raises a
     ``ValueError`` / ``TypeError`` (an input's token id outside the model's vocabulary, found at
-    its first call) is decoded again one item at a time, so only the bad item gets the error."""
+    its first call) is decoded again one item at a time, so only the bad items get the error;
+    when every one of them fails, the error is the model's, not theirs, and is raised."""
     from beamsearch import exact_search
 
     def run(batch: list[dict]) -> Any:
@@ -349,8 +353,10 @@ def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, 
             if len(batch) == 1:
                 yield Decoded(start, [], error)
                 return
-            for j, item in enumerate(batch):
-                yield from decoded([item], start + j)
+            alone = [d for j, item in enumerate(batch) for d in decoded([item], start + j)]
+            if all(d.error is not None for d in alone):
+                raise
+            yield from alone
             return
         for j, hyps in enumerate(found):
             yield Decoded(start + j, hyps, None, {"proven": bool(found.proven[j]), "expanded": int(found.expanded[j])})

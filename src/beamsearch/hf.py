@@ -261,7 +261,7 @@ class Seq2SeqState(NamedTuple):
     encoder_mask: torch.Tensor  # int64 [k, S]
     fed: int  # decoder cache columns (every row's): the step's token goes to column fed
     source: torch.Tensor  # int64 [k]: the source each row decodes (what the encoder-side rows depend on)
-    mask: torch.Tensor | None = None  # int64 [k, M], M > fed: 0 on decoder cache columns that are padding (None: none are)
+    mask: torch.Tensor | None = None  # int64 [k, M], M >= fed: 0 on decoder cache columns that are padding (None: none are)
     positions: torch.Tensor | None = None  # int64 [k]: the decoder position of each row's next token (None: fed)
 
 
@@ -416,28 +416,42 @@ def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
         self_cache.layers.append(_plain_layer(keys, values))
     cross = copy.copy(states[0].cache.cross_attention_cache)
     cross.layers = [DynamicLayer() for _ in states[0].cache.cross_attention_cache.layers]
+    hidden = torch.cat(pad_axis([s.encoder_hidden for s in states], 1, 0.0, side="right"))
+    encoder_mask = torch.cat(pad_axis([s.encoder_mask for s in states], 1, 0, side="right"))
+    sources = _joined_sources([s.source for s in states])
+    if all(s.fed == t and s.mask is None for s in states):  # one step, no padding: the plain state
+        return Seq2SeqState(EncoderDecoderCache(self_cache, cross), hidden, encoder_mask, t, sources)
     ones = [s.mask if s.mask is not None else s.encoder_mask.new_ones(s.source.shape[0], s.fed) for s in states]
     positions = [s.positions if s.positions is not None else s.source.new_full(s.source.shape, s.fed) for s in states]
-    return Seq2SeqState(EncoderDecoderCache(self_cache, cross),
-                        torch.cat(pad_axis([s.encoder_hidden for s in states], 1, 0.0, side="right")),
-                        torch.cat(pad_axis([s.encoder_mask for s in states], 1, 0, side="right")),
-                        t, _joined_sources([s.source for s in states]),
+    return Seq2SeqState(EncoderDecoderCache(self_cache, cross), hidden, encoder_mask, t, sources,
                         _joined_mask(ones, [s.fed for s in states]), torch.cat(positions))
 
 
 def joinable(model: Any) -> bool:
     """Whether states of ``seq2seq_lm`` for ``model`` at different steps can be joined (refill):
-    the decoder has a table of absolute positions (``embed_positions``, an ``nn.Embedding``:
-    BART, Marian), whose rows are read per row, or relative positions only (T5), which padding on
-    the left does not change. Decoder-only models always can (:func:`causal_lm`)."""
+    the decoder's absolute positions come from a table whose row for position p is known (BART
+    and mBART: row p + 2; Marian and Pegasus: row p), so each row's can be read, or it has
+    relative positions only (T5), which padding on the left does not change. Any other decoder
+    (FSMT, M2M100 / NLLB, ...) is not joinable: decode it in fixed batches. Decoder-only models
+    always can (:func:`causal_lm`)."""
     if not model.config.is_encoder_decoder:
         return True
     return _position_table(model) is not None or _relative_positions(model)
 
 
-def _position_table(model: Any) -> torch.nn.Embedding | None:
+_TABLE_OFFSETS = {"BartLearnedPositionalEmbedding": 2, "MBartLearnedPositionalEmbedding": 2,
+                  "MarianSinusoidalPositionalEmbedding": 0, "PegasusSinusoidalPositionalEmbedding": 0}
+"""Position tables whose row for decoder position p is row ``p + offset`` (their forward reads
+``position_ids + offset``; tested in tests/test_hf_refill.py)."""
+
+
+def _position_table(model: Any) -> tuple[torch.nn.Embedding, int] | None:
+    """The decoder's position table and its offset, when it is one of :data:`_TABLE_OFFSETS`."""
     table = getattr(model.get_decoder(), "embed_positions", None)
-    return table if isinstance(table, torch.nn.Embedding) else None
+    offset = _TABLE_OFFSETS.get(type(table).__name__)
+    if not isinstance(table, torch.nn.Embedding) or offset is None:
+        return None
+    return table, offset
 
 
 def _relative_positions(model: Any) -> bool:
@@ -456,8 +470,9 @@ class _RowPositions:
 
     def __enter__(self) -> None:
         if self.table is not None:
-            rows = self.positions[:, None] + getattr(self.table, "offset", 0)  # --> [k, 1]
-            self.handle = self.table.register_forward_hook(
+            table, offset = self.table
+            rows = self.positions[:, None] + offset  # --> [k, 1]
+            self.handle = table.register_forward_hook(
                 lambda module, args, out: torch.nn.functional.embedding(rows, module.weight).to(out.dtype))
 
     def __exit__(self, *exc: Any) -> None:
