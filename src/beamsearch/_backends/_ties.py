@@ -18,6 +18,8 @@ def order_top(idx: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Sort each row of ``(idx, val) [G, m]`` by value descending, then index ascending."""
     if idx.shape[1] == 1:
         return idx, val
+    if (val[:, 1:] < val[:, :-1]).all():  # already strictly by value (a sorted top-k without ties)
+        return idx, val
     order = np.lexsort((idx, -val))  # --> [G, m]: along the last axis, by -val then idx
     rows = np.arange(idx.shape[0])[:, None]
     return idx[rows, order], val[rows, order]

@@ -61,13 +61,18 @@ class BatchBeam:
         if finished.size == 0:
             return state
         inputs = scores.beam.input[finished.parent]
+        count = np.bincount(inputs, minlength=state.top.shape[0])
+        if self.n_best == 1:  # each input's best: one maximum per input, no sort
+            best = np.full(state.top.shape[0], -np.inf)
+            np.maximum.at(best, inputs, score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha))
+            return BatchState(np.maximum(state.top, best[:, None]), state.n_finished + count)
         start, length = runs(inputs)
         slot = np.arange(inputs.shape[0]) - np.repeat(start, length)  # position within its input
         new = np.full((state.top.shape[0], int(length.max())), -np.inf)  # --> [N, most finished]
         new[inputs, slot] = score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha)
         merged = np.concatenate([state.top, new], axis=1)  # --> [N, n_best + most finished]
         top = -np.sort(-merged)[:, : self.n_best]
-        return BatchState(top, state.n_finished + np.bincount(inputs, minlength=state.top.shape[0]))
+        return BatchState(top, state.n_finished + count)
 
     def stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:
         """bool ``[N]``: inputs with n_best finished that no live row can still beat."""
