@@ -634,3 +634,78 @@ def test_a_bad_token_budget_is_refused_before_any_call(bad, error):
         decode_stream(model.step, make_state_for(model), PROMPTS, max_rows=6, max_tokens=bad, beam_size=3,
                       eos_token_id=EOS, max_steps=MAX_STEPS)
     assert model.calls == []
+
+
+def _stochastic_kwargs():
+    return dict(k=2, seed=11, eos_token_id=EOS, max_steps=MAX_STEPS)
+
+
+def test_a_dropped_cohort_before_a_live_one_in_the_first_call():
+    """Stochastic inputs with and without their own seed join the first call as two cohorts (the
+    stream-seeded one first). The first holds an id >= V and is dropped at that call: the second,
+    after it in the call, still gets its own rows' logits and its results alone."""
+    model = SequenceModel(TABLE)
+    items = [{"prompt": [0, V + 1]}, {"prompt": PROMPTS[2], "seed": 5}, {"prompt": PROMPTS[3], "seed": 6}]
+    s = decode_stream(model.step, make_state_for(model), items, max_rows=9, mode="stochastic", **_stochastic_kwargs())
+    got = {r.index: r for r in s}
+    assert "prompts" in str(got[0].error)
+    for i in (1, 2):
+        f = items[i]
+        one = SequenceModel(TABLE)
+        want = stochastic_beam_search(one.step, one.init_state([f["prompt"]]), [f["prompt"]],
+                                      **{**_stochastic_kwargs(), "seed": [f["seed"]]})
+        assert got[i].error is None and got[i].hypotheses == want[0]
+
+
+def test_two_dropped_cohorts_in_the_first_call_keep_every_companion():
+    """Both cohorts of the first call hold a bad id: both errors are reported, and both good
+    companions join again (the stream-seeded one keeps the noise of its stream position)."""
+    model = SequenceModel(TABLE)
+    items = [{"prompt": [0, V + 1]}, PROMPTS[1], {"prompt": PROMPTS[2], "seed": 5}, {"prompt": [1, V + 2], "seed": 6}]
+    made = []
+
+    def make_state(batch):
+        made.append(len(batch))
+        return make_state_for(model)(batch)
+
+    s = decode_stream(model.step, make_state, items, max_rows=12, mode="stochastic", **_stochastic_kwargs())
+    got = {r.index: r for r in s}
+    assert sorted(got) == [0, 1, 2, 3] and made[:2] == [2, 2]
+    assert "prompts" in str(got[0].error) and "prompts" in str(got[3].error)
+    one = SequenceModel(TABLE)
+    stand_ins = [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[3]]  # input 1's noise: that of position 1
+    whole = stochastic_beam_search(one.step, one.init_state(stand_ins), stand_ins, **_stochastic_kwargs())
+    assert got[1].error is None and got[1].hypotheses == whole[1]
+    one = SequenceModel(TABLE)
+    alone2 = stochastic_beam_search(one.step, one.init_state([PROMPTS[2]]), [PROMPTS[2]],
+                                    **{**_stochastic_kwargs(), "seed": [5]})
+    assert got[2].error is None and got[2].hypotheses == alone2[0]
+
+
+def test_make_state_with_the_wrong_rows_is_refused():
+    model = SequenceModel(TABLE)
+
+    def make_state(batch):
+        return make_state_for(model)(list(batch) + [batch[0]])  # one row too many
+
+    with pytest.raises(ValueError, match=r"make_state\(items\)"):
+        list(decode_stream(model.step, make_state, PROMPTS[:2], max_rows=6, beam_size=3, eos_token_id=EOS,
+                           max_steps=MAX_STEPS))
+
+
+def test_min_join_waits_for_room_even_with_one_row_per_input():
+    """Beam 1: an input needs one row, but new inputs wait until min_join of them fit (every
+    make_state batch but the last has at least min_join items), and the results are the same."""
+    model = SequenceModel(TABLE)
+    made = []
+
+    def make_state(batch):
+        made.append(len(batch))
+        return make_state_for(model)(batch)
+
+    s = decode_stream(model.step, make_state, PROMPTS, max_rows=4, min_join=3, beam_size=1, eos_token_id=EOS,
+                      max_steps=MAX_STEPS)
+    got = {r.index: r.hypotheses for r in s}
+    assert len(made) > 2 and all(n >= 3 for n in made[:-1])
+    want = alone("beam", PROMPTS, dict(beam_size=1), "numpy")
+    assert all(got[i] == want[i][0] for i in range(len(PROMPTS)))
