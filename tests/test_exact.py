@@ -16,6 +16,7 @@ import pytest
 
 from beamsearch import Hypothesis, beam_search_batch, select_state
 from beamsearch._exact import ExactResults, exact_search
+from beamsearch._state import concat_state
 from models import SequenceModel, random_table
 from oracle_controls import PENALTIES, ends_with_stop, eos_ids, process_row, reference_score
 
@@ -262,11 +263,13 @@ PROCESSING = [
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [64, 1])  # 1: every call one row, a processor's history read through an offset
 @pytest.mark.parametrize("processing", PROCESSING, ids=[str(p) for p in PROCESSING])
-def test_processors_are_applied(processing, backend):
+def test_processors_are_applied(processing, rows, backend):
     table = random_table(4, 31, eos=3)
     prompts = [[0, 1], [2]]
-    results, _ = run_exact(table, prompts, backend, eos_token_id=3, max_steps=4, alpha=0.6, n_best=2, **processing)
+    results, _ = run_exact(table, prompts, backend, eos_token_id=3, max_steps=4, alpha=0.6, n_best=2,
+                           batch_rows=rows, **processing)
     oracle = dict(temperature=processing.get("temperature", 1.0), top_k=processing.get("top_k"),
                   ngram=processing.get("no_repeat_ngram_size", 0))
     for prompt, hyps in zip(prompts, results):
@@ -326,6 +329,100 @@ def test_growing_cache_state_rows_are_joined_and_gathered(backend):
                            alpha=0.6, n_best=2, batch_rows=2)
     for prompt, hyps in zip(prompts, results):
         assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
+
+
+class InPlace:
+    """A state object that the search reorders, and the model extends, in place (as a Hugging
+    Face KV cache is): ``select_state`` gathers its rows into the same object and returns it, and
+    the step writes the new rows into the object it was given."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+
+@select_state.register(InPlace)
+def _select_in_place(state, idx):
+    state.inner = select_state(state.inner, idx)
+    return state
+
+
+def _concat_in_place(states):
+    return InPlace(concat_state([s.inner for s in states]))
+
+
+@pytest.mark.parametrize("rows", [64, 2, 1])
+def test_a_state_changed_in_place_is_copied_where_it_is_read_twice(rows):
+    """The seed search and every call of a step but the last read a copy; otherwise the seed's
+    reorders and each call's extension would corrupt the rows the next reader expects."""
+    concat_state.register(InPlace)(_concat_in_place)
+    table = random_table(4, 71, eos=3, eos_shift=-0.5)
+    prompts = [[0], [1, 2]]
+    model = SequenceModel(table)
+
+    def step(state, y_prev):
+        logits, state.inner = model.step(state.inner, y_prev)
+        return logits, state
+
+    results = exact_search(step, InPlace(model.init_state(prompts)), prompts, eos_token_id=3, max_steps=4,
+                           alpha=0.6, n_best=2, batch_rows=rows, seed_beam=1)
+    assert results.proven.all()
+    for prompt, hyps in zip(prompts, results):
+        assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_finished_before_unfinished_when_too_few_finish(seed):
+    """eos is possible only right after token 0 and max_steps is 2, so an input has one or two
+    finished outputs (``[0, eos]``, and ``[eos]`` after a prompt ending in 0): its n_best are
+    those, then the best unfinished ones (whose own scores may be higher); the seed beam holds
+    fewer than n_best finished, so it sets no bound and the branch and bound searches on."""
+    vocab, eos = 8, 7
+    base = random_table(vocab, 80 + seed, eos=eos)
+
+    def table(seq):
+        row = 2.0 * np.array(base(seq), dtype=np.float64)
+        if seq[-1] != 0:
+            row[eos] = -np.inf
+        return row
+
+    prompts = [[1], [2, 0]]
+    results, _ = run_exact(table, prompts, eos_token_id=eos, max_steps=2, alpha=0.6, n_best=4, seed_beam=1)
+    for prompt, hyps in zip(prompts, results):
+        ranked = enumerate_outputs(table, prompt, vocab, eos=eos, max_steps=2, alpha=0.6)
+        assert [o[3] for o in ranked[:4]].count(True) == (2 if prompt[-1] == 0 else 1)
+        assert_exact(hyps, ranked, 4)
+
+
+class NoImmediateRepeat:
+    """A user processor reading ``ctx.history`` (generated tokens only: no ``needs_history``):
+    the last generated token may not come again right away."""
+
+    def __call__(self, logits, ctx):
+        history = ctx.history() if callable(ctx.history) else ctx.history
+        if history.shape[1]:
+            last = history[:, -1]
+            rows = np.flatnonzero(last >= 0)
+            logits[rows, last[rows]] = -np.inf
+        return logits
+
+
+@pytest.mark.parametrize("rows", [64, 1])  # 1: each call's rows read their history through an offset
+def test_a_processor_reading_generated_history(rows):
+    base = random_table(4, 91, eos=3, eos_shift=-0.5)
+    prompts = [[0], [1, 2]]
+
+    def oracle_table(prompt):
+        def table(seq):
+            row = np.array(base(seq), dtype=np.float64)
+            if len(seq) > len(prompt):
+                row[seq[-1]] = -np.inf
+            return row
+        return table
+
+    results, _ = run_exact(base, prompts, eos_token_id=3, max_steps=4, alpha=0.6, n_best=2, batch_rows=rows,
+                           seed_beam=1, logits_processors=[NoImmediateRepeat()])
+    for prompt, hyps in zip(prompts, results):
+        assert_exact(hyps, enumerate_outputs(oracle_table(prompt), prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
 
 
 def test_a_registered_cache_type_cannot_be_joined():
