@@ -163,9 +163,10 @@ def _settled(cache: Any) -> Any:
     return cache
 
 
-def _plain_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
-    """A ``DynamicLayer`` holding ``keys`` and ``values`` ``[k, heads, t, dh]``."""
-    layer = DynamicLayer()
+def _plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLayer] = DynamicLayer) -> DynamicLayer:
+    """A ``kind`` layer (``DynamicLayer``, or :class:`_DeferredLayer`) holding ``keys`` and
+    ``values`` ``[k, heads, t, dh]``."""
+    layer = kind()
     layer.lazy_initialization(keys, values)
     layer.keys, layer.values = keys, values
     return layer
@@ -325,10 +326,7 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
             cache.layers.append(_plain_layer(keys, values))
             continue
         if isinstance(layer, _DeferredLayer):
-            deferred = _DeferredLayer()
-            deferred.lazy_initialization(keys, values)
-            deferred.keys, deferred.values = keys, values
-            cache.layers.append(deferred)
+            cache.layers.append(_plain_layer(keys, values, _DeferredLayer))
             continue
         new = copy.copy(layer)
         new.keys, new.values = keys, values
@@ -464,8 +462,8 @@ class _RowPositions:
     ``[k]``): a forward hook replaces the table's output (one position for all rows, from the
     cache length) by the rows of the table at ``positions + offset`` (BART's table is offset by 2)."""
 
-    def __init__(self, model: Any, positions: torch.Tensor) -> None:
-        self.table, self.positions = _position_table(model), positions
+    def __init__(self, table: tuple[torch.nn.Embedding, int] | None, positions: torch.Tensor) -> None:
+        self.table, self.positions = table, positions  # the table and offset of _position_table, or None
         self.handle: Any = None
 
     def __enter__(self) -> None:
@@ -805,6 +803,7 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     cache = EncoderDecoderCache(_adapter_cache(model, _DeferredLayer), DynamicCache(config=model.config))
     cache_kw = _cache_keyword(model)
     prepared.init_state = Seq2SeqState(cache, hidden, mask, 0, torch.arange(len(rows), device=device))
+    can_join, table = joinable(model), _position_table(model)  # what a joined state needs, once
 
     @torch.no_grad()
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
@@ -816,13 +815,13 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
             out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
                          decoder_input_ids=y_prev[:, None], **{cache_kw: state.cache})
             return _logits(out, extra), state._replace(cache=_cache_of(out), fed=state.fed + 1)
-        if not joinable(model):
+        if not can_join:
             raise TypeError(f"rows of {type(model).__name__} at different steps cannot share a call: its decoder "
                             "positions cannot be given per row (decode it in fixed batches)")
         t, mask = state.fed, state.mask
         if t == mask.shape[1]:  # out of allocated columns: grow once per C
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], _CAPACITY)], dim=1)
-        with _RowPositions(model, state.positions):
+        with _RowPositions(table, state.positions):
             out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
                          decoder_input_ids=y_prev[:, None], decoder_attention_mask=mask[:, : t + 1],
                          **{cache_kw: state.cache})
