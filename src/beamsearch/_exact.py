@@ -43,7 +43,7 @@ from beamsearch._hypothesis import BatchResults, Hypothesis
 from beamsearch._penalties import score
 from beamsearch._search import batch_options, beam_search_batch
 from beamsearch._select import accumulate, split_terminals
-from beamsearch._state import concat_state, select_state
+from beamsearch._state import concat_state, has_registered_leaf, select_state
 
 __all__ = ["ExactResults", "exact_search"]
 
@@ -283,24 +283,7 @@ def _copy_if_shared(state: Any) -> Any:
     type registered with ``select_state``: such a leaf (a KV cache object) may be reordered and
     extended in place by the search and the model, so a state read more than once is copied
     first. Plain arrays are never changed in place: no copy."""
-    return concat_state([state]) if _has_registered_leaf(state) else state
-
-
-def _has_registered_leaf(state: Any) -> bool:
-    if isinstance(state, (tuple, list)) and not _registered(type(state)):
-        return any(_has_registered_leaf(x) for x in state)
-    if isinstance(state, dict):
-        return any(_has_registered_leaf(x) for x in state.values())
-    return _registered(type(state))
-
-
-def _registered(cls: type) -> bool:
-    """A type with its own ``select_state`` (not the array default, nor the containers')."""
-    return select_state.dispatch(cls) not in _PLAIN
-
-
-_PLAIN = {select_state.dispatch(object), select_state.dispatch(tuple), select_state.dispatch(list),
-          select_state.dispatch(dict)}
+    return concat_state([state]) if has_registered_leaf(state) else state
 
 
 def _rows(beam: Beam, idx: np.ndarray) -> Beam:

@@ -90,6 +90,27 @@ def _select_set(state: Any, idx: Any) -> Any:
     )
 
 
+_PLAIN = {select_state.dispatch(object), select_state.dispatch(tuple), select_state.dispatch(list),
+          select_state.dispatch(dict)}
+"""The functions of :func:`select_state` for arrays and containers."""
+
+
+def registered(cls: type) -> bool:
+    """Whether ``cls`` was taught to :func:`select_state` (a function of its own, not the array
+    default nor a container's): an object that holds rows, such as a KV cache, which its
+    function may reorder in place."""
+    return select_state.dispatch(cls) not in _PLAIN
+
+
+def has_registered_leaf(state: Any) -> bool:
+    """Whether ``state`` (containers searched) holds an object of a :func:`registered` type."""
+    if isinstance(state, (tuple, list)) and not registered(type(state)):
+        return any(has_registered_leaf(x) for x in state)
+    if isinstance(state, dict):
+        return any(has_registered_leaf(x) for x in state.values())
+    return registered(type(state))
+
+
 def _is_array(leaf: Any) -> bool:
     """An array leaf: a ``shape`` of at least one dimension (the rule of :func:`select_state`)."""
     shape = getattr(leaf, "shape", None)
@@ -110,7 +131,7 @@ def _concat_as(states: list) -> Any:
     first = states[0]
     if _is_array(first):
         return _concat_arrays(states)
-    if select_state.dispatch(type(first)) is not select_state.dispatch(object):
+    if registered(type(first)):
         name = type(first).__name__  # it holds rows (select_state knows it), but not how to join them
         raise TypeError(f"concat_state: a state leaf of type {name} is registered with select_state, so it "
                         f"holds rows, but its rows cannot be joined: teach it with @concat_state.register({name})")
