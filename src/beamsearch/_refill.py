@@ -195,10 +195,7 @@ class Stream(Iterator[Decoded]):
     def _plan(self, fields: list[dict[str, Any]], index: np.ndarray) -> Plan:
         """The plan of inputs ``fields`` (at stream positions ``index``): the stream's keywords
         with each input's own ``max_steps``, ``prefix``, ``constraints`` or ``seed``."""
-        kwargs = dict(self._search)
-        kwargs["max_steps"] = [f.get("max_steps", self._search["max_steps"]) for f in fields]
-        if any("prefix" in f for f in fields):
-            kwargs["prefix"] = [f.get("prefix", []) for f in fields]
+        kwargs = per_input(self._search, fields)
         if "constraints" in self._mode.keys:
             kwargs["constraints"] = [f.get("constraints", []) for f in fields]
         if "seed" in self._mode.keys:
@@ -357,6 +354,16 @@ class Stream(Iterator[Decoded]):
 
 
 _END = object()
+
+
+def per_input(search: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch function's keywords for inputs ``fields``: ``search`` with each input's own
+    ``max_steps`` (``search["max_steps"]`` where it gives none) and, where any gives one, each
+    input's ``prefix`` (none: ``[]``)."""
+    kwargs = dict(search, max_steps=[f.get("max_steps", search["max_steps"]) for f in fields])
+    if any("prefix" in f for f in fields):
+        kwargs["prefix"] = [f.get("prefix", []) for f in fields]
+    return kwargs
 
 
 _COMMON = frozenset({"prompt", "max_steps", "source"})

@@ -34,7 +34,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 
 from beamsearch import _validate as check
-from beamsearch._refill import Decoded, decode_stream
+from beamsearch._refill import Decoded, decode_stream, per_input
 
 __all__ = ["CorpusModel", "LengthRule", "Line", "Progress", "decode_corpus", "decode_records", "hf_model",
            "read_lines", "toy_model", "zoo_model"]
@@ -340,11 +340,8 @@ def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, 
     from beamsearch import exact_search
 
     def run(batch: list[dict]) -> Any:
-        kwargs = dict(search, max_steps=[i.get("max_steps", search["max_steps"]) for i in batch])
-        if any("prefix" in i for i in batch):
-            kwargs["prefix"] = [i.get("prefix", []) for i in batch]
         return exact_search(model.step, model.make_state(batch), [i["prompt"] for i in batch], batch_rows=rows,
-                            **kwargs)
+                            **per_input(search, batch))
 
     def decoded(batch: list[dict], start: int) -> Iterator[Decoded]:
         try:
