@@ -15,6 +15,7 @@ its encoder, the same for both) as a share of the total.
 
     python benchmarks/bench_hf.py            # every row, 5 repetitions
     python benchmarks/bench_hf.py --reps 3
+    python benchmarks/bench_hf.py --rows 2x128   # only the rows whose name contains '2x128'
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def once(fn, model, prompts, forward: Clock) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rows", default="", help="only the rows whose name contains this text")
     args = parser.parse_args()
     rows = [("gpt2 2x128 V=1000", lambda: gpt2(2, 128, 1000), prompts_for(8, 1000)),
             ("bart 2x128 V=1000", lambda: bart(2, 128, 1000), prompts_for(8, 1000)),
@@ -146,6 +148,8 @@ def main() -> None:
     print(f"{'model':<18} {'thr':>3} | {'generate':>8} {'ours':>7} {'speed-up':>8} | {'reorder ms gen':>14} "
           f"{'ours':>6} | {'share gen':>9} {'ours':>6}")
     for name, build, prompts in rows:
+        if args.rows not in name:
+            continue
         model = build()
         forward = Clock()
         forward.hook(model, *([model.get_encoder()] if model.config.is_encoder_decoder else []))

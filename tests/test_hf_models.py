@@ -211,6 +211,58 @@ def test_half_precision_beam_search_agrees_with_generate_up_to_rounding(name, dt
         assert [h.score for h in hyps] == pytest.approx(their_scores, abs=tolerance)
 
 
+MASK_READY = {"gpt2", "llama", "qwen2", "qwen3", "bart", "marian"}  # not Mistral (sliding window), not T5
+
+
+def ready_mask_against_own_mask(model, monkeypatch, *, ready: bool, eos=EOS) -> None:
+    """The steps of the sdpa models pass the model the boolean [k, 1, 1, t+1] mask itself (the
+    model builds none); the oracle is the same search with the model building its own mask from
+    the 2-D one. Every token, and every score to float32 rounding (where no column is padding,
+    the model passes sdpa no mask and we an all-True one)."""
+    from beamsearch import hf
+
+    prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
+    seen = []
+    real = hf._mask_ready
+
+    def spy(*args):
+        seen.append(real(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(hf, "_mask_ready", spy)
+    runs = []
+    for own_mask in (False, True):
+        if own_mask:
+            monkeypatch.setattr(hf, "_mask_ready", lambda *args: False)
+        dec = prepare(model, PROMPTS, eos_token_id=eos)
+        runs.append(beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                      max_steps=7, beam_size=3, n_best=3, length_penalty="power", alpha=1.0,
+                                      return_token_logprobs=True))
+    assert seen == [ready]
+    ours, theirs_ = runs
+    assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in theirs_]
+    for a, b in zip(ours, theirs_):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+        for x, y in zip(a, b):
+            assert list(x.token_logprobs) == pytest.approx(list(y.token_logprobs), abs=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_ready_4d_mask_steps_like_the_models_own_mask(name, monkeypatch):
+    ready_mask_against_own_mask(build(name, 8, eos_bias=1.0), monkeypatch, ready=name in MASK_READY)
+
+
+def test_a_model_with_eager_attention_builds_its_own_mask():
+    """The ready mask is sdpa's (boolean); eager attention adds a float mask: left to the model."""
+    from beamsearch import hf
+
+    model = build("gpt2")
+    model.set_attn_implementation("eager")
+    dec = causal_lm(model, PROMPTS)
+    assert not hf._mask_ready(model, dec.init_state.cache)
+    assert hf._mask_ready(build("gpt2"), causal_lm(build("gpt2"), PROMPTS).init_state.cache)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_numpy_logits_give_the_same_search_as_torch_logits(name):
     """The engine on the adapter's torch logits, and on the same logits handed over as numpy."""

@@ -268,6 +268,14 @@ def test_more_position_tables_refill_equal_each_source_alone(name):
         assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(got[i].hypotheses, want))
 
 
+@pytest.mark.parametrize("name", ["mbart", "pegasus", "m2m100", "fsmt"])
+def test_more_encoder_decoders_step_alike_with_a_ready_mask(name, monkeypatch):
+    """mBART and Pegasus take the ready 4-D masks (sdpa, listed); M2M100 and FSMT build their own."""
+    from test_hf_models import ready_mask_against_own_mask
+
+    ready_mask_against_own_mask(_tiny(name), monkeypatch, ready=name in ("mbart", "pegasus"), eos=3)
+
+
 @pytest.mark.parametrize("name", ["fsmt", "m2m100"])
 def test_decoders_of_unknown_positions_are_not_joined_and_exact_search_still_works(name):
     """FSMT (its table's row for position p is p + padding_idx + 1) and M2M100 (positions made on

@@ -25,6 +25,7 @@ positions of a buffer allocated once.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import time
 import warnings
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch import _validate as check
 from beamsearch._backends import NEG_INF
@@ -45,6 +47,22 @@ from beamsearch._strategies.narrowing import NarrowingBeam
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
 __all__ = ["Generation", "Prepared", "causal_lm", "generate", "joinable", "position_limit", "seq2seq_lm"]
+
+
+def _inference(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under ``torch.inference_mode`` (entered only when not already on): the adapter's
+    model calls, state reorders and joins. Cheaper than ``no_grad`` for a model's many small
+    operations (no version counters, no view tracking); the tensors it makes (logits, states)
+    are inference tensors: read them anywhere, write into them only inside inference mode."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return inner
 
 
 class _PromptLayer(DynamicLayer):
@@ -173,6 +191,7 @@ def _plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLay
 
 
 @select_state.register(DynamicCache)
+@_inference
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
     _settled(cache)
@@ -195,6 +214,7 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
 
 
 @select_state.register(EncoderDecoderCache)
+@_inference
 def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> EncoderDecoderCache:
     out = copy.copy(cache)
     out.self_attention_cache = select_state(cache.self_attention_cache, idx)
@@ -221,6 +241,8 @@ class Prepared:
 
     A ``Prepared`` is for one search: the model extends its KV cache in place, and the search
     reorders it in place (``select_state`` on the adapter's state), as ``generate`` does.
+    The model runs under ``torch.inference_mode``: the logits and states are inference tensors
+    (read them anywhere; clone one before writing into it outside inference mode).
     """
 
     init_state: Any
@@ -267,6 +289,7 @@ class Seq2SeqState(NamedTuple):
 
 
 @select_state.register(CausalState)
+@_inference
 def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     """Rows ``idx`` of the adapter's state. Its cache belongs to the one search that runs it, so
     it is reordered in place, as ``generate``'s ``reorder_cache`` does: each old key/value
@@ -309,6 +332,7 @@ def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tupl
 
 
 @concat_state.register(CausalState)
+@_inference
 def _concat_causal_states(states: list[CausalState]) -> CausalState:
     """The rows of several states (searches at different steps) in one state: every layer's keys
     and values left-padded with zeros to the longest cache, the mask with 0 on those columns
@@ -362,6 +386,7 @@ def _joined_sources(sources: list[torch.Tensor]) -> torch.Tensor:
 
 
 @select_state.register(Seq2SeqState)
+@_inference
 def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
     """Rows ``idx`` of the adapter's state; its cache reordered in place (see the causal one).
 
@@ -384,6 +409,7 @@ def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
 
 
 @concat_state.register(Seq2SeqState)
+@_inference
 def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
     """The rows of several states (searches at different steps) in one state: the encoder output
     and mask right-padded to the longest source, the decoder's self-attention keys and values
@@ -455,6 +481,30 @@ def _position_table(model: Any) -> tuple[torch.nn.Embedding, int] | None:
 def _relative_positions(model: Any) -> bool:
     return getattr(model.get_decoder(), "embed_positions", None) is None and \
         getattr(model.config, "relative_attention_num_buckets", None) is not None
+
+
+_MASK_READY_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3", "bart", "mbart", "marian", "pegasus"})
+"""Model types whose forward takes a 4-D attention mask as it is (``masking_utils`` returns a 4-D
+mask untouched) and applies it in every attention layer alike: the step passes them the boolean
+``[k, 1, 1, t+1]`` mask that ``sdpa_mask`` would build for one query token, which skips the
+model's own mask construction at every step (about 6% of a step of a small model). Each type is
+tested against the same search with the model's own mask (tests/test_hf_models.py,
+tests/test_hf_refill.py), and against ``generate``."""
+
+
+def _mask_ready(model: Any, cache: DynamicCache) -> bool:
+    """Whether the steps may pass a ready 4-D boolean mask (:data:`_MASK_READY_TYPES`): the model
+    uses sdpa attention, and every layer of its (self-attention) cache is full attention (a
+    sliding-window layer needs the model's own windowed mask)."""
+    cfg = model.config
+    return (cfg.model_type in _MASK_READY_TYPES and getattr(cfg, "_attn_implementation", None) == "sdpa"
+            and all(isinstance(layer, (_DeferredLayer, _PromptLayer)) for layer in cache.layers))
+
+
+def _as_4d(mask: torch.Tensor) -> torch.Tensor:
+    """int64 ``[k, L]`` (1 on tokens) -> bool ``[k, 1, 1, L]``: for one query token, the mask
+    ``sdpa_mask`` builds (True: attended)."""
+    return mask[:, None, None, :].bool()
 
 
 class _RowPositions:
@@ -687,7 +737,7 @@ def _adapter_cache(model: Any, layer: Callable[[], DynamicLayer]) -> DynamicCach
     return cache
 
 
-@torch.no_grad()
+@_inference
 def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer: Any = None,
               pad_token_id: int | None = None, eos_token_id: Any = "model",
               max_new_tokens: int | None = None) -> Prepared:
@@ -739,8 +789,9 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
     prepared.init_state = CausalState(_cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
                                       torch.arange(len(rows), device=device))
+    ready = _mask_ready(model, cache)  # the steps pass the 4-D mask itself
 
-    @torch.no_grad()
+    @_inference
     def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
         if state.first is not None and state.pending is None:  # every row's prompt was scored by the prefill
             return state.first, state._replace(first=None)
@@ -757,7 +808,8 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
             mask = mask.clone()
             mask[:, t] = (~state.pending).to(mask.dtype)
             fed = fed.masked_fill(state.pending, 0)
-        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=mask[:, : t + 1],
+        attend = _as_4d(mask[:, : t + 1]) if ready else mask[:, : t + 1]
+        out = _timed(prepared, model, input_ids=y_prev[:, None], attention_mask=attend,
                      position_ids=state.positions[:, None], **{cache_kw: state.cache})
         logits = _logits(out, extra)
         if state.pending is not None:
@@ -769,7 +821,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     return prepared
 
 
-@torch.no_grad()
+@_inference
 def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenizer: Any = None,
                pad_token_id: int | None = None, eos_token_id: Any = "model",
                decoder_start_token_id: int | None = None, max_new_tokens: int | None = None) -> Prepared:
@@ -804,16 +856,28 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     cache_kw = _cache_keyword(model)
     prepared.init_state = Seq2SeqState(cache, hidden, mask, 0, torch.arange(len(rows), device=device))
     can_join, table = joinable(model), _position_table(model)  # what a joined state needs, once
+    ready = _mask_ready(model, cache.self_attention_cache)  # the steps pass 4-D masks themselves
+    every = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)  # no padding: every column attended
+    wrapped: list[BaseModelOutput] = []
 
-    @torch.no_grad()
+    def encoded(hidden: torch.Tensor) -> BaseModelOutput:
+        """The encoder output as the model's forward takes it, made once per tensor (the model
+        would wrap a bare tensor at every step)."""
+        if not wrapped or wrapped[0].last_hidden_state is not hidden:
+            wrapped[:] = [BaseModelOutput(last_hidden_state=hidden)]
+        return wrapped[0]
+
+    @_inference
     def step(state: Seq2SeqState, y_prev: torch.Tensor) -> tuple[torch.Tensor, Seq2SeqState]:
         if limit is not None and state.fed >= limit and (state.positions is None or int(state.positions.max()) >= limit):
             at = state.fed if state.positions is None else int(state.positions.max())
             raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")
+        encoder_mask = _as_4d(state.encoder_mask) if ready else state.encoder_mask
         if state.mask is None or state.positions is None:  # every row has fed the same tokens
-            out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
-                         decoder_input_ids=y_prev[:, None], **{cache_kw: state.cache})
+            own = {"decoder_attention_mask": every.expand(len(y_prev), 1, 1, state.fed + 1)} if ready else {}
+            out = _timed(prepared, model, encoder_outputs=encoded(state.encoder_hidden), attention_mask=encoder_mask,
+                         decoder_input_ids=y_prev[:, None], **own, **{cache_kw: state.cache})
             return _logits(out, extra), state._replace(cache=_cache_of(out), fed=state.fed + 1)
         if not can_join:
             raise TypeError(f"rows of {type(model).__name__} at different steps cannot share a call: its decoder "
@@ -822,8 +886,9 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
         if t == mask.shape[1]:  # out of allocated columns: grow once per C
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], _CAPACITY)], dim=1)
         with _RowPositions(table, state.positions):
-            out = _timed(prepared, model, encoder_outputs=(state.encoder_hidden,), attention_mask=state.encoder_mask,
-                         decoder_input_ids=y_prev[:, None], decoder_attention_mask=mask[:, : t + 1],
+            attend = _as_4d(mask[:, : t + 1]) if ready else mask[:, : t + 1]
+            out = _timed(prepared, model, encoder_outputs=encoded(state.encoder_hidden), attention_mask=encoder_mask,
+                         decoder_input_ids=y_prev[:, None], decoder_attention_mask=attend,
                          **{cache_kw: state.cache})
         return _logits(out, extra), state._replace(cache=_cache_of(out), fed=t + 1, mask=mask,
                                                    positions=state.positions + 1)
@@ -1019,7 +1084,7 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
             "stop_sequences": _stop_sequences(cfg, tokenizer)}
 
 
-@torch.no_grad()
+@_inference
 def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
              attention_mask: Any = None, **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
