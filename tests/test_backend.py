@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -47,6 +49,45 @@ def test_topk_stable_equals_a_plain_sort(name):
             finite = [j for j in order if np.isfinite(x[r, j])]
             assert to_np(idx)[r].tolist()[: len(finite)] == finite
             assert set(to_np(idx)[r].tolist()) <= set(range(x.shape[1])) and len(set(to_np(idx)[r].tolist())) == m
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_wide_rows_two_stage_top_m_equals_a_plain_sort():
+    """Rows of 16,384 columns and more take the two-stage route on CPU (bucket maxima, then the
+    chosen buckets): against a plain sort (value descending, ties to the lowest column) on
+    continuous values, with the winners in the tail columns or not, integer and quarter-step ties,
+    and rows of mostly -inf (tied bucket maxima fall back to the one-pass rule)."""
+    tb = importlib.import_module("beamsearch._backends._torch")  # (the package has a function of that name)
+
+    rng = np.random.default_rng(5)
+    two_stage = 0
+    for trial in range(160):
+        g, width, m = int(rng.integers(1, 6)), int(rng.integers(tb.TWO_STAGE_WIDTH, 3 * tb.TWO_STAGE_WIDTH)), \
+            int(rng.integers(1, 9))
+        kind = trial % 4
+        if kind == 0:
+            x = rng.standard_normal((g, width)).astype(np.float32)
+        elif kind == 1:  # ties everywhere: integers, or quarter steps
+            x = rng.integers(-3, 3, (g, width)).astype(np.float32) if trial % 8 == 1 else \
+                (np.round(rng.standard_normal((g, width)) * 4) / 4).astype(np.float32)
+        elif kind == 2:
+            x = np.full((g, width), -np.inf, np.float32)
+            for r in range(g):
+                x[r, rng.choice(width, size=int(rng.integers(0, 12)), replace=False)] = rng.standard_normal()
+        else:
+            x = rng.standard_normal((g, width)).astype(np.float32)
+            x[:, -int(rng.integers(1, 16)):] += 3.0  # the best are in the tail (past the last whole block)
+        t = torch.from_numpy(x)
+        be = backend_of(t)
+        two_stage += be._two_stage(t, m) is not None
+        idx, val = be.topk_stable(t, m)
+        order = np.lexsort((np.arange(width)[None, :].repeat(g, 0), -x))[:, :m]  # value desc, then column
+        want = np.take_along_axis(x, order, axis=1)
+        assert np.array_equal(val, want)
+        for r in range(g):
+            finite = [j for j in order[r].tolist() if np.isfinite(x[r, j])]
+            assert idx[r].tolist()[: len(finite)] == finite
+    assert two_stage >= 70  # the continuous and tail cases (most tied and -inf rows fall back)
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -52,10 +52,17 @@ def token_list(name: str, value: Any, *, allow_empty: bool = False) -> list[int]
     sequence is refused."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name} must be a sequence of token ids; got {value!r:.80}")
-    ids = [token(f"{name}[{j}]", t) for j, t in enumerate(value)]
+    ids = list(value) if _plain_ids(value) else [token(f"{name}[{j}]", t) for j, t in enumerate(value)]
     if not ids and not allow_empty:
         raise ValueError(f"{name} must be a non-empty sequence of token ids; got {value!r}")
     return ids
+
+
+def _plain_ids(value: Any) -> bool:
+    """Whether ``value`` is a list or tuple of Python ints ``>= 0`` (not bools): the common case,
+    checked without a call per id (any other value goes through :func:`token` one by one, which
+    names the bad one)."""
+    return isinstance(value, (list, tuple)) and all(type(t) is int for t in value) and (not value or min(value) >= 0)
 
 
 def token(name: str, value: Any) -> int:
@@ -74,7 +81,7 @@ def prompts(value: Any, bos: int | None) -> list[list[int]]:
     for i, prompt in enumerate(value):
         if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
             raise TypeError(f"prompts[{i}] must be a list of token ids; got {prompt!r:.80}")
-        ids = [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)]
+        ids = list(prompt) if _plain_ids(prompt) else [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)]
         if not ids:
             if bos is None:
                 raise ValueError(f"prompts[{i}] is empty and bos_token_id is None")
@@ -122,10 +129,24 @@ def logits_shape(x: Any, k: int, vocab: int | None) -> None:
 def token_ids_below(checks: Sequence[tuple[str, Any]], vocab: int) -> None:
     """Every token id the caller gave must be in ``[0, V)``; checked once V is known."""
     for name, ids in checks:
+        if _all_below(ids, vocab):
+            continue
         for j, value in flat_ids(ids):
             if not 0 <= value < vocab:
                 where = name if j is None else f"{name}{j}"
                 raise ValueError(f"{where} must be in [0, V) with V={vocab}; got {value}")
+
+
+def _all_below(ids: Any, vocab: int) -> bool:
+    """Whether every id of a (nested) list of Python ints is in ``[0, V)``, without a call per id
+    (False for anything else: :func:`token_ids_below` then looks at each id)."""
+    if type(ids) is int:
+        return 0 <= ids < vocab
+    if not isinstance(ids, (list, tuple)):
+        return False
+    if all(type(t) is int for t in ids):
+        return not ids or (min(ids) >= 0 and max(ids) < vocab)
+    return all(_all_below(item, vocab) for item in ids)
 
 
 def flat_ids(ids: Any, path: str = "") -> list[tuple[str | None, int]]:

