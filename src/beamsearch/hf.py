@@ -118,8 +118,8 @@ class _PromptLayer(DynamicLayer):
         input row i belongs to now, so only the generated columns move."""
         if self._k is None or self._v is None:
             return
-        if not same_inputs:
-            self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
+        if not same_inputs:  # only the written columns are copied (the room is written later)
+            self._k, self._v = (_rows_of(buffer, idx, self.length) for buffer in (self._k, self._v))
         elif self.length > self.prompt:
             for buffer in (self._k, self._v):
                 generated = buffer[:, :, self.prompt : self.length]
@@ -161,6 +161,14 @@ class _DeferredLayer(DynamicLayer):
             if self.keys is not None and self.keys.dim() == 4:
                 self.keys, self.values = self.keys.index_select(0, self.pending), self.values.index_select(0, self.pending)
             self.pending = None
+
+
+def _rows_of(buffer: torch.Tensor, idx: torch.Tensor, columns: int) -> torch.Tensor:
+    """A new buffer like ``buffer`` ``[k, h, C, d]`` with rows ``idx``: its first ``columns``
+    columns gathered, the rest allocated and not written."""
+    out = buffer.new_empty((idx.shape[0], *buffer.shape[1:]))
+    torch.index_select(buffer[:, :, :columns], 0, idx, out=out[:, :, :columns])
+    return out
 
 
 def _gathered(cache: torch.Tensor, idx: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
