@@ -53,16 +53,17 @@ def test_topk_stable_equals_a_plain_sort(name):
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_wide_rows_two_stage_top_m_equals_a_plain_sort():
-    """Rows of 16,384 columns and more take the two-stage route on CPU (bucket maxima, then the
-    chosen buckets): against a plain sort (value descending, ties to the lowest column) on
-    continuous values, with the winners in the tail columns or not, integer and quarter-step ties,
-    and rows of mostly -inf (tied bucket maxima fall back to the one-pass rule)."""
+    """Wide rows may take the two-stage route on CPU (bucket maxima, then the chosen buckets;
+    ``topk_stable`` picks it by size, so it is also called directly): against a plain sort (value
+    descending, ties to the lowest column) on continuous values, with the winners in the tail
+    columns or not, integer and quarter-step ties, and rows of mostly -inf (tied bucket maxima
+    fall back to the one-pass rule)."""
     tb = importlib.import_module("beamsearch._backends._torch")  # (the package has a function of that name)
 
     rng = np.random.default_rng(5)
     two_stage = 0
     for trial in range(160):
-        g, width, m = int(rng.integers(1, 6)), int(rng.integers(tb.TWO_STAGE_WIDTH, 3 * tb.TWO_STAGE_WIDTH)), \
+        g, width, m = int(rng.integers(1, 6)), int(rng.integers(tb.TWO_STAGE_WIDTH, 5 * tb.TWO_STAGE_WIDTH)), \
             int(rng.integers(1, 9))
         kind = trial % 4
         if kind == 0:
@@ -79,15 +80,23 @@ def test_wide_rows_two_stage_top_m_equals_a_plain_sort():
             x[:, -int(rng.integers(1, 16)):] += 3.0  # the best are in the tail (past the last whole block)
         t = torch.from_numpy(x)
         be = backend_of(t)
-        two_stage += be._two_stage(t, m) is not None
-        idx, val = be.topk_stable(t, m)
         order = np.lexsort((np.arange(width)[None, :].repeat(g, 0), -x))[:, :m]  # value desc, then column
         want = np.take_along_axis(x, order, axis=1)
-        assert np.array_equal(val, want)
-        for r in range(g):
-            finite = [j for j in order[r].tolist() if np.isfinite(x[r, j])]
-            assert idx[r].tolist()[: len(finite)] == finite
+        staged = be._two_stage(t, m)
+        two_stage += staged is not None
+        for idx, val in [be.topk_stable(t, m)] + ([staged] if staged is not None else []):  # the route its
+            assert np.array_equal(val, want)  # size picks, and the two-stage one wherever it answers
+            for r in range(g):
+                finite = [j for j in order[r].tolist() if np.isfinite(x[r, j])]
+                assert idx[r].tolist()[: len(finite)] == finite
     assert two_stage >= 70  # the continuous and tail cases (most tied and -inf rows fall back)
+    # a tie at the m-th value between two chosen buckets, the one of higher maximum holding the
+    # higher column: the lower column must win (candidates are laid out in column order)
+    s = 2000
+    x = (rng.random((2, 16 * s)) * 0.01 - 10).astype(np.float32)
+    x[:, 3 * s + 1500], x[:, 1500], x[:, 100] = 9.0, 5.0, 5.0  # buckets 1500 (max 9) and 100 (max 5)
+    staged = backend_of(torch.from_numpy(x))._two_stage(torch.from_numpy(x), 2)
+    assert staged is not None and staged[0].tolist() == [[3 * s + 1500, 100]] * 2
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -370,14 +370,23 @@ BOTH_RANKINGS = ["grouped", "merged"]
 @pytest.fixture
 def ranking(request, monkeypatch):
     """The two exact rankings of an input's rows (one [G, r*V] top-m on the device for small
-    arrays, each row's top m then a host merge for large ones), forced either way."""
+    arrays, each row's top m then a host merge for large ones), forced either way; and either one
+    with torch's two-stage top-m (buckets of 2, taken whenever it can answer, so on these tiny
+    vocabularies too)."""
+    import importlib
+
     import beamsearch._select as select
 
-    monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", 1 << 62 if request.param == "grouped" else 0)
+    kind = request.param.split("+")[0]
+    monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", 1 << 62 if kind == "grouped" else 0)
+    if request.param.endswith("+two-stage") and torch is not None:
+        tb = importlib.import_module("beamsearch._backends._torch")
+        for name, value in (("BUCKET", 2), ("SPARE", 1), ("TWO_STAGE_WIDTH", 0), ("TWO_STAGE_ENTRIES", 0)):
+            monkeypatch.setattr(tb, name, value)
     return request.param
 
 
-@pytest.mark.parametrize("ranking", BOTH_RANKINGS, indirect=True)
+@pytest.mark.parametrize("ranking", BOTH_RANKINGS + ["grouped+two-stage", "merged+two-stage"], indirect=True)
 @pytest.mark.parametrize("backend", ["numpy"] + (["torch"] if torch is not None else []))
 def test_both_rankings_equal_the_plain_reference(ranking, backend):
     # fixed random cases (tie-heavy tables: levels) so both paths meet ties across rows and inputs
