@@ -7,13 +7,14 @@ all 32 steps), one run. Repetitions are interleaved: for each repetition, for 1 
 hits both alike; each cell is the median over the repetitions.
 
 Columns, per thread count: the total seconds of ``generate`` and ours and their ratio
-(``speed-up`` > 1: ours is faster); the cache reorder time (milliseconds, whole call): for
+(``speed-up`` > 1: ours is faster), with the range of the ratio within each repetition (the two
+runs back to back: how much a cell moves on this machine); the cache reorder time (milliseconds, whole call): for
 ``generate`` its ``reorder_cache`` calls, for us every ``select_state`` call of the search
 (cache, mask, positions, encoder states), timed the same way by wrapping the function; the
 search + adapter share: everything outside the model's forward (forward hooks on the model and
 its encoder, the same for both) as a share of the total.
 
-    python benchmarks/bench_hf.py            # every row, 5 repetitions
+    python benchmarks/bench_hf.py            # every row, 9 repetitions
     python benchmarks/bench_hf.py --reps 3
     python benchmarks/bench_hf.py --rows 2x128   # only the rows whose name contains '2x128'
 """
@@ -136,7 +137,7 @@ def once(fn, model, prompts, forward: Clock) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--rows", default="", help="only the rows whose name contains this text")
     args = parser.parse_args()
     rows = [("gpt2 2x128 V=1000", lambda: gpt2(2, 128, 1000), prompts_for(8, 1000)),
@@ -145,8 +146,8 @@ def main() -> None:
             ("gpt2 4x256 long", lambda: gpt2(4, 256, 8000), prompts_for(8, 8000, length=256))]
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; N=8 prompts (8-16 tokens; 'long': "
           f"256 each), beam {BEAMS}, {NEW} new tokens; median of {args.reps} interleaved repetitions")
-    print(f"{'model':<18} {'thr':>3} | {'generate':>8} {'ours':>7} {'speed-up':>8} | {'reorder ms gen':>14} "
-          f"{'ours':>6} | {'share gen':>9} {'ours':>6}")
+    print(f"{'model':<18} {'thr':>3} | {'generate':>8} {'ours':>7} {'speed-up':>8} {'range':>9} | "
+          f"{'reorder ms gen':>14} {'ours':>6} | {'share gen':>9} {'ours':>6}")
     for name, build, prompts in rows:
         if args.rows not in name:
             continue
@@ -163,8 +164,10 @@ def main() -> None:
         for threads in (1, 2):
             g = [statistics.median(col) for col in zip(*cells[threads, "generate"])]
             o = [statistics.median(col) for col in zip(*cells[threads, "ours"])]
-            print(f"{name:<18} {threads:>3} | {g[0]:>8.3f} {o[0]:>7.3f} {g[0] / o[0]:>7.2f}x | {g[1] * 1e3:>14.1f} "
-                  f"{o[1] * 1e3:>6.1f} | {g[2]:>9.1%} {o[2]:>6.1%}", flush=True)
+            paired = [a[0] / b[0] for a, b in zip(cells[threads, "generate"], cells[threads, "ours"])]
+            print(f"{name:<18} {threads:>3} | {g[0]:>8.3f} {o[0]:>7.3f} {g[0] / o[0]:>7.2f}x "
+                  f"{min(paired):>4.2f}-{max(paired):<4.2f} | {g[1] * 1e3:>14.1f} {o[1] * 1e3:>6.1f} | "
+                  f"{g[2]:>9.1%} {o[2]:>6.1%}", flush=True)
 
 
 if __name__ == "__main__":
