@@ -232,6 +232,29 @@ def test_select_state_with_the_identity_order_returns_an_equal_copy():
         assert torch.equal(new.keys, old.keys) and torch.equal(new.values, old.values)
 
 
+def test_a_models_own_cache_reordered_by_select_state_still_takes_gradients():
+    """select_state on a model's own ``EncoderDecoderCache`` (a user's step function, grad on) keeps
+    ordinary tensors: the next forward can be differentiated, and the gradient through the
+    reordered cross-attention keys equals the one through the cache not reordered (one row, so
+    the reorder is the identity)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    model = bart(3)
+    source = torch.tensor([[5, 6, 7]])
+    grads = []
+    for reorder in (False, True):
+        model.zero_grad()
+        encoded = model.get_encoder()(input_ids=source)
+        out = model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[EOS]]),
+                    cache=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+        cache = select_state(out.past_key_values, torch.tensor([0])) if reorder else out.past_key_values
+        assert not any(layer.keys.is_inference() for layer in cache.cross_attention_cache.layers)
+        logits = model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[9]]), cache=cache).logits
+        logits[0, -1, 11].backward()
+        grads.append(model.model.encoder.layers[0].fc1.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1])
+
+
 def test_string_prompts_need_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer"):
         causal_lm(gpt2(), ["hello"])

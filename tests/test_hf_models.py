@@ -253,14 +253,18 @@ def test_a_ready_4d_mask_steps_like_the_models_own_mask(name, monkeypatch):
 
 
 def test_a_model_with_eager_attention_builds_its_own_mask():
-    """The ready mask is sdpa's (boolean); eager attention adds a float mask: left to the model."""
+    """The ready mask is sdpa's (boolean); eager attention adds a float mask: left to the model, as
+    on an accelerator."""
     from beamsearch import hf
 
     model = build("gpt2")
     model.set_attn_implementation("eager")
     dec = causal_lm(model, PROMPTS)
     assert not hf._mask_ready(model, dec.init_state.cache)
-    assert hf._mask_ready(build("gpt2"), causal_lm(build("gpt2"), PROMPTS).init_state.cache)
+    cpu = build("gpt2")
+    cache = causal_lm(cpu, PROMPTS).init_state.cache
+    assert hf._mask_ready(cpu, cache)
+    assert not hf._mask_ready(cpu.to("meta"), cache)  # off the CPU: the model's own mask (see _mask_ready)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -199,7 +199,6 @@ def _plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLay
 
 
 @select_state.register(DynamicCache)
-@_inference
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
     _settled(cache)
@@ -222,7 +221,6 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
 
 
 @select_state.register(EncoderDecoderCache)
-@_inference
 def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> EncoderDecoderCache:
     out = copy.copy(cache)
     out.self_attention_cache = select_state(cache.self_attention_cache, idx)
@@ -495,17 +493,20 @@ _MASK_READY_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3", "bart", "mbart
 """Model types whose forward takes a 4-D attention mask as it is (``masking_utils`` returns a 4-D
 mask untouched) and applies it in every attention layer alike: the step passes them the boolean
 ``[k, 1, 1, t+1]`` mask that ``sdpa_mask`` would build for one query token, which skips the
-model's own mask construction at every step (about 6% of a step of a small model). Each type is
-tested against the same search with the model's own mask (tests/test_hf_models.py,
-tests/test_hf_refill.py), and against ``generate``."""
+model's own mask construction at every step (about 6% of a step of a small model on the CPU).
+Each type is tested against the same search with the model's own mask (tests/test_hf_models.py,
+tests/test_hf_refill.py); GPT-2, Llama, Qwen2, Qwen3, BART and Marian also against ``generate``."""
 
 
 def _mask_ready(model: Any, cache: DynamicCache) -> bool:
     """Whether the steps may pass a ready 4-D boolean mask (:data:`_MASK_READY_TYPES`): the model
-    uses sdpa attention, and every layer of its (self-attention) cache is full attention (a
-    sliding-window layer needs the model's own windowed mask)."""
+    is on the CPU and uses sdpa attention, and every layer of its (self-attention) cache is full
+    attention (a sliding-window layer needs the model's own windowed mask). On an accelerator
+    the model's own mask is kept: with no padding it passes sdpa none, which lets a GPU take its
+    fastest (flash) kernel, where any mask, even all True, rules it out."""
     cfg = model.config
     return (cfg.model_type in _MASK_READY_TYPES and getattr(cfg, "_attn_implementation", None) == "sdpa"
+            and next(model.parameters()).device.type == "cpu"
             and all(isinstance(layer, (_DeferredLayer, _PromptLayer)) for layer in cache.layers))
 
 

@@ -124,15 +124,19 @@ class TorchBackend:
         width = x.shape[1]
         if x.device.type == "cpu" and width >= TWO_STAGE_WIDTH and SPARE * (m + 1) <= width // BUCKET and \
                 (x.shape[0] * width >= TWO_STAGE_ENTRIES or width >= 4 * TWO_STAGE_WIDTH):
-            found = self._two_stage(x, m)
-            if found is not None:
-                return found
+            return self._two_stage(x, m)
+        return self._one_pass(x, m)
+
+    def _one_pass(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """One ``torch.topk(m + 1)`` (or a stable sort), ties at the m-th value resolved to the
+        lowest index."""
+        width = x.shape[1]
         if m >= width:
             val_s, idx_s = torch.sort(x, descending=True, stable=True)
             return idx_s.cpu().numpy(), val_s.cpu().numpy()
         val_t, idx_t = torch.topk(x, m + 1)  # sorted; topk alone does not order ties
         val, idx = val_t.cpu().numpy(), idx_t.cpu().numpy()
-        tied = (val[:, m - 1] == val[:, m]) & np.isfinite(val[:, m - 1])  # -inf ties: never kept
+        tied = (val[:, m - 1] == val[:, m]) & (val[:, m - 1] > -np.inf)  # -inf ties: never kept
         idx, val = idx[:, :m], val[:, :m]
         if tied.any():  # the m-th and (m+1)-th largest are equal: take the lowest-index ties
             rows = self.index(np.flatnonzero(tied), x)
@@ -141,33 +145,41 @@ class TorchBackend:
             val = self._values(x, idx)
         return order_top(idx, val)
 
-    def _two_stage(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _two_stage(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
         """The top m of each row of a wide ``[g, W]`` CPU tensor in two passes cheaper than one
         ``torch.topk`` over it (a vectorized maximum, where CPU top-k is not): the first
         ``s * BUCKET`` columns are seen as ``BUCKET`` blocks of ``s`` and bucket ``j`` is column
         ``j`` of every block (stride ``s``); each bucket's maximum, the m buckets with the largest
         maxima, then the exact rule over their ``BUCKET * m`` entries and the ``< BUCKET`` tail.
 
-        Exact when each row's m-th largest bucket maximum is strictly above the (m+1)-th (every
-        entry outside the chosen buckets is then below m entries inside them); otherwise None,
-        and the caller ranks the whole row. Candidates are laid out in column order, so the
-        lowest-index tie rule holds among them."""
+        Exact for a row whose m-th largest bucket maximum is strictly above its (m+1)-th (every
+        entry outside the chosen buckets is then below m entries inside them); the other rows
+        (tied maxima, fewer than m + 1 finite buckets) are ranked by :meth:`_one_pass`.
+        Candidates are laid out in column order, so the lowest-index tie rule holds among them."""
         g, width = x.shape
         s = width // BUCKET
         body = x[:, : s * BUCKET].unflatten(1, (BUCKET, s))  # --> [g, BUCKET, s], a view
         best, buckets = torch.topk(body.amax(1), m + 1)  # --> [g, m+1] each: bucket maxima, highest first
-        margin = best[:, m - 1] > best[:, m]
-        if not bool(margin.all()):
-            return None
+        exact = (best[:, m - 1] > best[:, m]).numpy()  # --> [g] on the host
+        if not exact.any():
+            return self._one_pass(x, m)
         buckets = buckets[:, :m].sort(dim=1).values  # --> [g, m], ascending: candidates in column order
         cand = torch.gather(body, 2, buckets[:, None, :].expand(g, BUCKET, m)).reshape(g, BUCKET * m)
         if width > s * BUCKET:  # the tail columns are candidates too
             cand = torch.cat([cand, x[:, s * BUCKET :]], dim=1)
-        pos, val = self.topk_stable(cand, m)  # --> [g, m] each: positions among the candidates
+        rows = np.flatnonzero(exact)
+        every = rows.shape[0] == g
+        pos, val = self._one_pass(cand if every else cand[self.index(rows, x)], m)  # positions among candidates
         block, slot = np.divmod(pos, m)  # candidate b*m + i is column b*s + buckets[i]; the tail follows
-        col = buckets.numpy()[np.arange(g)[:, None], np.minimum(slot, m - 1)] + block * s
-        tail = pos >= BUCKET * m
-        return np.where(tail, pos - BUCKET * m + s * BUCKET, col), val
+        col = buckets.numpy()[rows[:, None], np.minimum(slot, m - 1)] + block * s
+        idx = np.where(pos >= BUCKET * m, pos - BUCKET * m + s * BUCKET, col)
+        if every:
+            return idx, val
+        other = np.flatnonzero(~exact)
+        other_idx, other_val = self._one_pass(x[self.index(other, x)], m)
+        out_idx, out_val = np.empty((g, m), np.int64), np.empty((g, m), val.dtype)
+        out_idx[rows], out_val[rows], out_idx[other], out_val[other] = idx, val, other_idx, other_val
+        return out_idx, out_val
 
     @staticmethod
     def _take_with_lowest_ties(x: torch.Tensor, thr: torch.Tensor, m: int) -> torch.Tensor:
