@@ -122,7 +122,7 @@ class TorchBackend:
 
     def topk_stable(self, x: torch.Tensor, m: int) -> tuple[np.ndarray, np.ndarray]:
         width = x.shape[1]
-        if x.device.type == "cpu" and width >= TWO_STAGE_WIDTH and SPARE * (m + 1) <= width // BUCKET and \
+        if width >= TWO_STAGE_WIDTH and SPARE * (m + 1) <= width // BUCKET and x.device.type == "cpu" and \
                 (x.shape[0] * width >= TWO_STAGE_ENTRIES or width >= 4 * TWO_STAGE_WIDTH):
             return self._two_stage(x, m)
         return self._one_pass(x, m)
