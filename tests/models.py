@@ -85,6 +85,23 @@ class PrefixModel:
         return logits, new
 
 
+def row_cache_type() -> type:
+    """A new cache type ``Cache(rows)`` (``rows`` an array with one row per hypothesis) taught to
+    ``select_state`` and nothing else: a fresh class per call, so what one test registers for it
+    (a ``concat_state``) reaches no other test."""
+    from beamsearch import select_state
+
+    class Cache:
+        def __init__(self, rows: np.ndarray) -> None:
+            self.rows = rows
+
+    @select_state.register(Cache)
+    def _(cache: Cache, idx: Any) -> Cache:
+        return Cache(cache.rows[np.asarray(idx)])
+
+    return Cache
+
+
 def random_table(vocab: int, seed: int, *, levels: int | None = None, eos: int | None = None,
                  eos_shift: float = 0.0) -> Callable[[tuple], np.ndarray]:
     """A prefix-dependent table of random logits; ``levels`` rounds them so that ties occur."""

@@ -173,12 +173,18 @@ def test_decode_corpus_writes_input_order_and_removes_the_side_file(tmp_path):
     assert not partial_path(out).exists() and not (tmp_path / "out.jsonl.tmp").exists()
 
 
-def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
+def _finished_run(tmp_path, **search):
+    """A whole run of the toy model over TEXTS to tmp_path/out.jsonl: (model, lines, out path, the
+    bytes written)."""
     model = corpus.toy_model()
     out = tmp_path / "out.jsonl"
     lines = [Line(i, t) for i, t in enumerate(TEXTS)]
-    decode_corpus(model, lines, str(out), beam=3, max_rows=6)
-    expected = out.read_bytes()
+    decode_corpus(model, lines, str(out), **search)
+    return model, lines, out, out.read_bytes()
+
+
+def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
+    model, lines, out, expected = _finished_run(tmp_path, beam=3, max_rows=6)
     records = [json.loads(x) for x in expected.splitlines()]
     # a killed run: records 7, 2, 5 written (completion order), then half of a record
     side = partial_path(out)
@@ -199,11 +205,7 @@ def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
 
 
 def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
-    model = corpus.toy_model()
-    out = tmp_path / "out.jsonl"
-    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
-    decode_corpus(model, lines, str(out), beam=2, max_rows=4)
-    expected = out.read_bytes()
+    model, lines, out, expected = _finished_run(tmp_path, beam=2, max_rows=4)
     model.step = lambda state, y: pytest.fail("no line is left to decode")
     assert decode_corpus(model, lines, str(out), resume=True, beam=2, max_rows=4) == (len(TEXTS), 0)
     assert out.read_bytes() == expected

@@ -17,7 +17,7 @@ import pytest
 from beamsearch import Hypothesis, beam_search_batch, select_state
 from beamsearch._exact import ExactResults, exact_search
 from beamsearch._state import concat_state
-from models import SequenceModel, random_table
+from models import SequenceModel, random_table, row_cache_type
 from oracle_controls import PENALTIES, ends_with_stop, eos_ids, process_row, reference_score
 
 try:
@@ -426,14 +426,7 @@ def test_a_processor_reading_generated_history(rows):
 
 
 def test_a_registered_cache_type_cannot_be_joined():
-    class Cache:
-        def __init__(self, rows):
-            self.rows = rows
-
-    @select_state.register(Cache)
-    def _(cache, idx):
-        return Cache(cache.rows[np.asarray(idx)])
-
+    Cache = row_cache_type()
     table = random_table(4, 61, eos=3, eos_shift=-2.0)
 
     def step(state, y_prev):

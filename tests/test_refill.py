@@ -17,7 +17,7 @@ from beamsearch import (AnyOf, beam_search_batch, constrained_beam_search, diver
 from beamsearch._refill import decode_stream
 from beamsearch._state import concat_state, pad_axis, select_state
 from beamsearch.processors import RepetitionPenalty
-from models import SequenceModel, random_table, reference_batch
+from models import SequenceModel, random_table, reference_batch, row_cache_type
 
 try:
     import torch
@@ -421,14 +421,7 @@ def test_concat_state_errors():
 def test_concat_state_refuses_a_row_holder_it_was_not_taught():
     # a cache type select_state can reorder holds rows; joining two of them as "equal leaves" would
     # silently keep the first one's rows, so concat_state refuses it until a concatenation is registered
-    class Cache:
-        def __init__(self, rows):
-            self.rows = rows
-
-    @select_state.register(Cache)
-    def _(cache, idx):
-        return Cache(cache.rows[np.asarray(idx)])
-
+    Cache = row_cache_type()
     one = Cache(np.zeros(1))
     with pytest.raises(TypeError, match=r"type Cache is registered with select_state.*concat_state\.register\(Cache\)"):
         concat_state([(np.zeros(1), one), (np.zeros(1), one)])
