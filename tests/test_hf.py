@@ -255,6 +255,23 @@ def test_a_models_own_cache_reordered_by_select_state_still_takes_gradients():
     assert torch.allclose(grads[0], grads[1])
 
 
+def test_a_cache_layer_without_keys_is_a_clear_error():
+    """Both reorders (a copy for a model's own cache, in place for the adapter's state) name a
+    layer kind they do not know."""
+    class Opaque:
+        pass
+
+    dec = causal_lm(gpt2(7), PROMPTS)
+    for state in (dec.init_state.cache, dec.init_state):
+        cache = dec.init_state.cache
+        saved, cache.layers = cache.layers, [Opaque()]
+        try:
+            with pytest.raises(TypeError, match="cache layers of type Opaque"):
+                select_state(state, torch.tensor([0, 0, 1, 2]))
+        finally:
+            cache.layers = saved
+
+
 def test_string_prompts_need_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer"):
         causal_lm(gpt2(), ["hello"])

@@ -163,10 +163,12 @@ class _DeferredLayer(DynamicLayer):
             self.pending = None
 
 
-def _rows_of(buffer: torch.Tensor, idx: torch.Tensor, columns: int) -> torch.Tensor:
-    """A new buffer like ``buffer`` ``[k, h, C, d]`` with rows ``idx``: its first ``columns``
-    columns gathered, the rest allocated and not written."""
-    out = buffer.new_empty((idx.shape[0], *buffer.shape[1:]))
+def _rows_of(buffer: torch.Tensor, idx: torch.Tensor, columns: int, width: int | None = None) -> torch.Tensor:
+    """A new ``[k', h, width, d]`` tensor (``width``: ``buffer``'s own ``C`` by default) whose
+    first ``columns`` columns are those of ``buffer`` ``[k, h, C, d]``'s rows ``idx``, gathered
+    straight into it; the rest allocated and not written."""
+    out = buffer.new_empty((idx.shape[0], buffer.shape[1], buffer.shape[2] if width is None else width,
+                            buffer.shape[3]))
     torch.index_select(buffer[:, :, :columns], 0, idx, out=out[:, :, :columns])
     return out
 
@@ -175,8 +177,7 @@ def _gathered(cache: torch.Tensor, idx: torch.Tensor, new: torch.Tensor) -> torc
     """``cat([cache[idx], new], dim=2)`` in one pass: ``[k, h, t, d]`` rows ``idx`` and ``new``
     ``[k', h, q, d]`` written into one new ``[k', h, t + q, d]`` tensor."""
     t = cache.shape[2]
-    out = cache.new_empty((idx.shape[0], cache.shape[1], t + new.shape[2], cache.shape[3]))
-    torch.index_select(cache, 0, idx, out=out[:, :, :t])
+    out = _rows_of(cache, idx, t, t + new.shape[2])
     out[:, :, t:] = new
     return out
 
@@ -198,6 +199,15 @@ def _plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLay
     return layer
 
 
+def _with_keys(layer: Any) -> Any:
+    """``layer``, a cache layer holding ``keys`` and ``values``; a TypeError naming its type
+    otherwise (a layer kind a reorder here does not know)."""
+    if not hasattr(layer, "keys"):
+        raise TypeError(f"select_state: cache layers of type {type(layer).__name__} (no keys/values) are "
+                        "not supported; register a function for them with select_state.register")
+    return layer
+
+
 @select_state.register(DynamicCache)
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
@@ -205,10 +215,7 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
-        layer_: Any = layer
-        if not hasattr(layer_, "keys"):
-            raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
-                            "not supported; register a function for them with select_state.register")
+        layer_: Any = _with_keys(layer)
         if isinstance(layer_, (_PromptLayer, _DeferredLayer)):
             out.layers.append(_plain_layer(select_state(layer_.keys, idx), select_state(layer_.values, idx)))
             continue
@@ -543,16 +550,13 @@ def _reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool 
     (Writing only the rows whose parent is another row, with ``index_copy_``, measured slower
     here: most rows move, and it is three operations where this is one.)"""
     for layer in cache.layers:
-        layer_: Any = layer
+        layer_: Any = _with_keys(layer)
         if isinstance(layer_, _PromptLayer):
             layer_.take(idx, same_inputs)
             continue
         if isinstance(layer_, _DeferredLayer):
             layer_.take(idx)
             continue
-        if not hasattr(layer_, "keys"):
-            raise TypeError(f"select_state: cache layers of type {type(layer_).__name__} (no keys/values) are "
-                            "not supported")
         if layer_.keys is not None and layer_.keys.dim() > 0:
             layer_.keys = layer_.keys.index_select(0, idx)
             layer_.values = layer_.values.index_select(0, idx)
