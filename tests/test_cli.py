@@ -256,3 +256,10 @@ def test_translate_trace_draws_one_text(tmp_path):
     r = run("translate", "--trace", str(tmp_path / "t.html"), "march 3 '87", "1999-01-02")
     one_line_error(r, "--trace draws one search; got 2 texts")
     assert r.returncode == 2 and not (tmp_path / "t.html").exists()
+
+
+def test_a_trace_page_that_cannot_be_written_is_one_line(tmp_path):
+    page = tmp_path / "no such folder" / "t.html"
+    r = run("translate", "--trace", str(page), "march 3 '87")
+    one_line_error(r, f"cannot write --trace {page}: No such file or directory")
+    assert r.returncode == 1

@@ -177,6 +177,14 @@ def translate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _write_page(path: str, page: str) -> None:
+    """``--trace HTML``'s page written to ``path``; a one-line error when it cannot be."""
+    try:
+        pathlib.Path(path).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise _CliError(f"beamsearch: error: cannot write --trace {path}: {e.strerror}", 1) from None
+
+
 def _write_trace(translator: Any, texts: list[str], args: argparse.Namespace) -> None:
     """``--trace HTML``: the search tree of the one text as an interactive page (greedy's path
     overlaid)."""
@@ -191,10 +199,7 @@ def _write_trace(translator: Any, texts: list[str], args: argparse.Namespace) ->
     tree, greedy, found = translator.trace(texts[0], args.beam, args.n_best, args.alpha, calendar=args.calendar)
     page = to_html(tree, vocab=TARGET_VOCAB.itos, greedy=greedy,
                    title=f"{texts[0]!r}: beam {args.beam} ({found[0] or 'no date'})")
-    try:
-        pathlib.Path(args.trace).write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise _CliError(f"beamsearch: error: cannot write --trace {args.trace}: {e.strerror}", 1) from None
+    _write_page(args.trace, page)
 
 
 def _beams(text: str) -> list[int]:
@@ -399,10 +404,7 @@ def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) ->
         raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {e}", 1) from None
     page = to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy,
                    title=f"line {args.trace_input}: {line.text[:60]!r}, beam {args.beam}")
-    try:
-        pathlib.Path(args.trace).write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise _CliError(f"beamsearch: error: cannot write --trace {args.trace}: {e.strerror}", 1) from None
+    _write_page(args.trace, page)
 
 
 def _count_lines(path: str) -> int:
