@@ -451,6 +451,7 @@ def test_batch_independence(backend):
             proc = processor if not isinstance(processor, AllowedTokens) else \
                 AllowedTokens(lambda j, t, i=i: parity_rule(i, t))
             alone = search(random_table(5, 4), [p], proc, backend, beam=3, n_best=2, max_steps=4)
+            # logprobs bit for bit: one backend, rows computed alone (tests/approx.py)
             assert [(h.tokens, h.logprob) for h in alone[0]] == [(h.tokens, h.logprob) for h in together[i]]
 
 

@@ -273,7 +273,7 @@ def test_batch_independence(backend):
     cons = [[[1, 2]], [], [AnyOf([0, 0], [3]), [2]], [[1], [1]]]
     kw = dict(eos_token_id=eos, max_steps=[6, 5, 6, 4], beam_size=3, n_best=2, no_repeat_ngram_size=2)
     together, _ = search(table, prompts, cons, backend, **kw)
-    for i in range(len(prompts)):
+    for i in range(len(prompts)):  # bit for bit: one backend, rows computed alone (tests/approx.py)
         alone, _ = search(table, [prompts[i]], [cons[i]], backend, **{**kw, "max_steps": kw["max_steps"][i]})
         assert together[i] == alone[0]
     reordered, _ = search(table, prompts[::-1], cons[::-1], backend, **{**kw, "max_steps": kw["max_steps"][::-1]})

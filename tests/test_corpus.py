@@ -113,7 +113,8 @@ def test_per_line_max_steps_and_prefix(backend):
 
 
 def test_batch_independence():
-    """A line's record is the same alone and among other lines, whatever joins beside it."""
+    """A line's record is the same alone and among other lines, whatever joins beside it (floats
+    bit for bit: the toy model computes each row alone, tests/approx.py)."""
     model = corpus.toy_model()
     each = [next(decode_records(model, [Line(i, t)], beam=3, max_rows=3)) for i, t in enumerate(TEXTS)]
     together = sorted(decode_records(model, [Line(i, t) for i, t in enumerate(TEXTS)], beam=3, max_rows=9),

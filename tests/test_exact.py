@@ -235,7 +235,7 @@ def test_batch_independence(backend):
     prompts = [[0], [1, 2], [2], [0, 0, 1]]
     kw = dict(eos_token_id=3, max_steps=[4, 3, 5, 4], alpha=0.6, n_best=2, batch_rows=3, node_budget=40)
     together, _ = run_exact(table, prompts, backend, **kw)
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(prompts):  # bit for bit: one backend, rows computed alone (tests/approx.py)
         alone, _ = run_exact(table, [prompt], backend, **{**kw, "max_steps": [kw["max_steps"][i]]})
         assert alone[0] == together[i]
         assert (alone.proven[0], alone.model_calls[0], alone.expanded[0]) == (

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
+from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from beamsearch import beam_search_batch  # noqa: E402
 from beamsearch.hf import causal_lm, generate, seq2seq_lm  # noqa: E402
 from test_hf_models import EOS, PAD, PROMPTS, build, theirs  # noqa: E402
@@ -128,8 +129,10 @@ def test_early_stopping_values_all_give_the_exact_search():
     full = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=8,
                              beam_size=3, n_best=3, alpha=1.0, length_penalty="power", early_stop=False)
     for run in runs:
-        assert [[(h.tokens, h.score) for h in hyps] for hyps in run.hypotheses] == \
-            [[(h.tokens, h.score) for h in hyps] for hyps in full]
+        # an input that stops early leaves the later calls, so the other rows go through the
+        # float32 model in smaller batches, whose matrix products round a row differently by the
+        # batch's size: logprobs and scores to float32 rounding
+        assert_same_hypotheses(run.hypotheses, full, tol=FLOAT32)
 
 
 def test_min_new_tokens_and_max_length_per_input():

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beamsearch import beam_search, greedy_decode
+from approx import FLOAT32, FLOAT64, assert_same_hypotheses
 from models import PrefixModel, brute_force, greedy_oracle, path_logprob, random_table
 
 try:
@@ -93,11 +94,7 @@ def test_numpy_and_torch_agree_including_ties(search, dtype):
     for backend in ("numpy", "torch"):
         model = PrefixModel(table, backend=backend, dtype=dtype)
         runs.append(beam_search(model.step, model.init_state(), 0, 0, beam, max_len, alpha))
-    a, b = runs
-    assert [h.tokens for h in a] == [h.tokens for h in b]
-    tol = 1e-9 if dtype == np.float64 else 1e-5
-    assert [h.logprob for h in a] == pytest.approx([h.logprob for h in b], abs=tol)
-    assert [h.finished for h in a] == [h.finished for h in b]
+    assert_same_hypotheses([runs[0]], [runs[1]], tol=FLOAT64 if dtype == np.float64 else FLOAT32)
 
 
 @settings(max_examples=40, deadline=None)

@@ -167,7 +167,9 @@ def test_refill_equals_each_input_alone(case, budget, backend):
     for r in results:
         assert r.error is None
         hyps, kappa = want[r.index]
-        assert r.hypotheses == hyps  # tokens, and logprob and score to the last bit
+        # tokens, and logprob and score to the last bit: one backend, and the model computes each
+        # row alone, so a row's floats do not depend on the cohorts beside it (tests/approx.py)
+        assert r.hypotheses == hyps
         assert r.hypotheses  # every input has results
         if mode == "stochastic":
             assert r.info == {"kappa": kappa}

@@ -226,7 +226,7 @@ def test_batch_independence_of_the_trace(backend):
             return sorted((tuple(t.tokens(int(v))), int(t.status[v]), float(t.logprob[v]), int(t.rank[v]))
                           for v in np.flatnonzero(t.input == inp))
 
-        assert nodes(whole, i) == nodes(alone, 0)
+        assert nodes(whole, i) == nodes(alone, 0)  # logprobs bit for bit: rows computed alone (tests/approx.py)
         assert (whole.stop_step[i], whole.stop_reason[i]) == (alone.stop_step[0], alone.stop_reason[0])
 
 
