@@ -92,6 +92,9 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     (["--model", "_toy:slow"], "--model _toy:DELAY needs a number of seconds; got '_toy:slow'"),
     (["--output", "-", "--resume"], "--resume needs an --output file"),
     (["--input", "/nonexistent/in.txt"], "cannot read --input /nonexistent/in.txt"),
+    (["--temperature", "inf"], "--temperature must be > 0 and finite; got inf"),
+    (["--top-k", str(2**63)], f"--top-k must be <= 2**62 (sizes are counted in int64); got {2**63}"),
+    (["--mode", "exact", "--no-repeat-ngram", str(2**63)], "--no-repeat-ngram must be <= 2**62"),
 ])
 def test_usage_errors_exit_2_on_one_line(tmp_path, capsys, argv, message):
     src = tmp_path / "in.txt"

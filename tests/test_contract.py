@@ -83,3 +83,23 @@ def test_signature_matches_the_code(name, text):
         assert pname in by_name, f"{name}: no parameter {pname!r}"
         assert by_name[pname][1] == kind, f"{name}: {pname!r} should be {kind}"
         assert by_name[pname][2] == default, f"{name}: {pname!r} default {by_name[pname][2]!r}, written {default!r}"
+
+
+def _refused_lists() -> dict[str, set[str]]:
+    """Section 11's ``- `mode` refuses: `a`, `b``` lines, as mode -> keywords."""
+    out = {}
+    for line in CONTRACT.read_text().splitlines():
+        m = re.match(r"^- `([a-z_]+)` refuses: (.*)$", line)
+        if m:
+            out[m.group(1)] = set(re.findall(r"`([a-z_]+)`", m.group(2).split("(")[0]))
+    return out
+
+
+def test_the_contract_lists_what_each_mode_refuses_as_the_code_does():
+    import beamsearch._constrained as constrained
+    import beamsearch._exact as exact
+    import beamsearch._stochastic as stochastic
+
+    written = _refused_lists()
+    assert written == {"constrained_beam_search": set(constrained._REFUSED), "diverse_beam_search": set(),
+                       "stochastic_beam_search": set(stochastic._REFUSED), "exact_search": set(exact._REFUSED)}

@@ -219,3 +219,281 @@ def test_integer_logits_equal_float64(backend, dtype):
         expected = beam_search_batch(float_model.step, float_model.init_state(prompts), prompts, **kw)
         assert got == expected
         assert all(type(h.logprob) is float for hyps in got for h in hyps)
+
+
+# ---- a bad bos_token_id is named as the caller gave it (issue 19 item 2) ----------------------------
+
+def _entries():
+    """Every public entry that takes prompts, as ``call(model, prompts, **controls)`` for a
+    :class:`SequenceModel` (its state is made from the prompts)."""
+    from beamsearch import (constrained_beam_search, diverse_beam_search, exact_search, score_sequences,
+                            stochastic_beam_search)
+    from beamsearch._refill import decode_stream
+
+    def stream(m, prompts, **kw):
+        # decode_stream reports a bad input in its result: raise it, as the batch functions do
+        results = sorted(decode_stream(m.step, m.init_state, prompts, max_rows=8, beam_size=2, **kw),
+                         key=lambda r: r.index)
+        for r in results:
+            if r.error is not None:
+                raise r.error
+        return results
+
+    def batch(search, **own):
+        return lambda m, p, **kw: search(m.step, m.init_state(p), p, **own, **kw)
+
+    return {
+        "beam_search_batch": batch(beam_search_batch, beam_size=2),
+        "score_sequences": lambda m, p, max_steps, **kw: score_sequences(m.step, m.init_state(p), p,
+                                                                         [[1]] * len(p), **kw),
+        "constrained_beam_search": lambda m, p, **kw: batch(constrained_beam_search, constraints=[[]] * len(p),
+                                                            beam_size=2)(m, p, **kw),
+        "diverse_beam_search": batch(diverse_beam_search, num_groups=2, diversity_penalty=0.5, beam_size=2),
+        "stochastic_beam_search": batch(stochastic_beam_search, k=2, seed=0),
+        "exact_search": batch(exact_search),
+        "decode_stream": stream,
+    }
+
+
+ENTRIES = sorted(_entries())
+
+# (prompts, bos_token_id, the message), V = 5: written by hand from the issue. An empty prompt
+# has no element 0: a bad bos is bos_token_id's; a bad id inside a prompt is still named by its
+# place (a stream validates each input alone, so its error, in input 1's result, says prompts[0])
+BAD_IDS = [([[], [1, 2]], 5, "bos_token_id must be in [0, V) with V=5; got 5"),
+           ([[], [1, 7]], 2, "prompts[1][1] must be in [0, V) with V=5; got 7")]
+
+
+@pytest.mark.parametrize("prompts, bos, message", BAD_IDS, ids=["bos", "inside"])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_bad_id_is_named_as_the_caller_gave_it(entry, prompts, bos, message):
+    model = SequenceModel(random_table(5, 3))
+    with pytest.raises(ValueError) as info:
+        _entries()[entry](model, prompts, eos_token_id=4, bos_token_id=bos, max_steps=2)
+    if entry == "decode_stream":  # the other input goes on: only the message is the point here
+        message = message.replace("prompts[1]", "prompts[0]")
+    else:
+        assert len(model.calls) == 1  # the check runs at the first call, before any selection
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_good_bos_still_stands_in_for_the_empty_prompt(entry):
+    # the model's first call gets bos as the empty prompt's y_prev (SequenceModel records prompt + y_prev)
+    model = SequenceModel(random_table(5, 3))
+    _entries()[entry](model, [[], [1, 2]], eos_token_id=4, bos_token_id=3, max_steps=1)
+    assert sorted(model.calls[0]) == [(1, 2), (3,)]
+
+
+# ---- large integers: a ValueError naming the parameter, not numpy's OverflowError (issue 20 item 5) ----
+
+HUGE = 2**63
+
+
+def _calls_with(name: str, value: int):
+    """``(entry, thunk)`` pairs passing ``name=value`` to the function that takes it."""
+    from beamsearch import diverse_beam_search, exact_search, stochastic_beam_search
+
+    batch = dict(eos_token_id=0, max_steps=3, beam_size=2)
+    batch_keys = {"beam_size", "n_best", "max_steps", "top_k", "no_repeat_ngram_size", "min_new_tokens",
+                  "eos_token_id", "bos_token_id", "pad_token_id", "trace_width"}
+    if name in batch_keys:
+        kw = dict(batch, **{name: value})
+        return lambda: beam_search_batch(never_called, np.zeros(1), [[1]], **kw)
+    if name in ("prompts", "stop_sequences", "prefix"):
+        prompts = [[1, value]] if name == "prompts" else [[1]]
+        extra = {} if name == "prompts" else {name: [[value]]}
+        return lambda: beam_search_batch(never_called, np.zeros(1), prompts, **batch, **extra)
+    if name == "num_groups":
+        return lambda: diverse_beam_search(never_called, np.zeros(1), [[1]], num_groups=value, diversity_penalty=0.5,
+                                           eos_token_id=0, max_steps=3, beam_size=2)
+    if name in ("k", "seed"):
+        kw = {"k": 2, "seed": 0, name: value}
+        return lambda: stochastic_beam_search(never_called, np.zeros(1), [[1]], eos_token_id=0, max_steps=3, **kw)
+    if name in ("node_budget", "batch_rows", "seed_beam"):
+        return lambda: exact_search(never_called, np.zeros(1), [[1]], eos_token_id=0, max_steps=3, **{name: value})
+    if name in ("bos", "eos", "max_len", "beam_search.beam_size"):
+        args = dict(bos=1, eos=0, beam_size=2, max_len=3)
+        args[name.split(".")[-1]] = value
+        return lambda: beam_search(never_called, np.zeros(1), **args)
+    raise AssertionError(name)
+
+
+SIZES = ["beam_size", "n_best", "max_steps", "top_k", "no_repeat_ngram_size", "min_new_tokens", "trace_width",
+         "num_groups", "k", "node_budget", "batch_rows", "seed_beam", "max_len", "beam_search.beam_size"]
+IDS = {"eos_token_id": "eos_token_id", "bos_token_id": "bos_token_id", "prompts": r"prompts\[0\]\[1\]",
+       "stop_sequences": r"stop_sequences\[0\]\[0\]", "prefix": r"prefix\[0\]\[0\]", "bos": "bos", "eos": "eos"}
+
+
+@pytest.mark.parametrize("name", SIZES)
+def test_a_size_of_2_to_the_63_is_a_value_error_naming_it(name):
+    shown = name.split(".")[-1]
+    with pytest.raises(ValueError, match=rf"^{shown} must be <= 2\*\*62 \(sizes are counted in int64\); got {HUGE}$"):
+        _calls_with(name, HUGE)()
+
+
+@pytest.mark.parametrize("name", sorted(IDS))
+def test_a_token_id_of_2_to_the_63_is_a_value_error_naming_it(name):
+    # no V is above 2**63 - 1 (the most columns an array has), so it is refused before the model runs
+    with pytest.raises(ValueError, match=rf"^{IDS[name]} must be in \[0, V\); got {HUGE}, and no V is larger"):
+        _calls_with(name, HUGE)()
+
+
+def test_a_pad_id_and_seeds_beyond_int64_are_value_errors_naming_them():
+    with pytest.raises(ValueError, match=rf"^pad_token_id must fit in int64, in \[-2\*\*63, 2\*\*63\); got {HUGE}$"):
+        _calls_with("pad_token_id", HUGE)()
+    with pytest.raises(ValueError, match=rf"^seed must be < 2\*\*63; got {HUGE}$"):
+        _calls_with("seed", HUGE)()
+
+
+# what the sizes at the bound still do, each against brute-force enumeration (tests/oracle_controls.py)
+BOUND = 2**62
+
+
+def _ends_by_3(prefix: tuple) -> np.ndarray:
+    """V = 3, eos 0, over prompt + generated tokens (prompt [1]): random logits for two tokens,
+    then eos only (so every search ends by step 3)."""
+    row = random_table(3, 11)(prefix)
+    if len(prefix) >= 3:
+        row = np.where(np.arange(3) == 0, row, -np.inf)
+    return row
+
+
+def _best_finished(**kw):
+    from oracle_controls import brute_force
+
+    return brute_force(_ends_by_3, [1], 3, eos=0, max_steps=3, **kw)[0]
+
+
+@pytest.mark.parametrize("kwargs, oracle", [
+    (dict(beam_size=BOUND), {}),  # an exhaustive beam: the best finished output
+    (dict(max_steps=BOUND), {}),  # the model ends every output by step 3
+    (dict(top_k=BOUND), {}),  # k >= V keeps every token
+    (dict(no_repeat_ngram_size=BOUND), {}),  # no row holds that many tokens: nothing is blocked
+    (dict(trace_width=BOUND, callback=lambda record: None), {}),
+])
+def test_sizes_at_the_bound_still_work(kwargs, oracle):
+    model = SequenceModel(_ends_by_3)
+    args = dict(eos_token_id=0, max_steps=3, beam_size=9) | kwargs
+    best = beam_search_batch(model.step, model.init_state([[1]]), [[1]], **args)[0][0]
+    tokens, logprob, score = _best_finished(**oracle)
+    assert tuple(best.tokens) == tokens and best.finished
+    assert abs(best.logprob - logprob) < 1e-9 and abs(best.score - score) < 1e-9
+
+
+@pytest.mark.parametrize("kwargs", [dict(node_budget=BOUND), dict(batch_rows=BOUND), dict(seed_beam=BOUND),
+                                    dict(max_steps=BOUND)])
+def test_exact_search_sizes_at_the_bound_still_work(kwargs):
+    from beamsearch import exact_search
+
+    model = SequenceModel(_ends_by_3)
+    results = exact_search(model.step, model.init_state([[1]]), [[1]], **(dict(eos_token_id=0, max_steps=3) | kwargs))
+    tokens, logprob, _ = _best_finished()
+    assert tuple(results[0][0].tokens) == tokens and abs(results[0][0].logprob - logprob) < 1e-9
+    assert results.proven.tolist() == [True]
+
+
+def test_ids_and_seeds_at_their_bounds_still_work():
+    from beamsearch import stochastic_beam_search
+
+    model = SequenceModel(_ends_by_3)
+    # all 7 outputs (1 + 2 + 4 by length), padded to 3 tokens with the largest int64
+    out = beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0, max_steps=3, beam_size=9,
+                            n_best=7, pad_token_id=2**63 - 1)
+    tokens = out.arrays().tokens[0]
+    assert sorted(len(h.tokens) for h in out[0]) == [1, 2, 2, 3, 3, 3, 3]
+    assert all(tokens[j, len(h.tokens):].tolist() == [2**63 - 1] * (3 - len(h.tokens)) for j, h in enumerate(out[0]))
+    a = stochastic_beam_search(model.step, model.init_state([[1]]), [[1]], k=2, eos_token_id=0, max_steps=3,
+                               seed=2**63 - 1)
+    b = stochastic_beam_search(model.step, model.init_state([[1]]), [[1]], k=2, eos_token_id=0, max_steps=3,
+                               seed=[2**63 - 1])
+    assert len(a[0]) == 2 and len(b[0]) == 2  # every output ends by step 3: at least 2 exist
+
+
+# ---- modes refuse what they do not take, in their own words (issue 19 item 7) -------------------
+
+# What each mode does not take of beam_search_batch's keywords (docs/CONTRACT.md section 11)
+REFUSED = {
+    "beam_search_batch": set(),
+    "constrained_beam_search": {"early_stop"},
+    "diverse_beam_search": set(),
+    "stochastic_beam_search": {"alpha", "length_penalty", "prefix", "beam_size", "n_best", "early_stop"},
+    "exact_search": {"beam_size", "early_stop", "return_token_logprobs", "callback", "trace", "trace_width"},
+}
+
+
+def _mode(name: str):
+    """``call(step, state, prompts, **kw)`` with the mode's own required arguments."""
+    import beamsearch
+
+    own = {"constrained_beam_search": dict(constraints=[[[2]]]), "diverse_beam_search": dict(
+        num_groups=1, diversity_penalty=0.5), "stochastic_beam_search": dict(k=2, seed=0)}.get(name, {})
+    return lambda step, state, prompts, **kw: getattr(beamsearch, name)(step, state, prompts, **own, **kw)
+
+
+def _a_value_of(keyword: str):
+    """A valid, non-default value of each keyword of beam_search_batch (V = 4, eos 3)."""
+    from beamsearch import Trace
+
+    return {"eos_token_id": 3, "max_steps": 3, "beam_size": 2, "n_best": 2, "alpha": 1.0, "no_repeat_ngram_size": 2,
+            "temperature": 0.9, "top_k": 3, "bos_token_id": 1, "pad_token_id": 0, "early_stop": False,
+            "length_penalty": "power", "logits_processors": [lambda x, ctx: x], "return_token_logprobs": True,
+            "min_new_tokens": 1, "stop_sequences": [[2, 2]], "prefix": [[1]], "callback": lambda record: None,
+            "trace": Trace(), "trace_width": 2}[keyword]
+
+
+def _batch_keywords() -> list[str]:
+    import inspect
+
+    return [p.name for p in inspect.signature(beam_search_batch).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
+PAIRS = [(mode, kw) for mode in sorted(REFUSED) for kw in _batch_keywords()]
+
+
+@pytest.mark.parametrize("mode, keyword", PAIRS, ids=[f"{m}-{k}" for m, k in PAIRS])
+def test_every_mode_takes_or_refuses_each_keyword_of_beam_search_batch(mode, keyword):
+    model = SequenceModel(random_table(4, 5, eos=3))
+    call = _mode(mode)
+    base = dict(eos_token_id=3, max_steps=3) | ({} if "beam_size" in REFUSED[mode] or mode == "exact_search"
+                                                 else dict(beam_size=2))
+    kwargs = base | {keyword: _a_value_of(keyword)}
+    if keyword in REFUSED[mode]:
+        with pytest.raises(TypeError) as info:
+            call(model.step, model.init_state([[1]]), [[1]], **kwargs)
+        assert str(info.value).startswith(f"{mode} does not take {keyword} ("), str(info.value)
+        assert model.calls == []
+    else:  # taken: the search runs with it
+        results = call(model.step, model.init_state([[1]]), [[1]], **kwargs)
+        assert len(results) == 1 and model.calls
+
+
+@pytest.mark.parametrize("mode", sorted(REFUSED))
+def test_an_unknown_keyword_names_the_mode(mode):
+    base = {} if mode in ("stochastic_beam_search", "exact_search") else dict(beam_size=2)
+    with pytest.raises(TypeError, match=rf"^{mode}\(\) got an unexpected keyword argument 'beam_sizee'$"):
+        _mode(mode)(never_called, np.zeros(1), [[1]], eos_token_id=3, max_steps=3, beam_sizee=2, **base)
+    if mode != "beam_search_batch":  # its own signature requires them: Python's message names it
+        with pytest.raises(TypeError, match=rf"^{mode}\(\) missing required keyword argument 'max_steps'$"):
+            _mode(mode)(never_called, np.zeros(1), [[1]], eos_token_id=3, **base)
+        with pytest.raises(TypeError, match=rf"^{mode}\(\) missing required keyword argument 'eos_token_id'$"):
+            _mode(mode)(never_called, np.zeros(1), [[1]], max_steps=3, **base)
+
+
+def test_stochastic_search_does_not_take_the_plans_positions():
+    from beamsearch import stochastic_beam_search
+
+    with pytest.raises(TypeError, match=r"^stochastic_beam_search\(\) got an unexpected keyword argument 'positions'"):
+        stochastic_beam_search(never_called, np.zeros(1), [[1]], k=2, eos_token_id=3, max_steps=3, positions=[4])
+
+
+@pytest.mark.parametrize("mode, keyword", [("beam", "k"), ("stochastic", "beam_size"), ("constrained", "early_stop")])
+def test_a_stream_names_the_mode_function_whose_keywords_it_takes(mode, keyword):
+    from beamsearch._refill import decode_stream
+
+    names = {"beam": "beam_search_batch", "stochastic": "stochastic_beam_search",
+             "constrained": "constrained_beam_search"}
+    base = dict(k=2) if mode == "stochastic" else dict(beam_size=2)
+    with pytest.raises(TypeError, match=rf"^{names[mode]}(\(\) got an unexpected keyword| does not take {keyword} )"):
+        decode_stream(never_called, lambda items: None, [[1]], max_rows=4, mode=mode, eos_token_id=3, max_steps=3,
+                      **base, **{keyword: _a_value_of(keyword) if keyword != "k" else 2})

@@ -10,6 +10,7 @@ each test, so a missing one fails its own tests only.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -648,3 +649,159 @@ def test_history_processors_see_the_prompt_and_the_step():
         for r in hist:  # left padding only
             pad = int((r < 0).sum())
             assert (r[:pad] == -1).all() and (r[pad:] >= 0).all()
+
+
+# ---- clear errors: ids outside [0, V), empty arguments, what a processor returns (issue 20 item 5) ----
+
+def never_called(state, y_prev):
+    raise AssertionError("the model must not be called for invalid arguments")
+
+
+# (processor, its index, the argument named, the bad id): V = 5 below
+OUTSIDE = [
+    (lambda: P.SuppressTokens([1, 7]), "SuppressTokens(token_ids=[1, 7], first_steps=None)", "token_ids[1]", 7),
+    (lambda: P.BadWords([[1], [2, 9]]), "BadWords(sequences=[[1], [2, 9]])", "sequences[1][1]", 9),
+    (lambda: P.SequenceBias({(1,): 0.5, (5, 2): -1.0}), "SequenceBias(bias={(1,): 0.5, (5, 2): -1.0})",
+     "bias key (5, 2)[0]", 5),
+]
+
+
+@pytest.mark.parametrize("make, shown, argument, bad", OUTSIDE, ids=["suppress", "bad_words", "bias"])
+@pytest.mark.parametrize("entry", ["beam_search_batch", "score_sequences", "decode_stream"])
+def test_processor_ids_outside_the_vocabulary_are_named(make, shown, argument, bad, entry):
+    model = SequenceModel(random_table(5, 1))
+    processors = [P.TopP(0.9), make()]  # the second: logits_processors[1]
+    if entry == "beam_search_batch":
+        call = lambda: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                                    max_steps=3, beam_size=2, logits_processors=processors)
+    elif entry == "score_sequences":
+        call = lambda: beamsearch.score_sequences(model.step, model.init_state([[1]]), [[1]], [[2, 0]],
+                                                  eos_token_id=0, logits_processors=processors)
+    else:
+        from beamsearch._refill import decode_stream
+
+        def call():
+            (result,) = decode_stream(model.step, lambda items: model.init_state([[1]]), [[1]], max_rows=2,
+                                      beam_size=2, eos_token_id=0, max_steps=3, logits_processors=processors)
+            raise result.error
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == f"logits_processors[1] ({shown}) {argument} must be in [0, V) with V=5; got {bad}"
+    assert len(model.calls) == 1  # the first call gives V; nothing is processed or selected after it
+
+
+@pytest.mark.parametrize("make, error, pattern", [
+    (lambda: P.BadWords([]), ValueError, r"^sequences must hold at least one token-id sequence; got \[\]$"),
+    (lambda: P.SequenceBias({}), ValueError, r"^bias must map at least one token-id sequence to a bias; got \{\}$"),
+    (lambda: P.SuppressTokens([]), ValueError, r"^token_ids must be a non-empty sequence of token ids; got \[\]$"),
+    (lambda: P.SequenceBias({(1,): "x"}), TypeError, r"^bias\[\(1,\)\] must be a real number; got 'x'"),
+    (lambda: P.SequenceBias({(1,): None}), TypeError, r"^bias\[\(1,\)\] must be a real number; got None"),
+    (lambda: P.SequenceBias({(1,): float("inf")}), ValueError, r"^bias\[\(1,\)\] must be finite; got inf$"),
+    (lambda: P.Temperature(float("inf")), ValueError, r"^temperature must be > 0 and finite; got inf$"),
+    (lambda: P.Temperature(0.0), ValueError, r"^temperature must be > 0 and finite; got 0.0$"),
+    (lambda: P.Temperature("1"), TypeError, r"^temperature must be a real number; got '1'"),
+    (lambda: P.TopK(0), ValueError, r"^k must be >= 1; got 0$"),
+    (lambda: P.TopK(2**63), ValueError, r"^k must be <= 2\*\*62"),
+    (lambda: P.NoRepeatNGram(0), ValueError, r"^n must be >= 1; got 0$"),
+    (lambda: P.SuppressTokens([2**63]), ValueError, r"^token_ids\[0\] must be in \[0, V\); got 9223372036854775808"),
+])
+def test_processor_arguments_refused_at_construction(make, error, pattern):
+    with pytest.raises(error, match=pattern):
+        make()
+
+
+@pytest.mark.parametrize("temperature", [float("inf"), np.float32("inf"), 0.0, -1.0, float("nan")])
+def test_temperature_keyword_must_be_positive_and_finite(temperature):
+    with pytest.raises(ValueError, match=r"^temperature must be > 0 and finite; got "):
+        beamsearch.beam_search_batch(never_called, np.zeros(1), [[1]], eos_token_id=0, max_steps=2, beam_size=2,
+                                     temperature=temperature)
+
+
+def _returning(value_of):
+    """A user processor returning ``value_of(logits)``."""
+
+    def bad(logits, ctx):
+        return value_of(logits)
+
+    return bad
+
+
+RETURNS = [
+    (lambda x: None, TypeError, r"returned None; expected a numpy float64 ndarray of shape \(1, 5\) like the logits "
+     r"it was given \(did it write into the logits and not return them\?\)$"),
+    (lambda x: x.tolist(), TypeError, r"returned list \[\[.*; expected a numpy float64 ndarray of shape \(1, 5\)"),
+    (lambda x: x[:, :3], ValueError, r"returned shape \(1, 3\); expected a numpy float64 ndarray of shape \(1, 5\)"),
+    (lambda x: x.astype(np.int64), TypeError, r"returned dtype int64; expected a numpy float64 ndarray"),
+    (lambda x: x.astype(np.float32), TypeError, r"returned dtype float32; expected a numpy float64 ndarray"),
+    (lambda x: x[0], ValueError, r"returned shape \(5,\); expected a numpy float64 ndarray of shape \(1, 5\)"),
+] + ([(lambda x: torch.from_numpy(x), TypeError, r"returned Tensor of shape \(1, 5\); expected a numpy float64")]
+     if torch is not None else [])
+
+
+@pytest.mark.parametrize("value_of, error, pattern", RETURNS)
+def test_a_user_processor_returning_the_wrong_thing_is_named(value_of, error, pattern):
+    model = SequenceModel(random_table(5, 1))
+    bad = _returning(value_of)
+    shown = re.escape(f"function {bad.__qualname__}")
+    with pytest.raises(error, match=rf"^logits_processors\[1\] \({shown}\) " + pattern):
+        beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0, max_steps=3,
+                                     beam_size=2, logits_processors=[P.TopP(1.0), bad])
+
+
+@pytest.mark.skipif(torch is None, reason="no torch")
+def test_a_user_processor_returning_numpy_for_torch_logits_is_named():
+    model = SequenceModel(random_table(5, 1), backend="torch")
+    bad = _returning(lambda x: x.numpy())
+    shown = re.escape(f"function {bad.__qualname__}")
+    with pytest.raises(TypeError, match=rf"^logits_processors\[0\] \({shown}\) returned ndarray of shape \(1, 5\); "
+                                        r"expected a torch float64 Tensor of shape \(1, 5\) on cpu like the logits"):
+        beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0, max_steps=3,
+                                     beam_size=2, logits_processors=[bad])
+
+
+def test_a_new_array_of_the_right_kind_is_fine():
+    # a processor may return a new array instead of writing in place: results equal the in-place one's
+    model = SequenceModel(random_table(5, 1))
+    run = lambda p: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                                 max_steps=3, beam_size=2, logits_processors=[p])
+
+    def in_place(x, ctx):
+        x[:, 2] = NEG_INF
+        return x
+
+    def new(x, ctx):
+        return np.where(np.arange(5) == 2, NEG_INF, x)
+
+    assert run(new) == run(in_place) and all(2 not in h.tokens for h in run(new)[0])
+
+
+def nan_token_1(x, ctx):
+    x[:, 1] = np.nan
+    return x
+
+
+def inf_token_0(x, ctx):
+    x[:, 0] = np.inf
+    return x
+
+
+def mask_all(x, ctx):
+    x[:] = NEG_INF
+    return x
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_a_non_finite_row_is_blamed_on_the_processor_that_made_it():
+    model = SequenceModel(lambda prefix: np.array([1.0, 0.0, 0.0]))
+    run = lambda **kw: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                                    max_steps=2, beam_size=2, **kw)
+    # 1.0 / 1e-310 overflows to +inf: the temperature keyword did it, not logits_processors
+    with pytest.raises(ValueError, match=r"^logits row 0 contains \+inf after temperature=1e-310 "):
+        run(temperature=1e-310)
+
+    with pytest.raises(ValueError, match=rf"^logits row 0 contains NaN after logits_processors\[1\] "
+                                         r"\(function nan_token_1\) "):
+        run(logits_processors=[P.TopP(1.0), nan_token_1, P.TopP(1.0)])
+
+    # +inf masked afterwards: the row is left with no entry, which is no error (no extension)
+    assert run(logits_processors=[inf_token_0, mask_all]) == [[]]

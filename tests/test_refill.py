@@ -339,7 +339,7 @@ def test_stream_errors_are_raised_before_any_model_call():
         call(n_best=4)
     with pytest.raises(ValueError, match="per-input seeds go in the input dicts"):
         call(mode="stochastic", beam_size=None, k=2, seed=[1, 2])
-    with pytest.raises(ValueError, match="alpha is not an argument of stochastic_beam_search"):
+    with pytest.raises(TypeError, match="stochastic_beam_search does not take alpha"):
         call(mode="stochastic", beam_size=None, k=2, alpha=0.5)
     assert model.calls == []
 

@@ -266,11 +266,13 @@ def test_errors_before_any_model_call():
     with pytest.raises(ValueError, match="seed must be >= 0; got -1"):
         calls(k=2, seed=-1)
     with pytest.raises(ValueError, match=r"seed must be < 2\*\*63; got 9223372036854775808"):
+        calls(k=2, seed=2**63)
+    with pytest.raises(ValueError, match=r"seed\[0\] must be < 2\*\*63; got 9223372036854775808"):
         calls(k=2, seed=[2**63])
     with pytest.raises(TypeError, match="seed must be an integer; got 1.5"):
         calls(k=2, seed=1.5)
     for name, value in [("alpha", 0.6), ("length_penalty", "gnmt"), ("prefix", [[1]])]:
-        with pytest.raises(ValueError, match=f"{name} is not an argument of stochastic_beam_search"):
+        with pytest.raises(TypeError, match=f"^stochastic_beam_search does not take {name} "):
             calls(k=2, **{name: value})
     with pytest.raises(ValueError, match="temperature"):
         calls(k=2, temperature=0)

@@ -19,13 +19,19 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import Plan, StepCallback, _Options, _pad, batch_options, run_plan
+from beamsearch._search import Plan, StepCallback, _Options, _pad, mode_options, run_plan
 from beamsearch._trace import Trace
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
                                                Trackers)
 
 __all__ = ["AnyOf", "constrained_beam_search", "constrained_plan"]
+
+_REFUSED = {
+    "early_stop": "it always stops an input once no live row can beat its n_best-th finished output, which is "
+                  "lossless: the results are those of a search that never stops early",
+}
+"""The keywords of ``beam_search_batch`` that constrained beam search does not take, and why."""
 
 
 class AnyOf:
@@ -91,7 +97,8 @@ def constrained_beam_search(
         **controls: the shared keywords of ``beam_search_batch``: ``eos_token_id`` and
             ``max_steps`` (required), ``alpha``, ``length_penalty``, ``no_repeat_ngram_size``,
             ``temperature``, ``top_k``, ``bos_token_id``, ``logits_processors``,
-            ``min_new_tokens``, ``stop_sequences``, ``prefix``.
+            ``min_new_tokens``, ``stop_sequences``, ``prefix``. ``early_stop`` is refused (a
+            TypeError): an input always stops early, losslessly.
 
     Returns:
         A :class:`BatchResults`: per input, its finished (so satisfying) hypotheses sorted by
@@ -117,7 +124,7 @@ def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[
     but the model, the state and the callback/trace keywords), validated before any model call."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     ordered = check.flag("ordered", ordered)
-    opts = batch_options(prompts, **controls)
+    opts = mode_options("constrained_beam_search", prompts, controls, _REFUSED)
     cons, named = _constraints(constraints, len(opts.prompts), opts.controls.eos)
     try:
         trackers = Trackers.build(cons, ordered)

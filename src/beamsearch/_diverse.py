@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from beamsearch import _validate as check
 from beamsearch._engine import StepFn
 from beamsearch._hypothesis import BatchResults
-from beamsearch._search import Plan, StepCallback, _pad, batch_options, run_plan
+from beamsearch._search import Plan, StepCallback, _pad, mode_options, run_plan
 from beamsearch._strategies.batch import BatchBeam
 from beamsearch._strategies.diverse import DiverseBeam
 from beamsearch._trace import Trace
@@ -101,7 +101,7 @@ def diverse_plan(prompts: Sequence[Sequence[int]], *, num_groups: int, diversity
         raise ValueError(f"num_groups must divide beam_size={beam_size}; got num_groups={groups}")
     penalty = check.real("diversity_penalty", diversity_penalty, finite=True)
     early_stop = check.flag("early_stop", early_stop)
-    opts = batch_options(prompts, **controls)
+    opts = mode_options("diverse_beam_search", prompts, controls)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     rule = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)

@@ -41,11 +41,24 @@ from beamsearch._beam import Beam, Candidates, Ended, Trail
 from beamsearch._engine import StepFn, _extend_history, _extend_recent, _indexer, score_step, start_beam
 from beamsearch._hypothesis import BatchResults, Hypothesis
 from beamsearch._penalties import score
-from beamsearch._search import batch_options, beam_search_batch
+from beamsearch._search import _pad, beam_search_batch, mode_options
 from beamsearch._select import accumulate, split_terminals
 from beamsearch._state import concat_state, has_registered_leaf, select_state
 
 __all__ = ["ExactResults", "exact_search"]
+
+_NO_STEPS = ("a step record and a search tree describe a beam's steps, and branch and bound has no beam; its "
+             "results report proven, model_calls and expanded per input")
+_REFUSED = {
+    "beam_size": "it expands every prefix whose bound can beat the best output found; seed_beam is the beam "
+                 "of its seed search",
+    "early_stop": "it is always exact: a prefix is pruned only when its bound cannot beat the incumbent",
+    "return_token_logprobs": "its results carry each output's logprob and score, not per-token log-probabilities",
+    "callback": _NO_STEPS,
+    "trace": _NO_STEPS,
+    "trace_width": _NO_STEPS,
+}
+"""The keywords of ``beam_search_batch`` that exact search does not take, and why."""
 
 
 class ExactResults(BatchResults):
@@ -90,21 +103,25 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
             (``eos_token_id`` and ``max_steps`` required; ``alpha``, ``length_penalty``,
             ``no_repeat_ngram_size``, ``temperature``, ``top_k``, ``bos_token_id``,
             ``logits_processors``, ``min_new_tokens``, ``stop_sequences``, ``prefix``), with the
-            same meaning: they define the outputs and their scores.
+            same meaning: they define the outputs and their scores. Its other keywords are
+            refused: ``beam_size`` (``seed_beam`` is the seed's beam), ``early_stop`` (always
+            exact), ``return_token_logprobs``, ``callback``, ``trace`` and ``trace_width`` (there
+            is no beam step to record).
 
     Returns:
         An :class:`ExactResults`: per input, its ``n_best`` best outputs (finished first, then by
         score; ties keep the seed's first), ``proven``, ``model_calls`` and ``expanded``.
 
     Raises:
-        ValueError, TypeError: a bad argument, named with its value, before any model call.
+        ValueError, TypeError: a bad argument, named with its value, before any model call; a
+            refused or unknown keyword is a TypeError naming ``exact_search`` and the keyword.
     """
     node_budget = check.at_least("node_budget", node_budget, 1)
     batch_rows = check.at_least("batch_rows", batch_rows, 1)
     n_best = check.at_least("n_best", n_best, 1)
     seed_beam = check.at_least("seed_beam", seed_beam, 1)
-    pad = None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
-    opts = batch_options(prompts, **controls)
+    pad = _pad(pad_token_id)
+    opts = mode_options("exact_search", prompts, controls, _REFUSED)
     n = len(opts.prompts)
     if n == 0:
         return ExactResults(pad_token_id=pad)

@@ -10,6 +10,7 @@ runner (:func:`run_plan` for one batch, :func:`beamsearch._refill.decode_stream`
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -187,7 +188,7 @@ def beam_search_batch(
         n_best: results per input, ``1 <= n_best <= beam_size``.
         alpha: length-penalty strength >= 0 (finite, and ``lp(max_steps)`` must not overflow).
         no_repeat_ngram_size: n > 0 bans tokens completing an n-gram already in the row.
-        temperature: > 0, divides the logits.
+        temperature: > 0 and finite, divides the logits.
         top_k: keep logits >= the row's k-th largest; None keeps all.
         bos_token_id: stands in for an empty prompt.
         pad_token_id: fills :meth:`BatchResults.arrays`; never changes the search.
@@ -226,7 +227,7 @@ def beam_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int =
     the callback/trace keywords), validated before any model call."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     early_stop = check.flag("early_stop", early_stop)
-    opts = batch_options(prompts, **controls)
+    opts = mode_options("beam_search_batch", prompts, controls)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=_pad(pad_token_id),
@@ -244,6 +245,23 @@ def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Seque
     A search mode takes them as ``**controls`` and passes them here."""
     return _options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
                     length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
+
+
+SHARED_CONTROLS = tuple(inspect.signature(batch_options).parameters)[1:]
+"""The keywords of :func:`beam_search_batch` that every search mode takes as ``**controls``."""
+
+_REQUIRED = tuple(name for name, p in inspect.signature(batch_options).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY and p.default is p.empty)
+
+
+def mode_options(mode: str, prompts: Sequence[Sequence[int]], controls: dict[str, Any],
+                 refused: dict[str, str] | None = None) -> _Options:
+    """:func:`batch_options` of a search mode's ``**controls``, whose names are checked first:
+    a keyword in ``refused`` (name -> why the mode does not take it) or not a shared control at
+    all is a TypeError naming ``mode`` (the public function) and the keyword, as is a missing
+    ``eos_token_id`` or ``max_steps``."""
+    check.keywords(mode, controls, SHARED_CONTROLS, _REQUIRED, refused or {})
+    return batch_options(prompts, **controls)
 
 
 class Plan:
@@ -334,7 +352,7 @@ def run_batch(step_fn: StepFn, init_state: Any, opts: _Options, strategy: Any, *
 
 
 def _pad(pad_token_id: Any) -> int | None:
-    return None if pad_token_id is None else check.integer("pad_token_id", pad_token_id)
+    return None if pad_token_id is None else check.int64("pad_token_id", pad_token_id)
 
 
 class _Options:
@@ -355,14 +373,15 @@ def _options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat
     """
     eos = check.eos_ids("eos_token_id", eos_token_id)
     ngram = check.at_least("no_repeat_ngram_size", no_repeat_ngram_size, 0)
-    temperature = check.real("temperature", temperature, positive=True)
+    temperature = check.temperature("temperature", temperature)
     top_k = None if top_k is None else check.at_least("top_k", top_k, 1)
     bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
     penalty = check.length_penalty(length_penalty, LENGTH_PENALTIES)
     user = check.processors(logits_processors)
     m = check.at_least("min_new_tokens", min_new_tokens, 0)
     stops = check.stop_sequences(stop_sequences, eos)
-    ids = check.prompts(prompts, bos)
+    given = check.prompts(prompts)
+    ids = check.with_bos(given, bos)
     steps = limits if isinstance(limits, np.ndarray) else check.max_steps(limits, len(ids))
     alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max(initial=1)))
     forced = check.prefix(prefix, len(ids), eos, steps)
@@ -374,12 +393,13 @@ def _options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat
     if ngram > 0:
         processors.append(NoRepeatNGram(ngram))
     processors.extend(user)
-    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id)), ("prompts", ids),
-                                     ("stop_sequences", stops)]
+    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id))]
     if bos is not None:
         checks.append(("bos_token_id", bos))
+    checks += [("prompts", given), ("stop_sequences", stops)]  # the prompts as given: an empty one holds no id
     if forced is not None:
         checks.append(("prefix", forced))
+    checks += [pair for processor in user for pair in processor.vocab_checks]
     masks = () if forced is None or not any(forced) else (ForcedPrefix.of(forced),)
     controls = Controls(eos, steps, tuple(processors), masks, StopSequences(tuple(stops), m) if stops else None,
                         ids, tuple(checks))

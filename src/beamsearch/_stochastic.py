@@ -10,7 +10,7 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._engine import Outcome, StepFn
 from beamsearch._hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
-from beamsearch._search import Plan, StepCallback, _pad, batch_options, run_plan
+from beamsearch._search import Plan, StepCallback, _pad, mode_options, run_plan
 from beamsearch._trace import Trace
 from beamsearch._strategies.stochastic import StochasticBeam, StochasticState
 
@@ -20,7 +20,12 @@ _REFUSED = {
     "alpha": "samples are ranked by their perturbed score, not by a length-penalized one",
     "length_penalty": "samples are ranked by their perturbed score, not by a length-penalized one",
     "prefix": "a forced prefix is not a distribution to sample from; put it in the prompt instead",
+    "beam_size": "its beam is the k samples per input: give k",
+    "n_best": "it returns all k samples per input: give k",
+    "early_stop": "the k largest perturbed scores are found only by keeping k rows to the end; nothing stops "
+                  "early",
 }
+"""The keywords of ``beam_search_batch`` that stochastic beam search does not take, and why."""
 
 
 class StochasticResults(BatchResults):
@@ -106,7 +111,8 @@ def stochastic_beam_search(
         callback, trace, trace_width: as for :func:`beamsearch.beam_search` (the trace's scores
             are the length-penalty-free logprobs; the results' ``score`` is G).
         **controls: the shared keywords of :func:`beam_search_batch` (``eos_token_id`` and
-            ``max_steps`` required); ``alpha``, ``length_penalty`` and ``prefix`` are refused.
+            ``max_steps`` required); ``alpha``, ``length_penalty``, ``prefix``, ``beam_size``,
+            ``n_best`` and ``early_stop`` are refused (a TypeError saying why).
 
     Returns:
         A :class:`StochasticResults`: per input, its samples by perturbed score (``score``),
@@ -114,10 +120,13 @@ def stochastic_beam_search(
         (:meth:`StochasticResults.importance_weights`).
 
     Raises:
-        ValueError: k < 1; both ``rng`` and ``seed``; a refused control; a per-input seed list of
-            the wrong length; any error of :func:`beam_search_batch`'s arguments.
-        TypeError: a non-integer k or seed; an ``rng`` that is not a numpy or torch Generator.
+        ValueError: k < 1; both ``rng`` and ``seed``; a per-input seed list of the wrong length;
+            any error of :func:`beam_search_batch`'s arguments.
+        TypeError: a non-integer k or seed; an ``rng`` that is not a numpy or torch Generator; a
+            refused or unknown keyword (naming ``stochastic_beam_search`` and the keyword).
     """
+    if "positions" in controls:  # stochastic_plan's, for the refill runner
+        raise TypeError("stochastic_beam_search() got an unexpected keyword argument 'positions'")
     plan = stochastic_plan(prompts, k=k, rng=rng, seed=seed, pad_token_id=pad_token_id,
                            return_token_logprobs=return_token_logprobs, **controls)
     return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
@@ -156,10 +165,7 @@ def stochastic_plan(prompts: Sequence[Sequence[int]], *, k: int, rng: Any = None
     positions[i])``, so a part of a list, decoded with its positions, gets the noise it gets in
     the whole list (the refill runner decodes a stream this way)."""
     k = check.at_least("k", k, 1)
-    for name, why in _REFUSED.items():
-        if name in controls:
-            raise ValueError(f"{name} is not an argument of stochastic_beam_search ({why}); got {controls[name]!r}")
-    opts = batch_options(prompts, **controls)
+    opts = mode_options("stochastic_beam_search", prompts, controls, _REFUSED)
     n = len(opts.prompts)
     where = np.arange(n) if positions is None else np.asarray(positions, np.int64).reshape(n)
     entropy = _entropy(rng, seed, where)
@@ -175,7 +181,7 @@ def _entropy(rng: Any, seed: Any, positions: np.ndarray) -> np.ndarray:
             raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
         if len(seed) != n:
             raise ValueError(f"seed must be one int or one int per prompt ({n}); got {len(seed)} seeds")
-        return np.array([[_seed(s)] for s in seed], np.int64).reshape(n, 1)
+        return np.array([[_seed(s, f"seed[{i}]")] for i, s in enumerate(seed)], np.int64).reshape(n, 1)
     base = base_seed(rng, seed)
     return np.stack([np.full(n, base), positions], axis=1).astype(np.int64)
 
@@ -198,11 +204,13 @@ def base_seed(rng: Any, seed: Any) -> int:
     raise TypeError(f"rng must be a numpy.random.Generator or a torch.Generator; got {type(rng).__name__}")
 
 
-def _seed(value: Any) -> int:
+def _seed(value: Any, name: str = "seed") -> int:
     """A seed: an integer in [0, 2**63)."""
-    v = check.at_least("seed", value, 0)
+    v = check.integer(name, value)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0; got {v}")
     if v >= 2**63:
-        raise ValueError(f"seed must be < 2**63; got {v}")
+        raise ValueError(f"{name} must be < 2**63; got {v}")
     return v
 
 

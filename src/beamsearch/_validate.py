@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from beamsearch._backends import backend_of
+
+MAX_SIZE = 2**62
+"""The largest size, count or length taken (``beam_size``, ``max_steps``, ``top_k``, ...): the
+search counts in int64, and a sum of two of them (a prompt's length and ``max_steps``, a beam and
+its eos ids) must stay exact."""
+
+MAX_ID = int(np.iinfo(np.intp).max)
+"""No token id reaches this: an array has at most ``2**63 - 1`` columns, so no V is larger."""
 
 
 def integer(name: str, value: Any) -> int:
@@ -18,10 +27,20 @@ def integer(name: str, value: Any) -> int:
 
 
 def at_least(name: str, value: Any, low: int) -> int:
-    """An integer ``>= low``."""
+    """A size or count: an integer ``>= low`` and ``<= MAX_SIZE``."""
     v = integer(name, value)
     if v < low:
         raise ValueError(f"{name} must be >= {low}; got {v}")
+    if v > MAX_SIZE:
+        raise ValueError(f"{name} must be <= 2**62 (sizes are counted in int64); got {v}")
+    return v
+
+
+def int64(name: str, value: Any) -> int:
+    """An integer that fits in int64 (a padding id, which may be negative)."""
+    v = integer(name, value)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{name} must fit in int64, in [-2**63, 2**63); got {v}")
     return v
 
 
@@ -33,6 +52,16 @@ def real(name: str, value: Any, *, positive: bool = False, finite: bool = False)
     if math.isnan(v) or v < 0 or (positive and v == 0) or (finite and math.isinf(v)):
         bound = ("> 0" if positive else ">= 0") + (" and finite" if finite else "")
         raise ValueError(f"{name} must be {bound}; got {value!r}")
+    return v
+
+
+def finite(name: str, value: Any) -> float:
+    """A finite real number of either sign (a bias)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number; got {value!r} of type {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite; got {value!r}")
     return v
 
 
@@ -59,35 +88,62 @@ def token_list(name: str, value: Any, *, allow_empty: bool = False) -> list[int]
 
 
 def _plain_ids(value: Any) -> bool:
-    """Whether ``value`` is a list or tuple of Python ints ``>= 0`` (not bools): the common case,
-    checked without a call per id (any other value goes through :func:`token` one by one, which
-    names the bad one)."""
-    return isinstance(value, (list, tuple)) and all(type(t) is int for t in value) and (not value or min(value) >= 0)
+    """Whether ``value`` is a list or tuple of Python ints in ``[0, MAX_ID)`` (not bools): the
+    common case, checked without a call per id (any other value goes through :func:`token` one by
+    one, which names the bad one)."""
+    return (isinstance(value, (list, tuple)) and all(type(t) is int for t in value)
+            and (not value or (min(value) >= 0 and max(value) < MAX_ID)))
 
 
 def token(name: str, value: Any) -> int:
-    """A token id: an integer ``>= 0`` (the upper bound V is checked after the first call)."""
+    """A token id: an integer ``>= 0`` (the upper bound V is checked after the first call; an id
+    that no V can exceed is refused here)."""
     v = integer(name, value)
     if v < 0:
         raise ValueError(f"{name} must be in [0, V); got {v}")
+    if v >= MAX_ID:
+        raise ValueError(f"{name} must be in [0, V); got {v}, and no V is larger than 2**63 - 1")
     return v
 
 
-def prompts(value: Any, bos: int | None) -> list[list[int]]:
-    """Each prompt as a list of non-negative ints; an empty prompt becomes ``[bos]``."""
+def prompts(value: Any) -> list[list[int]]:
+    """Each prompt as a list of token ids, as given (an empty prompt stays empty: see
+    :func:`with_bos`)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"prompts must be a list of token-id lists; got {value!r:.80}")
     out = []
     for i, prompt in enumerate(value):
         if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
             raise TypeError(f"prompts[{i}] must be a list of token ids; got {prompt!r:.80}")
-        ids = list(prompt) if _plain_ids(prompt) else [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)]
-        if not ids:
-            if bos is None:
-                raise ValueError(f"prompts[{i}] is empty and bos_token_id is None")
-            ids = [bos]
-        out.append(ids)
+        out.append(list(prompt) if _plain_ids(prompt) else [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)])
     return out
+
+
+def with_bos(prompts: list[list[int]], bos: int | None) -> list[list[int]]:
+    """The prompts the search starts from: an empty prompt becomes ``[bos]`` (a ValueError when
+    ``bos`` is None). The ids' ``[0, V)`` check names the prompts as given and ``bos_token_id``
+    apart, so a bad bos is never blamed on a prompt."""
+    for i, ids in enumerate(prompts):
+        if not ids and bos is None:
+            raise ValueError(f"prompts[{i}] is empty and bos_token_id is None")
+    return [ids or [bos] for ids in prompts]  # type: ignore[list-item]
+
+
+def keywords(mode: str, given: Any, takes: Sequence[str], required: Sequence[str],
+             refused: dict[str, str]) -> None:
+    """A search mode's ``**controls``: every name in ``takes``, those in ``required`` present.
+
+    A keyword the mode refuses is a TypeError ``"<mode> does not take <name> (<why>)"``; any other
+    unknown one is Python's ``"<mode>() got an unexpected keyword argument '<name>'"``, so the
+    message names the function the caller called, never an internal one."""
+    for name in given:
+        if name in refused:
+            raise TypeError(f"{mode} does not take {name} ({refused[name]}); got {name}={given[name]!r:.60}")
+        if name not in takes:
+            raise TypeError(f"{mode}() got an unexpected keyword argument {name!r}")
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise TypeError(f"{mode}() missing required keyword argument {missing[0]!r}")
 
 
 # ---- what the model returns (checked at each call) and the state it starts from ----------------
@@ -160,9 +216,9 @@ def flat_ids(ids: Any, path: str = "") -> list[tuple[str | None, int]]:
 
 def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any], ctx: Any) -> None:
     """Rows whose log-softmax came out NaN: raise for a row the model returned with NaN, +inf or
-    no finite entry, or that a processor made NaN or +inf; return for rows that processing left
-    with no finite entry (the engine masks those). Processors are row-wise, so a flagged row is
-    re-processed alone to tell which."""
+    no finite entry, or that a processor made NaN or +inf (naming the first that did); return for
+    rows that processing left with no finite entry (the engine masks those). Processors are
+    row-wise, so a flagged row is re-processed alone to tell which."""
     shape = tuple(raw.shape)
     for row in rows.tolist():
         raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
@@ -171,15 +227,36 @@ def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any]
         if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
             assert ctx is not None and processors, "a valid row cannot give NaN without processing"
             x, one = backend.copy(raw_row), ctx.rows(np.array([row]))
-            for processor in processors:
+            where, bad = " after logits_processors", False
+            for processor in processors:  # the last to turn the row NaN or +inf is named
                 x = processor(x, one)
-            values, where = backend.to_numpy(x), " after logits_processors"
+                values = backend.to_numpy(x)
+                now = bool(np.isnan(values).any() or (values == np.inf).any())
+                if now and not bad:
+                    where = f" after {processor_label(processor)}"
+                bad = now
         if np.isnan(values).any():
             raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
         if (values == np.inf).any():
             raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
         if not where:
             raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
+
+
+_KEYWORDS = {"MinNewTokens": ("min_new_tokens", "m"), "Temperature": ("temperature", "temperature"),
+             "TopK": ("top_k", "k"), "NoRepeatNGram": ("no_repeat_ngram_size", "n")}
+"""The processors a search builds from its own keywords: class name -> (keyword, attribute)."""
+
+
+def processor_label(processor: Any) -> str:
+    """What a processor of the search is called in messages: the caller's by
+    ``logits_processors[i]`` and its repr, one built from a keyword by that keyword and value."""
+    if isinstance(processor, CheckedProcessor):
+        return processor.name
+    keyword, attribute = _KEYWORDS.get(type(processor).__name__, (None, None))
+    if keyword is None:
+        return repr(processor)
+    return f"{keyword}={getattr(processor, attribute)!r}"
 
 
 def state_rows(state: Any, n: int, name: str = "init_state") -> None:
@@ -304,15 +381,79 @@ def length_penalty(value: Any, known: Any) -> Any:
     return known[value]
 
 
-def processors(value: Any) -> list[Any]:
-    """A sequence of callables."""
+def processors(value: Any) -> list[CheckedProcessor]:
+    """A sequence of callables, each as the search runs it (:class:`CheckedProcessor`)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise TypeError(f"logits_processors must be a sequence of callables; got {value!r:.80}")
     out = list(value)
     for i, processor in enumerate(out):
         if not callable(processor):
             raise TypeError(f"logits_processors[{i}] must be callable; got {processor!r}")
+    return [CheckedProcessor(i, processor) for i, processor in enumerate(out)]
+
+
+class CheckedProcessor:
+    """A caller's processor ``logits_processors[i]`` as the search runs it: what it returns is
+    checked (:func:`processed`), and its errors and token ids are named after it.
+
+    Attributes:
+        processor: the caller's callable.
+        name: ``"logits_processors[i] (...)"`` with its repr (a function's qualified name), for
+            messages.
+        needs_history, last_step: the processor's own (see :mod:`beamsearch.processors`).
+    """
+
+    __slots__ = ("processor", "name", "needs_history", "last_step")
+
+    def __init__(self, index: int, processor: Any) -> None:
+        self.processor = processor
+        self.name = f"logits_processors[{index}] ({_shown(processor)})"
+        self.needs_history = bool(getattr(processor, "needs_history", False))
+        self.last_step = getattr(processor, "last_step", None)
+
+    def __call__(self, logits: Any, ctx: Any) -> Any:
+        return processed(self.name, self.processor(logits, ctx), logits)
+
+    @property
+    def vocab_checks(self) -> tuple[tuple[str, Any], ...]:
+        """``(name, ids)`` pairs of the token ids the processor declares (its ``vocab_checks``
+        attribute: ``(argument, ids)`` pairs), for the ``[0, V)`` check at the first call."""
+        return tuple((f"{self.name} {argument}", ids) for argument, ids in getattr(self.processor, "vocab_checks", ()))
+
+
+def _shown(processor: Any) -> str:
+    """A function by its qualified name, anything else by its repr (cut to 100 characters)."""
+    if inspect.isfunction(processor) or inspect.ismethod(processor):
+        return f"function {processor.__qualname__}"
+    text = repr(processor)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def processed(name: str, out: Any, given: Any) -> Any:
+    """``out``, what processor ``name`` returned for the logits ``given [k, V]``, when it is an
+    array of the same library, shape, dtype and device; else a TypeError (ValueError for a shape
+    or device) saying what it returned and what was expected."""
+    if out is given:
+        return out
+    expected = f"{_kind(given)} like the logits it was given"
+    if type(out) is not type(given):
+        hint = " (did it write into the logits and not return them?)" if out is None else ""
+        raise TypeError(f"{name} returned {'None' if out is None else describe(out)}; expected {expected}{hint}")
+    if tuple(out.shape) != tuple(given.shape):
+        raise ValueError(f"{name} returned shape {tuple(out.shape)}; expected {expected}")
+    if out.dtype != given.dtype:
+        raise TypeError(f"{name} returned dtype {out.dtype}; expected {expected}")
+    if getattr(out, "device", None) != getattr(given, "device", None):
+        raise ValueError(f"{name} returned an array on device {out.device}; expected {expected}")
     return out
+
+
+def _kind(x: Any) -> str:
+    """``"a <library> <dtype> <type> of shape (k, V)"`` (``on <device>`` for torch)."""
+    device = getattr(x, "device", None)
+    where = f" on {device}" if device is not None and not isinstance(x, np.ndarray) else ""
+    dtype = str(x.dtype).removeprefix("torch.")
+    return f"a {type(x).__module__.split('.')[0]} {dtype} {type(x).__name__} of shape {tuple(x.shape)}{where}"
 
 
 # ---- the ready processors' arguments -----------------------------------------------------------
@@ -331,12 +472,17 @@ def repetition_penalty(value: Any) -> float:
     return real("penalty", value, positive=True, finite=True)
 
 
-def suppressed(token_ids: Any, first_steps: Any) -> np.ndarray:
-    """The ids to suppress (int64, sorted, unique) and ``first_steps`` None or >= 1."""
-    ids = token_list("token_ids", token_ids, allow_empty=True)
+def temperature(name: str, value: Any) -> float:
+    """A temperature: finite and > 0."""
+    return real(name, value, positive=True, finite=True)
+
+
+def suppressed(token_ids: Any, first_steps: Any) -> list[int]:
+    """The ids to suppress (a non-empty list, as given) and ``first_steps`` None or >= 1."""
+    ids = token_list("token_ids", token_ids)
     if first_steps is not None:
         at_least("first_steps", first_steps, 1)
-    return np.unique(np.asarray(ids, dtype=np.int64))
+    return ids
 
 
 def _sequence(name: str, seq: Any) -> tuple[int, ...]:
@@ -346,23 +492,24 @@ def _sequence(name: str, seq: Any) -> tuple[int, ...]:
 
 
 def sequence_bias(value: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
-    """A mapping from non-empty token-id tuples to finite floats, as (sequences, biases)."""
+    """A non-empty mapping from non-empty token-id tuples to finite floats, as (sequences, biases)."""
     from collections.abc import Mapping
 
     if not isinstance(value, Mapping):
         raise TypeError(f"bias must be a mapping from token-id tuples to floats; got {value!r:.80}")
+    if not value:
+        raise ValueError(f"bias must map at least one token-id sequence to a bias; got {value!r}")
     seqs, biases = [], []
     for seq, bias in value.items():
         seqs.append(_sequence(f"bias key {seq!r}", seq))
-        b = float(bias)
-        if not math.isfinite(b):
-            raise ValueError(f"bias[{seq!r}] must be finite; got {bias!r}")
-        biases.append(b)
+        biases.append(finite(f"bias[{seq!r}]", bias))
     return tuple(seqs), tuple(biases)
 
 
 def bad_words(value: Any) -> tuple[tuple[int, ...], ...]:
-    """A list of non-empty token-id sequences."""
+    """A non-empty list of non-empty token-id sequences."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"sequences must be a list of token-id sequences; got {value!r:.80}")
+    if len(value) == 0:
+        raise ValueError(f"sequences must hold at least one token-id sequence; got {value!r}")
     return tuple(_sequence(f"sequences[{i}]", s) for i, s in enumerate(value))

@@ -8,16 +8,20 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from beamsearch import _validate as check
 from beamsearch._backends import NEG_INF
 from beamsearch.processors._base import StepContext
 
 
 @dataclass(frozen=True)
 class NoRepeatNGram:
-    """Mask every token that would complete an n-gram already in the row's history."""
+    """Mask every token that would complete an n-gram already in the row's history (n >= 1)."""
 
     n: int
     needs_history = True
+
+    def __post_init__(self) -> None:
+        check.at_least("n", self.n, 1)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         rows, tokens = banned_ngram_tokens(ctx.history, self.n)

@@ -37,7 +37,8 @@ class SequenceBias:
     """Add ``bias[s]`` to token ``s[-1]`` where the row's history ends with ``s[:-1]``.
 
     Args:
-        bias: a mapping from a non-empty tuple of token ids to a finite float.
+        bias: a non-empty mapping from a non-empty tuple of token ids to a finite float (ids
+            are checked against ``[0, V)`` at the first call).
     """
 
     bias: Mapping[tuple[int, ...], float]
@@ -49,6 +50,11 @@ class SequenceBias:
         seqs, values = check.sequence_bias(self.bias)
         object.__setattr__(self, "_seqs", seqs)
         object.__setattr__(self, "_values", values)
+
+    @property
+    def vocab_checks(self) -> tuple[tuple[str, list[int]], ...]:
+        """Each key's ids, to check against ``[0, V)`` at the first call."""
+        return tuple((f"bias key {seq!r}", list(seq)) for seq in self._seqs)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         rows, tokens, which = _matches(ctx.history, self._seqs)
@@ -67,7 +73,8 @@ class BadWords:
     """Ban token ``s[-1]`` (-inf) where the row's history ends with ``s[:-1]``.
 
     Args:
-        sequences: non-empty token-id sequences; a one-token sequence bans that token always.
+        sequences: a non-empty list of non-empty token-id sequences; a one-token sequence bans
+            that token always (ids are checked against ``[0, V)`` at the first call).
     """
 
     sequences: Sequence[Sequence[int]]
@@ -76,6 +83,11 @@ class BadWords:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_seqs", check.bad_words(self.sequences))
+
+    @property
+    def vocab_checks(self) -> tuple[tuple[str, list[list[int]]], ...]:
+        """The sequences' ids, to check against ``[0, V)`` at the first call."""
+        return (("sequences", [list(seq) for seq in self._seqs]),)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         rows, tokens, _ = _matches(ctx.history, self._seqs)

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from beamsearch import _validate as check
 from beamsearch.processors._base import StepContext
 
 
 @dataclass(frozen=True)
 class Temperature:
-    """Divide every logit by ``temperature`` (> 0)."""
+    """Divide every logit by ``temperature`` (> 0 and finite)."""
 
     temperature: float
     needs_history = False
+
+    def __post_init__(self) -> None:
+        check.temperature("temperature", self.temperature)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         return logits / self.temperature  # a new array: no in-place write needed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from beamsearch import _validate as check
 from beamsearch.processors._base import StepContext
 
 
@@ -17,6 +18,9 @@ class TopK:
 
     k: int
     needs_history = False
+
+    def __post_init__(self) -> None:
+        check.at_least("k", self.k, 1)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         if self.k >= logits.shape[1]:
