@@ -195,7 +195,7 @@ class _BranchAndBound:
             self.trail.add(children.token, children.parent, children.logprob - beam.logprob[children.parent])
             state, size, parent = concat_state(states), beam.size, children.parent
             beam = Beam(beam.input[children.parent], children.logprob, children.token,
-                        _extend_history(beam, children, step, self.controls), _extend_recent(beam.recent, children))
+                        _extend_history(beam, children), _extend_recent(beam.recent, children))
         return self._hypotheses(best, n), proven
 
     def _expand(self, state: Any, size: int, parent: np.ndarray, beam: Beam, step: int,
