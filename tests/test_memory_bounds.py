@@ -17,6 +17,7 @@ import sys
 import textwrap
 from itertools import product
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
@@ -148,4 +149,38 @@ def test_search_modes_with_beam_1e8(mode):
             [t for t in FINISHED if 2 in t]) == 8
     else:
         assert tokens == sorted(ALL_OUTPUTS)
+    assert out["peak_mb"] < PEAK_MB
+
+
+@pytest.mark.parametrize("budget, vocab, ngram, seed_beam",
+                         [(1000, 4, 0, 4), (50_000, 5, 50, 16), (20_000, 2000, 0, 4)])
+def test_exact_search_on_a_model_that_never_ends(budget, vocab, ngram, seed_beam):
+    # eos has probability 0, so the only outputs are unfinished ones of max_steps = 4096 tokens.
+    # Below seed_beam * 4096 rows (the seed's rows a step, 4096 steps) none is reached: nothing is
+    # found. Else the seed's best, the model's top token 4096 times, is the best output (the
+    # logits are the same at every step). Nothing is proven, and the rows passed to the model (the
+    # seed's included) stop at the budget. Issue 20: with a budget of 1000 the seed alone expanded
+    # 16,381 prefixes; at 50,000 with n-gram blocking the histories were max_steps wide (1.2 GB
+    # here); with V = 2000 every extension of a step was held (440 MB).
+    out = run_child(f"""
+        from beamsearch import exact_search
+        logits = np.random.default_rng(0).normal(size={vocab}); logits[0] = -np.inf
+        calls = []
+        def step(state, y_prev):
+            calls.append(len(y_prev))
+            return np.tile(logits, (len(y_prev), 1)), state
+        r = exact_search(step, None, [[1]], eos_token_id=0, max_steps=4096, node_budget={budget},
+                         no_repeat_ngram_size={ngram}, seed_beam={seed_beam})
+        report(results={hyps('r')}, expanded=int(r.expanded[0]), proven=bool(r.proven[0]), rows=sum(calls))
+    """)
+    if budget < seed_beam * 4096:
+        assert out["results"] == [[]]
+    else:  # the oracle: plain float64 log-softmax of the same logits (numpy's generator, seed 0)
+        logits = np.random.default_rng(0).normal(size=vocab)
+        logits[0] = -np.inf
+        top = int(np.argmax(logits))
+        logp = logits[top] - np.log(np.exp(logits[1:]).sum())
+        assert out["results"] == [[[[top] * 4096, pytest.approx(4096 * logp, rel=1e-9), False]]]
+    assert out["proven"] is False
+    assert out["expanded"] == out["rows"] <= budget
     assert out["peak_mb"] < PEAK_MB
