@@ -31,6 +31,31 @@ def test_a_processor_without_needs_history_sees_the_generated_tokens():
         assert history.tolist() == [list(p[len(prompts[i]):]) for i, p in zip(inputs, call)]
 
 
+def test_a_processor_with_needs_history_sees_exactly_prompt_and_generated_tokens():
+    # The kept history grows a column per step (it is never max_steps wide): at step t it is
+    # [k, P + t - 1], each row its prompt left-padded with -1 to the widest, then its generated
+    # tokens, which the model's own state records (its prefix after the prompt).
+    table = random_table(4, 3, eos=0, eos_shift=-1.0)
+    model = SequenceModel(table)
+    prompts = [[1, 2, 3], [3]]
+    seen = []
+
+    class Record:
+        needs_history = True
+
+        def __call__(self, logits, ctx):
+            seen.append((ctx.step, ctx.row_input.copy(), ctx.history.copy()))
+            return logits
+
+    beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=0, max_steps=10**6, beam_size=3,
+                      logits_processors=[Record()], alpha=0.0, min_new_tokens=3)
+    assert len(seen) >= 4
+    for (step, inputs, history), call in zip(seen, model.calls):
+        assert history.shape == (len(call), 3 + step - 1)
+        assert history.tolist() == [[-1] * (3 - len(prompts[i])) + list(prompts[i]) + list(p[len(prompts[i]):])
+                                    for i, p in zip(inputs, call)]
+
+
 def test_terminals_contains_eos_ids_and_pairs():
     t = Terminals(np.array([0, 3]), np.array([1, 2, 2]), np.array([4, 1, 5]))
     parent = np.array([0, 1, 1, 2, 2, 2, 0])

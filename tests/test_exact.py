@@ -9,7 +9,10 @@ finished first, then by score.
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -214,6 +217,70 @@ def test_budget_is_per_input_and_counts_match_the_model():
     capped, _ = run_exact(table, prompts, node_budget=budget, **kw)
     assert capped.proven.tolist() == (free.expanded <= budget).tolist()
     assert (capped.expanded <= budget).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_budget_bounds_the_rows_passed_and_a_proof_is_exact(seed, monkeypatch):
+    # Every budget from 1 row to what the full search needs: the rows passed to the model (the
+    # seed beam's included; the model counts them) never exceed it, every result is an output
+    # (finished, or unfinished of max_steps tokens) with the oracle's logprob and score, and a
+    # proven result is the brute-force n_best. batch_rows=1 makes many calls per step, so each
+    # step's extensions are cut back to what the budget can still expand (``_shortlist``) again
+    # and again; the same search without that cut is the plain reference: it must change nothing.
+    from beamsearch._exact import _BranchAndBound
+
+    vocab, eos, steps = 4, 3, 4
+    table = random_table(vocab, 300 + seed, eos=eos, eos_shift=-1.0)
+    kw = dict(eos_token_id=eos, max_steps=steps, alpha=0.6, n_best=2, batch_rows=1)
+    ranked = enumerate_outputs(table, [0], vocab, eos=eos, max_steps=steps, alpha=0.6)
+    full, _ = run_exact(table, [[0]], **kw)
+    assert full.proven[0]
+    cut = _BranchAndBound._shortlist
+    cuts = []
+    monkeypatch.setattr(_BranchAndBound, "_shortlist", lambda self, *a: cuts.append(1) or cut(self, *a))
+    for budget in range(1, int(full.expanded[0]) + 1):
+        results, model = run_exact(table, [[0]], node_budget=budget, **kw)
+        assert results.expanded[0] == sum(len(c) for c in model.calls) <= budget
+        assert results.model_calls[0] == len(model.calls)
+        for h in results[0]:
+            assert h.finished or len(h.tokens) == steps
+            logprob, score, finished = rescored(table, [0], h, eos=eos, alpha=0.6)
+            assert (h.logprob, h.score, h.finished) == (pytest.approx(logprob, abs=1e-12),
+                                                        pytest.approx(score, abs=1e-12), finished)
+        if results.proven[0]:
+            assert_exact(results[0], ranked, 2)
+        with monkeypatch.context() as uncut:
+            uncut.setattr(_BranchAndBound, "_shortlist", lambda self, children, *a: children)
+            reference, _ = run_exact(table, [[0]], node_budget=budget, **kw)
+        assert (results[0], results.proven[0], results.expanded[0]) == (reference[0], reference.proven[0],
+                                                                         reference.expanded[0])
+    assert results.proven[0] and results.expanded[0] == full.expanded[0]  # the full search's own budget
+    assert cuts
+
+
+def test_decode_exact_mode_expanded_never_passes_the_node_budget(tmp_path):
+    # issue 19: `--mode exact --node-budget 5` reported "expanded": 51 (the seed beam ran whole).
+    # Through the command line, in a subprocess: each record's expanded is at most 5, and the
+    # record is exact_search's on the line alone with that budget.
+    from beamsearch import corpus
+
+    texts = ["hello", "a much longer line of text", "x"]
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n")
+    r = subprocess.run([sys.executable, "-m", "beamsearch", "decode", "--model", "_toy", "--input", str(src),
+                        "--output", str(out), "--mode", "exact", "--node-budget", "5", "--beam", "4",
+                        "--max-rows", "8", "--max-steps", "6", "--alpha", "0.6"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [rec["input"] for rec in records] == texts
+    model = corpus.toy_model()
+    for rec in records:
+        assert 0 < rec["expanded"] <= 5 and rec["proven"] is False
+        alone = exact_search(model.step, model.make_state([{"source": rec["input"]}]), [[model.bos]],
+                             eos_token_id=model.eos, max_steps=6, alpha=0.6, seed_beam=4, batch_rows=8,
+                             node_budget=5)
+        assert rec["expanded"] == alone.expanded[0]
+        assert [h["tokens"] for h in rec["nbest"]] == [h.tokens for h in alone[0]]
 
 
 # ---- pruning, batching, counts ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The records the engine threads through its loop; all numpy, on the host.
 
 Shapes: ``N`` inputs, ``k`` live rows (input-major: input 0's rows first, each input's rows in
-rank order), ``j`` candidates kept at a step, ``P`` prompt columns, ``T`` the most steps.
+rank order), ``j`` candidates kept at a step, ``P`` prompt columns, ``t`` the steps taken.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ class Beam:
         input: int64 ``[k]``, the input each row belongs to.
         logprob: float64 ``[k]``, the sum of the processed log-probabilities along the row.
         token: int64 ``[k]``, each row's last token (the next call's ``y_prev``).
-        history: int64 ``[k, P + T]`` or None: the prompt (left-padded with -1) then the generated
-            tokens, filled up to column ``P + t`` after step t; kept only when a processor needs it.
+        history: int64 ``[k, P + t]`` after step t, or None: the prompt (left-padded with -1) then
+            the t generated tokens; kept only when a processor needs it.
         recent: int64 ``[k, w]`` or None: each row's last ``w`` generated tokens (left-padded
             with -1), for stop sequences; None without them.
         tags: the strategy's per-row data (each value an array with leading axis ``[k]``), as its

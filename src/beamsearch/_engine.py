@@ -157,10 +157,10 @@ def start_beam(n: int, controls: Controls) -> Beam:
     """The N rows before step 1: one per input, logprob 0."""
     recent = None if controls.stops is None else np.full((n, controls.stops.window), -1, np.int64)
     history = None
-    if controls.keep_history:
+    if controls.keep_history:  # [N, P]: the prompts; a column more at each step (never max_steps wide)
         prompts = controls.prompts or [[] for _ in range(n)]
         p = max((len(x) for x in prompts), default=0)
-        history = np.full((n, p + int(controls.max_steps.max())), -1, np.int64)
+        history = np.full((n, p), -1, np.int64)
         for i, x in enumerate(prompts):
             if len(x):
                 history[i, p - len(x) : p] = x
@@ -191,7 +191,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
     if processors or masks:
-        ctx = StepContext(step, _history(beam, step, controls, trail), beam.input, backend)
+        ctx = StepContext(step, _history(beam, step, trail), beam.input, backend)
     buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
     if processors:
         if x is logits:  # processors may write: never into the model's array
@@ -243,7 +243,7 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
     parent = live.parent
     with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
-    return Beam(inputs, live.logprob, live.token, _extend_history(beam, live, step, controls),
+    return Beam(inputs, live.logprob, live.token, _extend_history(beam, live),
                 _extend_recent(beam.recent, live), live.tags), parent, done
 
 
@@ -256,15 +256,17 @@ def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: C
     return retire
 
 
-def _extend_history(beam: Beam, live: Candidates, step: int, controls: Controls) -> np.ndarray | None:
-    """The kept rows' histories with the new token in column ``P + step - 1`` (preallocated
-    width; only the filled columns are copied)."""
+def _extend_history(beam: Beam, live: Candidates) -> np.ndarray | None:
+    """The kept rows' histories, one column wider: ``[k', P + t]`` after step t, the new token
+    last. The kept rows are gathered by parent every step anyway (a copy of the filled columns,
+    as with a preallocated buffer), so the matrix is exactly as wide as what it holds: memory in
+    proportion to the tokens produced, never to ``max_steps``."""
     if beam.history is None:
         return None
-    filled = _filled(beam.history, step, controls)
-    history = np.empty((live.size, beam.history.shape[1]), np.int64)
-    history[:, :filled] = beam.history[live.parent, :filled]
-    history[:, filled] = live.token  # the columns after it are never read before they are written
+    filled = beam.history.shape[1]
+    history = np.empty((live.size, filled + 1), np.int64)
+    history[:, :filled] = beam.history[live.parent]
+    history[:, filled] = live.token
     return history
 
 
@@ -280,15 +282,10 @@ def _extend_recent(recent: np.ndarray | None, live: Candidates) -> np.ndarray | 
     return out
 
 
-def _filled(history: np.ndarray, step: int, controls: Controls) -> int:
-    """``P + step - 1``: the history columns written before step ``step`` (prompt, then tokens)."""
-    return history.shape[1] - int(controls.max_steps.max()) + step - 1
-
-
-def _history(beam: Beam, step: int, controls: Controls, trail: Trail) -> Any:
-    """``ctx.history``: prompt + generated (a view) when kept, else generated only, rebuilt lazily."""
+def _history(beam: Beam, step: int, trail: Trail) -> Any:
+    """``ctx.history``: prompt + generated when kept, else generated only, rebuilt lazily."""
     if beam.history is not None:
-        return beam.history[:, : _filled(beam.history, step, controls)]
+        return beam.history
     return lambda: trail.generated(np.arange(beam.size), step)
 
 

@@ -23,9 +23,18 @@ The incumbent starts from a small beam search (``seed_beam``), whose result is u
 already; then this order expands the same prefixes a best-first search would (every prefix whose
 bound beats the final incumbent, and no other), without a priority queue.
 
+**The budget.** ``expanded[i]`` counts the rows of input i passed to the model: the seed's and the
+branch and bound's (a prefix both pass counts twice). ``node_budget`` bounds it: the seed stops an
+input where its next call would pass it, and the branch and bound expands, per step, the best
+prefixes by bound up to what is left; an input that loses a prefix whose bound beats its incumbent
+to the budget is not proven.
+
 **Memory.** The model state rows of one step's expanded prefixes (joined from that step's calls)
 while the next step's calls run: about two steps' worth of rows. On the host, per expanded prefix,
-a few int64 / float64 entries (the back-pointer trail the paths are rebuilt from).
+a few int64 / float64 entries (the back-pointer trail the paths are rebuilt from), its ``P + t``
+history tokens only when a processor reads them, and, while a step runs, one call's ``[batch_rows,
+V]`` extensions and about twice the extensions each input's budget can still expand (cut back call
+by call): never more than the budget allows, whatever ``max_steps`` is.
 """
 
 from __future__ import annotations
@@ -38,12 +47,13 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._backends import first_foreign_leaf
 from beamsearch._beam import Beam, Candidates, Ended, Trail
-from beamsearch._engine import StepFn, _extend_history, _extend_recent, _indexer, score_step, start_beam
+from beamsearch._engine import StepFn, _extend_history, _extend_recent, _indexer, run, score_step, start_beam
 from beamsearch._hypothesis import BatchResults, Hypothesis
 from beamsearch._penalties import score
-from beamsearch._search import _pad, beam_search_batch, mode_options
-from beamsearch._select import accumulate, split_terminals
+from beamsearch._search import _pad, beam_plan, mode_options
+from beamsearch._select import StepScores, accumulate, split_terminals
 from beamsearch._state import concat_state, has_registered_leaf, select_state
+from beamsearch._strategies import Selection
 
 __all__ = ["ExactResults", "exact_search"]
 
@@ -69,7 +79,8 @@ class ExactResults(BatchResults):
         proven: bool ``[N]``: True when input i's search finished within ``node_budget``, so its
             results are the best there are; False: the best found, not proven.
         model_calls: int64 ``[N]``: model calls that held a row of input i (the seed beam's too).
-        expanded: int64 ``[N]``: prefixes of input i passed to the model (rows; the seed's too).
+        expanded: int64 ``[N]``: rows of input i passed to the model, the seed beam's and the
+            branch and bound's (a prefix both pass counts twice); at most ``node_budget``.
     """
 
     def __init__(self, results: Sequence[list[Hypothesis]] = (), *, pad_token_id: int | None = None,
@@ -92,9 +103,10 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
             at one step (all rows have generated the same number of tokens).
         init_state: one row per prompt (axis 0 of every array leaf).
         prompts: ``N`` lists of token ids, as for :func:`beamsearch.beam_search_batch`.
-        node_budget: the most prefixes of one input passed to the model (the seed beam's rows
-            included; the seed always runs whole). When an input would need more, the best ones by
-            bound are expanded up to the budget and its result is flagged not proven.
+        node_budget: the most rows of one input passed to the model (``expanded``), the seed
+            beam's and the branch and bound's together: the seed stops an input where its next
+            call would pass it, then the best prefixes by bound are expanded up to what is left.
+            When an input would need more, its result is flagged not proven.
         batch_rows: the most rows in one model call, >= 1.
         n_best: outputs per input, >= 1.
         seed_beam: the beam size of the seed search (``max(seed_beam, n_best)`` is used), >= 1.
@@ -110,7 +122,9 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
 
     Returns:
         An :class:`ExactResults`: per input, its ``n_best`` best outputs (finished first, then by
-        score; ties keep the seed's first), ``proven``, ``model_calls`` and ``expanded``.
+        score; ties keep the seed's first), ``proven``, ``model_calls`` and ``expanded``. An input
+        not proven has the best outputs found: fewer than ``n_best``, or none, when the budget ran
+        out before that many were reached.
 
     Raises:
         ValueError, TypeError: a bad argument, named with its value, before any model call; a
@@ -130,8 +144,7 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
     # the seed search consumes its state (a registered cache may be extended and reordered in
     # place, as the Hugging Face adapter's is): the branch and bound starts from a copy
     search_state = _copy_if_shared(init_state)
-    seed = beam_search_batch(meter.wrap(step_fn), (init_state, np.arange(n)), opts.prompts,
-                             beam_size=max(seed_beam, n_best), n_best=n_best, **controls)
+    seed = _seed(meter.wrap(step_fn), init_state, opts, max(seed_beam, n_best), n_best, node_budget, meter, controls)
     incumbent = np.array([_nth_finished([h.score for h in hyps if h.finished], n_best) for hyps in seed])
     bb = _BranchAndBound(step_fn, opts, n_best, node_budget, batch_rows, meter)
     found, proven = bb.run(search_state, incumbent)
@@ -162,6 +175,46 @@ class _Meter:
             return logits, (new_state, ids)
 
         return counted
+
+
+def _seed(counted: StepFn, init_state: Any, opts: Any, beam_size: int, n_best: int, node_budget: int,
+          meter: _Meter, controls: dict[str, Any]) -> list[list[Hypothesis]]:
+    """The seed: ``beam_search_batch``'s search with ``beam_size`` and ``n_best`` (``counted`` is
+    the metered step function, :meth:`_Meter.wrap`), within the node budget: an input stops (its
+    live rows end unfinished) where its next call would take its rows past ``node_budget``.
+
+    Returns:
+        Per input, the seed's results that are outputs: finished ones, and unfinished ones of
+        exactly ``max_steps`` tokens (a row cut by the budget before that is no output).
+    """
+    n = len(opts.prompts)
+    plan = beam_plan(opts.prompts, beam_size=beam_size, n_best=n_best, **controls)
+    first = np.array([p[-1] for p in opts.prompts], np.int64)
+    outcome = run(counted, (init_state, np.arange(n)), first, plan.strategy, plan.opts.controls,
+                  observer=_SeedBudget(meter, node_budget))
+    limit = opts.controls.max_steps.tolist()
+    results = plan.results(outcome)
+    return [[h for h in hyps if h.finished or len(h.tokens) == steps] for hyps, steps in zip(results, limit)]
+
+
+class _SeedBudget:
+    """The seed search's observer (:class:`beamsearch._engine.Observer`): stops the inputs whose
+    live rows after this step would take the rows the model was passed for them (``meter.rows``)
+    past the budget, so the seed never spends more than ``node_budget`` of an input."""
+
+    def __init__(self, meter: _Meter, node_budget: int) -> None:
+        self.meter, self.node_budget = meter, node_budget
+
+    def before_select(self, scores: StepScores) -> None:
+        return None
+
+    def after_select(self, seen: None, scores: StepScores, selection: Selection, controls: Any,
+                     trail: Trail) -> Selection:
+        rows = np.bincount(scores.beam.input[selection.live.parent], minlength=self.meter.rows.shape[0])  # --> [N]
+        over = self.meter.rows + rows > self.node_budget
+        if not over.any():
+            return selection
+        return replace(selection, stop=over if selection.stop is None else selection.stop | over)
 
 
 class _BranchAndBound:
@@ -199,7 +252,8 @@ class _BranchAndBound:
         for step in range(1, int(self.limit.max()) + 1):
             if beam.size == 0:
                 break
-            states, ended, children, vocab = self._expand(state, size, parent, beam, step, index, vocab)
+            cap = self._cap(beam, step)
+            states, ended, children, vocab = self._expand(state, size, parent, beam, step, index, vocab, cap)
             at_limit = self.limit[beam.input[children.parent]] <= step  # these are outputs, not prefixes
             outputs = [best, _ended(beam, ended, step, True), _ended(beam, children.take(at_limit), step, False)]
             best = _best(_concat(outputs), self.n_best, self.penalty, self.alpha)
@@ -212,22 +266,37 @@ class _BranchAndBound:
             self.trail.add(children.token, children.parent, children.logprob - beam.logprob[children.parent])
             state, size, parent = concat_state(states), beam.size, children.parent
             beam = Beam(beam.input[children.parent], children.logprob, children.token,
-                        _extend_history(beam, children, step, self.controls), _extend_recent(beam.recent, children))
+                        _extend_history(beam, children), _extend_recent(beam.recent, children))
         return self._hypotheses(best, n), proven
 
+    def _cap(self, beam: Beam, step: int) -> np.ndarray:
+        """int64 ``[N]``: how many of this step's non-terminal extensions of each input can still
+        matter, the best by bound (ties: production order): at its ``max_steps``, its ``n_best``
+        best outputs (their score is their bound); before it, the prefixes its budget has room for
+        after this step's rows, and one more (it tells :meth:`_admit` whether the budget cut a
+        prefix that beats the incumbent)."""
+        after = self.meter.rows + np.bincount(beam.input, minlength=self.limit.shape[0])  # --> [N]
+        return np.where(self.limit <= step, self.n_best, np.maximum(self.node_budget - after, 0) + 1)
+
     def _expand(self, state: Any, size: int, parent: np.ndarray, beam: Beam, step: int,
-                index: Callable[[np.ndarray], Any], vocab: int | None
+                index: Callable[[np.ndarray], Any], vocab: int | None, cap: np.ndarray
                 ) -> tuple[list[Any], Candidates, Candidates, int | None]:
         """Pass this step's rows to the model, ``batch_rows`` at a time.
 
         Args:
             state: the previous step's joined model state (``size`` rows); row ``parent[r]`` is row r's.
+            cap: int64 ``[N]`` (:meth:`_cap`).
 
         Returns:
             Each call's new state, and over all calls (``parent`` = the row in ``beam``): the
-            finite terminal extensions (production order) and every other finite extension.
+            finite terminal extensions (production order) and the other finite extensions, in
+            production order: at least each input's ``cap[i]`` best by bound (ties: production
+            order). They are cut back to those whenever they pass twice ``cap``'s sum over the
+            step's inputs, so the step holds about that many plus one call's ``[batch_rows * V]``,
+            not every extension of its rows.
         """
         states, ended, children = [], [], []
+        held, most = 0, 2 * int(cap[np.unique(beam.input)].sum())
         scratch = None
         starts = range(0, beam.size, self.batch_rows)
         for start in starts:
@@ -243,6 +312,10 @@ class _BranchAndBound:
             self.eps = float(np.finfo(host.dtype).eps)
             rows, tokens = np.nonzero(np.isfinite(host))  # row-major: by row, then token id
             children.append(Candidates(rows + start, tokens, accumulate(scores, rows, host[rows, tokens])))
+            held += children[-1].size
+            if held > most:
+                children = [self._shortlist(_concat_candidates(children), beam.input, cap)]
+                held = children[0].size
             ended.append(Candidates(terminal.parent + start, terminal.token, terminal.logprob))
             states.append(new_state)
             scratch = logp  # read out already: the next call's buffer
@@ -266,12 +339,19 @@ class _BranchAndBound:
         # precision, so an extension can exceed its prefix's logprob by that much rounding.
         slack = 2.0 * float(self.limit.max()) * self.eps * np.abs(incumbent[inputs])
         beats = np.flatnonzero(bound > incumbent[inputs] - slack)
-        order = beats[np.lexsort((beats, -bound[beats], inputs[beats]))]  # --> per input, best bound first
+        order, position = _ranked(bound, inputs, beats)
         ranked = inputs[order]
-        position = np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)  # rank within its input
         room = self.node_budget - self.meter.rows[ranked]
         proven[np.unique(ranked[position >= room])] = False
         return np.sort(order[position < room])
+
+    def _shortlist(self, children: Candidates, row_input: np.ndarray, cap: np.ndarray) -> Candidates:
+        """Per input, the ``cap[i]`` best of ``children`` by bound (ties: production order), in
+        production order (``row_input``: int64 ``[k]``, the input of each row they extend)."""
+        inputs = row_input[children.parent]
+        bound = score(children.logprob, self.limit[inputs], self.penalty, self.alpha)  # --> [j]
+        order, position = _ranked(bound, inputs, np.arange(children.size))
+        return children.take(np.sort(order[position < cap[inputs[order]]]))
 
     def _hypotheses(self, best: Ended, n: int) -> list[list[Hypothesis]]:
         """The kept outputs as :class:`Hypothesis` objects, per input, best first."""
@@ -315,6 +395,14 @@ def _gather(state: Any, size: int, rows: np.ndarray, index: Callable[[np.ndarray
     if rows.shape[0] == size and (rows == np.arange(size)).all():
         return state
     return select_state(state, index(rows))
+
+
+def _ranked(key: np.ndarray, inputs: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries ``among`` (int64 indices into ``key`` and ``inputs``, ``[j]`` each) per input,
+    highest ``key`` first (ties: lower index first), and each one's rank within its input."""
+    order = among[np.lexsort((among, -key[among], inputs[among]))]
+    ranked = inputs[order]
+    return order, np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)
 
 
 def _ended(beam: Beam, chosen: Candidates, step: int, finished: bool) -> Ended:

@@ -508,7 +508,8 @@ def _parser() -> _Parser:
                         "by branch and bound, seeded by a beam of --beam, --node-budget; records add proven and "
                         "expanded)")
     p.add_argument("--node-budget", type=int, default=None, metavar="N",
-                   help="exact: the most prefixes of one line passed to the model (default 100000); beyond it "
+                   help="exact: the most rows of one line passed to the model, the seed beam's and the branch "
+                        "and bound's together (default 100000): the record's expanded is never more; beyond it "
                         "the best found, proven false")
     p.add_argument("--constraint", action="append", default=[], metavar="TEXT",
                    help="constrained: every output contains TEXT (as target tokens); repeatable; a JSON line's "

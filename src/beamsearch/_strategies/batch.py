@@ -16,8 +16,10 @@ from beamsearch._strategies import Selection
 
 @dataclass(frozen=True)
 class BatchState:
-    """``top``: float64 ``[N, n_best]``, each input's n_best best finished scores, highest first;
-    ``n_finished``: int64 ``[N]``."""
+    """``top``: float64 ``[N, w]``, each input's best finished scores, highest first (-inf for an
+    empty slot). ``w`` is 1 at the start and widens at each step by the most any input finished
+    there, up to ``n_best``: it is ``n_best`` once some input has n_best finished, and never more
+    than 1 + the finished hypotheses produced. ``n_finished``: int64 ``[N]``."""
 
     top: np.ndarray
     n_finished: np.ndarray
@@ -44,7 +46,7 @@ class BatchBeam:
     early_stop: bool
 
     def start(self, n_inputs: int) -> BatchState:
-        return BatchState(np.full((n_inputs, self.n_best), -np.inf), np.zeros(n_inputs, np.int64))
+        return BatchState(np.full((n_inputs, 1), -np.inf), np.zeros(n_inputs, np.int64))
 
     def select(self, state: BatchState, scores: StepScores) -> tuple[Selection, BatchState]:
         finished, logp = split_terminals(scores)
@@ -70,13 +72,15 @@ class BatchBeam:
         slot = np.arange(inputs.shape[0]) - np.repeat(start, length)  # position within its input
         new = np.full((state.top.shape[0], int(length.max())), -np.inf)  # --> [N, most finished]
         new[inputs, slot] = score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha)
-        merged = np.concatenate([state.top, new], axis=1)  # --> [N, n_best + most finished]
-        top = -np.sort(-merged)[:, : self.n_best]
+        merged = np.concatenate([state.top, new], axis=1)  # --> [N, w + most finished]
+        top = -np.sort(-merged)[:, : self.n_best]  # --> [N, min(n_best, w + most finished)]
         return BatchState(top, state.n_finished + count)
 
     def stopped(self, state: BatchState, scores: StepScores, live: Candidates) -> np.ndarray:
         """bool ``[N]``: inputs with n_best finished that no live row can still beat."""
         n = state.top.shape[0]
+        if state.top.shape[1] < self.n_best:  # no input has n_best finished yet
+            return np.zeros(n, bool)
         inputs = scores.beam.input[live.parent]
         reach = np.full(n, -np.inf)  # the best score any live row of each input can still reach
         if live.size:

@@ -35,8 +35,9 @@ _HOST = backend_of(np.zeros(0))  # the numpy backend: the perturbation is ranked
 @dataclass(frozen=True)
 class StochasticState:
     """Attributes:
-        held: float64 ``[N, k]``: the G of each input's samples still in its top-k, highest first
-            (-inf for an empty slot).
+        held: float64 ``[N, h]``: the G of each input's samples still in its top-k, highest first
+            (-inf for an empty slot); ``h`` widens as samples end, up to k, and is never more
+            than the samples ended so far.
         kappa: float64 ``[N]``: the largest G of anything left out of the top-k so far; at the end,
             the (k+1)-th largest G over all outputs (-inf when there are at most k).
         ended: per step, float64 ``[j]``: the G of the hypotheses that ended at that step, in the
@@ -69,7 +70,7 @@ class StochasticBeam:
         return self.k
 
     def start(self, n_inputs: int) -> StochasticState:
-        return StochasticState(np.full((n_inputs, self.k), -np.inf), np.full(n_inputs, -np.inf), ())
+        return StochasticState(np.full((n_inputs, 0), -np.inf), np.full(n_inputs, -np.inf), ())
 
     def select(self, state: StochasticState, scores: StepScores) -> tuple[Selection, StochasticState]:
         beam, n = scores.beam, state.kappa.shape[0]
@@ -95,7 +96,7 @@ class StochasticBeam:
         inputs = beam.input[chosen.parent]
         terminal = scores.terminals.contains(chosen.parent, chosen.token, scores.vocab)
         ends = terminal | (self.max_steps[inputs] <= scores.step)
-        held = _hold(held, inputs[ends], g[ends])
+        held = _hold(held, inputs[ends], g[ends], self.k)
         return (Selection(chosen.take(~ends), chosen.take(ends), terminal[ends]),
                 StochasticState(held, kappa, state.ended + (g[ends],)))
 
@@ -130,27 +131,31 @@ def _merge(state: StochasticState, inputs: np.ndarray, g: np.ndarray, k: int, n:
         inputs, g: ``[c]``: the children's inputs and G, input-major, highest first per input.
 
     Returns:
-        bool ``[c]``: the children kept; the held samples kept (``[N, k]``, -inf where displaced
-        or empty); the next ``kappa`` ``[N]``.
+        bool ``[c]``: the children kept; the held samples kept (``[N, h]`` as held, -inf where
+        displaced or empty); the next ``kappa`` ``[N]``.
     """
     slot = _rank_within(inputs)
-    kids = np.full((n, k + 1), -np.inf)
+    h = state.held.shape[1]
+    kids = np.full((n, int(slot.max(initial=-1)) + 1), -np.inf)  # --> [N, c'], c' <= k + 1: the most children
     kids[inputs, slot] = g
-    pool = np.concatenate([state.held, kids], axis=1)  # --> [N, 2k + 1]: held first (ties: held wins)
+    pool = np.concatenate([state.held, kids], axis=1)  # --> [N, h + c']: held first (ties: held wins)
     order = np.argsort(-pool, axis=1, kind="stable")
     kept = np.zeros(pool.shape, dtype=bool)
     np.put_along_axis(kept, order[:, :k], True, axis=1)
     kept &= np.isfinite(pool)
-    left_out = np.take_along_axis(pool, order[:, k : k + 1], axis=1)[:, 0]  # the (k+1)-th largest
-    return kept[inputs, k + slot], np.where(kept[:, :k], state.held, -np.inf), np.maximum(state.kappa, left_out)
+    left_out = np.full(n, -np.inf)  # the (k+1)-th largest (none in a pool of at most k)
+    if pool.shape[1] > k:
+        left_out = np.take_along_axis(pool, order[:, k : k + 1], axis=1)[:, 0]
+    return kept[inputs, h + slot], np.where(kept[:, :h], state.held, -np.inf), np.maximum(state.kappa, left_out)
 
 
-def _hold(held: np.ndarray, inputs: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """``held`` ``[N, k]`` with the samples ``(inputs, g)`` ``[e]`` (input-major) added, highest first
-    (they fit: held and new samples are all in the top k)."""
-    new = np.full(held.shape, -np.inf)
-    new[inputs, _rank_within(inputs)] = g
-    return -np.sort(-np.concatenate([held, new], axis=1), axis=1)[:, : held.shape[1]]
+def _hold(held: np.ndarray, inputs: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
+    """``held`` ``[N, h]`` with the samples ``(inputs, g)`` ``[e]`` (input-major) added, highest
+    first: ``[N, min(k, h + most new)]`` (they fit: held and new samples are all in the top k)."""
+    slot = _rank_within(inputs)
+    new = np.full((held.shape[0], int(slot.max(initial=-1)) + 1), -np.inf)  # --> [N, most new]
+    new[inputs, slot] = g
+    return -np.sort(-np.concatenate([held, new], axis=1), axis=1)[:, :k]
 
 
 def _rank_within(inputs: np.ndarray) -> np.ndarray:
