@@ -370,6 +370,23 @@ def test_resume_with_another_input_is_refused_before_anything_is_written(tmp_pat
     assert out.read_bytes() == clean.read_bytes()
 
 
+def test_a_seeded_stochastic_run_is_not_resumed_into_other_samples(tmp_path):
+    """Line i's noise is that of its position in the stream, so a resume (which skips the done
+    lines) would give the remaining lines other samples than the clean run: refused instead."""
+    out, clean = tmp_path / "out.jsonl", tmp_path / "clean.jsonl"
+    search = {"mode": "stochastic", "k": 2, "seed": 3, "max_rows": 4}
+    stopped = _interrupted_run(out, 9, **search)
+    assert 0 < stopped.records < len(TEXTS)
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    decode_corpus(corpus.toy_model(), lines, str(clean), **search)
+    skipped = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, skip=load_partial(partial_path(out))
+                                                     .__contains__, **search)}
+    reference = {r["index"]: r for r in map(json.loads, clean.read_text().splitlines())}
+    assert any(skipped[i] != reference[i] for i in skipped)  # what a resume would have written
+    _refused(partial_path(out), "resume: .* is of mode 'stochastic' with a seed, which cannot be resumed exactly",
+             lambda: decode_corpus(corpus.toy_model(), lines, str(out), resume=True, **search))
+
+
 def test_a_side_file_without_resume_is_refused_not_emptied(tmp_path):
     out = tmp_path / "out.jsonl"
     _interrupted_run(out, 9, beam=3, max_rows=6)

@@ -683,6 +683,10 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
     if path.exists():
         side = SideFile.read(path)
         _same_options(side, options)
+        if options["mode"] == "stochastic" and options["seed"] is not None and len(side):
+            raise OutputError(f"resume: {path} is of mode 'stochastic' with a seed, which cannot be resumed "
+                              "exactly: a line's noise is that of its position among the lines decoded, and "
+                              "skipping the done lines moves it; decode without resume")
         first = _same_input(side, lines, fingerprint, order)
     elif resume and os.path.exists(output):
         return _finished(output, lines)
