@@ -138,6 +138,20 @@ def test_sigint_is_one_line_exit_130_and_keeps_whole_records(tmp_path, corpus_fi
     assert out.read_bytes() == expected
 
 
+def test_sigint_with_stdout_output_is_one_line_and_exit_130(tmp_path, corpus_file):
+    src, expected = corpus_file
+    run = subprocess.Popen(command(src, "-"), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = run.stdout.readline()  # a record is out: decoding is under way
+    time.sleep(0.3)
+    run.send_signal(signal.SIGINT)
+    rest, err = run.communicate()
+    written = first + rest
+    records = written.count(b"\n")
+    assert run.returncode == 130
+    assert err.decode() == f"beamsearch: interrupted; {records} records written to stdout\n"
+    assert expected.startswith(written) and 0 < len(written) < len(expected)  # whole records, in order
+
+
 # ---- the side file's refusals ------------------------------------------------------------------------------
 
 

@@ -622,7 +622,7 @@ def load_partial(path: pathlib.Path) -> dict[int, dict]:
     return {index: json.loads(raw) for index, raw in SideFile.read(path).records()}
 
 
-def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str, *, resume: bool = False,
+def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.PathLike, *, resume: bool = False,
                   progress: Progress | None = None, identity: dict[str, Any] | None = None,
                   **search: Any) -> tuple[int, int]:
     """Decode ``lines`` into ``output`` (JSON Lines in input order, each index once).
@@ -665,6 +665,7 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str, *, res
         if resume:
             raise ValueError("--resume needs an --output file (records of stdout cannot be read back)")
         return _to_stdout(model, lines, progress, search)
+    output = os.fspath(output)
     check_output(output)
     next(decode_records(model, [], **search), None)  # the keywords, before any file is touched
     options = _run_options(model, search, identity)
