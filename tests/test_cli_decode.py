@@ -182,7 +182,8 @@ def test_zoo_seq2seq_end_to_end(tmp_path):
 
 
 def test_decode_trace_draws_the_chosen_lines_search(tmp_path, capsys):
-    # the page's best node is the record's best output for that very line
+    # the page's best node is the record's best output for that very line; it names the line as
+    # errors and --resume do (line 2, index 1) and labels the end token <eos>, as translate's page
     from beamsearch.viz import to_svg
 
     src = tmp_path / "in.txt"
@@ -192,23 +193,27 @@ def test_decode_trace_draws_the_chosen_lines_search(tmp_path, capsys):
                  "--trace", str(page), "--trace-input", "1"]) == 0
     html = page.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "<script src" not in html and "second line" in html
+    assert "<title>line 2 (index 1): &#x27;second line&#x27;, beam 3</title>" in html
+    assert ">line 2 (index 1): &lt;bos&gt;</text>" in html and ">input 0" not in html
     record = read(out)[1]
     tree, greedy = corpus.trace_line(corpus.toy_model(), "second line", beam=3)
     assert tree.tokens(tree.best(0)) == record["nbest"][0]["tokens"]
+    assert record["nbest"][0]["tokens"][-1] == 2 and "&lt;eos&gt; 0." in html  # the finished edge's label
     assert len(greedy.results(0)) == 1 and to_svg(tree).count("<g") > 0
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--trace-input", "7"], "--trace-input 7: the file has fewer lines"),
-    (["--trace-input", "1"], "--trace-input 1: cannot read '': empty text"),
+    (["--trace-input", "7"], "--trace-input 7: the input has 3 lines (indices 0 to 2)"),
+    (["--trace-input", "1"], "--trace-input 1: line 2: cannot read '': empty text"),
 ])
-def test_decode_trace_of_a_missing_or_bad_line_is_one_line(tmp_path, capsys, argv, message):
+def test_decode_trace_of_a_missing_or_bad_line_is_a_usage_error_before_decoding(tmp_path, capsys, argv, message):
     src = tmp_path / "in.txt"
     src.write_text("first\n\nthird\n")
     assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
-                 "--trace", str(tmp_path / "t.html"), *argv]) == 1
+                 "--trace", str(tmp_path / "t.html"), *argv]) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err and not (tmp_path / "t.html").exists()
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # nothing decoded or written
 
 
 def test_decode_trace_needs_an_input_file(tmp_path, capsys):

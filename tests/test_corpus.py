@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -81,6 +82,37 @@ def test_read_lines_jsonl_fields_and_errors():
     assert "prefix must be a string; got [1]" in lines[7].error
 
 
+def test_a_utf8_bom_is_not_part_of_the_first_line():
+    bom = b"\xef\xbb\xbf"
+    assert [x.text for x in read_lines([bom + b"hello\r\n", bom + b"world\n"])] == ["hello", "\ufeffworld"]
+    assert list(read_lines([bom + b'{"text": "hi"}\n'], jsonl=True)) == [Line(0, "hi")]
+    assert list(read_lines([bom])) == [Line(0, "")]
+
+
+def test_every_way_a_json_line_can_be_bad_is_its_own_error():
+    deep = b"[" * 100_000
+    rows = [b'{"text": "x", "max_steps": ' + b"9" * 5000 + b"}", deep, b"[" * 101 + b"]" * 101,
+            b'{"text": "x", "meta": ' + b"[" * 99 + b"]" * 99 + b"}", b'{"text": "x", "max_steps": -' + b"1" * 4301 + b"}",
+            b'{"text": "x", "max_steps": ' + b"1" * 4300 + b"}", b'"just a string"', b'{"text": "[[[[", "id": "{{{"}',
+            b'{"text": "x", "constraints": [[[[[[[["a"]]]]]]]]}']
+    lines = list(read_lines(rows, jsonl=True))
+    assert [x.error for x in lines[:3]] == ["bad JSON: an integer of 5000 digits (at most 4300)",
+                                            "bad JSON: nested deeper than 100 arrays and objects",
+                                            "bad JSON: nested deeper than 100 arrays and objects"]
+    assert lines[1].text == deep.decode()  # the line itself, as read
+    assert lines[3] == Line(3, "x")  # 100 levels deep (the object and 99 arrays) is allowed
+    assert lines[4].error == "bad JSON: an integer of 4301 digits (at most 4300)"
+    assert lines[5].text == "x" and lines[5].max_steps == int("1" * 4300)  # read; decode_records refuses it
+    assert lines[6].error == "a JSON line must be an object; got str"
+    assert lines[7] == Line(7, "[[[[")  # brackets inside strings are no nesting
+    assert lines[8].error.startswith("constraints must be a list whose items are non-empty texts") and \
+        len(lines[8].error) < 200
+    records = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, beam=2)}
+    assert records[5]["error"].startswith("max_steps must be <= 12 (the model's limit); got 1111")
+    assert len(records[5]["error"]) < 120  # the number shortened
+    assert records[7]["nbest"] == alone(corpus.toy_model(), "[[[[", 2, 1, 12)
+
+
 # ---- decoding ----------------------------------------------------------------------------------------
 
 
@@ -138,6 +170,41 @@ def test_bad_lines_become_error_records_and_the_run_goes_on():
         assert records[i]["nbest"] == alone(model, lines[i].text, 2, 1, 12)
 
 
+def test_a_model_whose_check_raises_fails_that_line_alone():
+    model = corpus.toy_model()
+    problem = model.problem
+
+    def fragile(text):
+        if text == "boom":
+            raise RuntimeError("the tokenizer broke")
+        return problem(text)
+
+    model.problem = fragile
+    lines = [Line(0, "hello"), Line(1, "boom"), Line(2, "world")]
+    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4)}
+    assert records[1] == {"index": 1, "input": "boom",
+                          "error": "the model cannot read this line: RuntimeError: the tokenizer broke"}
+    for i in (0, 2):
+        assert records[i]["nbest"] == alone(model, lines[i].text, 2, 1, 12)
+
+
+@pytest.mark.parametrize("mode", ["beam", "exact"])
+def test_a_search_with_no_output_is_an_error_record(mode):
+    """no_repeat_ngram 1 forbids any token twice, and the prefix "aa" forces the second a: every
+    continuation of the forced prefix has probability 0 (by hand: step 2 may only be a, which is
+    banned). A prefix "ab" is allowed and decodes as alone."""
+    model = corpus.toy_model()
+    lines = [Line(0, "hello", None, None, "aa"), Line(1, "hello", None, None, "ab")]
+    records = {r["index"]: r for r in decode_records(model, lines, beam=2, no_repeat_ngram=1, mode=mode)}
+    assert records[0] == {"index": 0, "input": "hello", "error": corpus.NO_OUTPUT}
+    assert records[1]["nbest"][0]["tokens"][:2] == model.tokens("ab")
+    if mode == "beam":
+        assert records[1]["nbest"] == [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob,
+                                        "score": h.score, "finished": h.finished} for h in beam_search_batch(
+            model.step, model.make_state([{"source": "hello"}]), [[model.bos]], beam_size=2, eos_token_id=model.eos,
+            max_steps=12, no_repeat_ngram_size=1, prefix=[model.tokens("ab")])[0]]
+
+
 def test_all_lines_bad():
     records = list(decode_records(corpus.toy_model(), [Line(0, ""), Line(1, " ")], beam=2))
     assert records == [{"index": 0, "input": "", "error": "empty text"},
@@ -184,14 +251,34 @@ def _finished_run(tmp_path, **search):
     return model, lines, out, out.read_bytes()
 
 
+def _interrupted_run(out, calls, lines=None, **search):
+    """A run over ``lines`` (default TEXTS) to ``out`` stopped by a Ctrl-C (KeyboardInterrupt) in the
+    model's call number ``calls``: the Interrupted error it raises."""
+    model = corpus.toy_model()
+    step, seen = model.step, []
+
+    def interrupted(state, y_prev):
+        seen.append(1)
+        if len(seen) == calls:
+            raise KeyboardInterrupt
+        return step(state, y_prev)
+
+    model.step = interrupted
+    with pytest.raises(corpus.Interrupted) as stopped:
+        decode_corpus(model, lines or [Line(i, t) for i, t in enumerate(TEXTS)], str(out), **search)
+    return stopped.value
+
+
 def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
-    model, lines, out, expected = _finished_run(tmp_path, beam=3, max_rows=6)
-    records = [json.loads(x) for x in expected.splitlines()]
-    # a killed run: records 7, 2, 5 written (completion order), then half of a record
+    _, lines, reference, expected = _finished_run(tmp_path, beam=3, max_rows=6)
+    out = tmp_path / "resumed.jsonl"
+    stopped = _interrupted_run(out, 9, beam=3, max_rows=6)
     side = partial_path(out)
-    side.write_bytes(b"".join((json.dumps(records[i], ensure_ascii=False) + "\n").encode() for i in (7, 2, 5))
-                     + b'{"index": 3, "inp')
-    out.unlink()
+    done = load_partial(side)
+    assert stopped.records == len(done) > 0 and stopped.path == side and side.read_bytes().endswith(b"\n")
+    with open(side, "ab") as f:  # then half of a record, as a kill mid-write leaves it
+        f.write(b'{"index": 3, "inp')
+    model = corpus.toy_model()
     decoded, make_state = [], model.make_state
 
     def noting(items):  # the sources that reach the model
@@ -201,8 +288,8 @@ def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
     model.make_state = noting
     decode_corpus(model, lines, str(out), resume=True, beam=3, max_rows=6)
     assert out.read_bytes() == expected
-    assert sorted(decoded) == sorted(t for i, t in enumerate(TEXTS) if i not in (7, 2, 5))
-    assert not side.exists()
+    assert sorted(decoded) == sorted(t for i, t in enumerate(TEXTS) if i not in done)
+    assert not side.exists() and not corpus.sibling(out, ".lock").exists()
 
 
 def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
@@ -210,19 +297,165 @@ def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
     model.step = lambda state, y: pytest.fail("no line is left to decode")
     assert decode_corpus(model, lines, str(out), resume=True, beam=2, max_rows=4) == (len(TEXTS), 0)
     assert out.read_bytes() == expected
+    other = [Line(i, t + "!") for i, t in enumerate(TEXTS)]
+    with pytest.raises(corpus.OutputError, match=r"is finished \(it has no side file\), and not of this input: its "
+                                                 r"record 1 is not that of line 1 \(index 0\)"):
+        decode_corpus(model, other, str(out), resume=True, beam=2, max_rows=4)
+    with pytest.raises(corpus.OutputError, match="of more lines than this input's 3"):
+        decode_corpus(model, lines[:3], str(out), resume=True, beam=2, max_rows=4)
+    assert out.read_bytes() == expected
 
 
-def test_resume_refuses_a_side_file_of_another_input(tmp_path):
-    model = corpus.toy_model()
+def _refused(side, match, run):
+    """``run()`` raises OutputError matching ``match`` and leaves ``side`` byte for byte as it was."""
+    before = side.read_bytes()
+    with pytest.raises(corpus.OutputError, match=match):
+        run()
+    assert side.read_bytes() == before
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"beam": 4}, "beam=3 there, 4 here"),
+    ({"alpha": 1.0}, "alpha=0.6 there, 1.0 here"),
+    ({"no_repeat_ngram": 2}, "no_repeat_ngram=0 there, 2 here"),
+    ({"max_steps": corpus.LengthRule(1.0, 2.0)}, r"max_steps=12 there, 'LengthRule\(a=1.0, b=2.0\)' here"),
+    ({"stop_sequences": ["ab"]}, r"stop_sequences=\[\] there, \['ab'\] here"),
+])
+def test_resume_with_other_options_is_refused_before_anything_is_written(tmp_path, change, message):
     out = tmp_path / "out.jsonl"
-    partial_path(out).write_text(json.dumps({"index": 1, "input": "other", "error": "x"}) + "\n")
-    with pytest.raises(ValueError, match="written for another input"):
-        decode_corpus(model, [Line(0, "a"), Line(1, "b")], str(out), resume=True, beam=2)
-    partial_path(out).write_text("not json\n")
-    with pytest.raises(ValueError, match="line 1 is not a record"):
-        load_partial(partial_path(out))
+    _interrupted_run(out, 9, beam=3, max_rows=6)
+    with open(partial_path(out), "ab") as f:
+        f.write(b'{"index": 3, "inp')  # a torn tail is not cut by a refused resume either
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    model = corpus.toy_model()
+    model.step = lambda state, y: pytest.fail("a refused resume calls no model")
+    _refused(partial_path(out), "resume: .* was written with other options \\(" + message,
+             lambda: decode_corpus(model, lines, str(out), resume=True, **{"beam": 3, "max_rows": 6, **change}))
+    # max_rows is how lines are batched, not what they get: the resume goes on, equal to a clean run
+    decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam=3, max_rows=9)
+    clean = tmp_path / "clean.jsonl"
+    decode_corpus(corpus.toy_model(), lines, str(clean), beam=3, max_rows=6)
+    assert out.read_bytes() == clean.read_bytes()
 
 
+def test_resume_with_another_input_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "out.jsonl"
+    texts = [f"line {i}" for i in range(30)]
+    _interrupted_run(out, 12, [Line(i, t) for i, t in enumerate(texts)], beam=2, max_rows=8)
+    side = partial_path(out)
+    done = load_partial(side)
+    header, *rest = [json.loads(x) for x in side.read_bytes().splitlines()]
+    covered = max(x["read"]["lines"] for x in rest if "read" in x)
+    assert header["options"]["beam"] == 2 and 0 < len(done) < covered < len(texts)
+    model = corpus.toy_model()
+    model.step = lambda state, y: pytest.fail("a refused resume calls no model")
+
+    def resume(texts):
+        return lambda: decode_corpus(model, [Line(i, t) for i, t in enumerate(texts)], str(out), resume=True,
+                                     beam=2, max_rows=8)
+
+    first = min(done)  # a line with a record: named, with both texts
+    changed = texts[:first] + ["other"] + texts[first + 1:]
+    _refused(side, rf"written for another input: line {first + 1} \(index {first}\) is 'line {first}' there, "
+                   "'other' here", resume(changed))
+    pending = min(i for i in range(covered) if i not in done)  # a line read but without a record: its checkpoint
+    changed = texts[:pending] + ["other"] + texts[pending + 1:]
+    _refused(side, r"written for another input: lines \d+-\d+ differ \(their SHA-256\)", resume(changed))
+    _refused(side, f"written for another input: of at least {covered} lines; this one has {covered - 1}",
+             resume(texts[:covered - 1]))
+    # the side file is not poisoned: the right input resumes to the clean run's output
+    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(out), resume=True, beam=2,
+                  max_rows=8)
+    clean = tmp_path / "clean.jsonl"
+    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(clean), beam=2, max_rows=8)
+    assert out.read_bytes() == clean.read_bytes()
+
+
+def test_a_seeded_stochastic_run_is_not_resumed_into_other_samples(tmp_path):
+    """Line i's noise is that of its position in the stream, so a resume (which skips the done
+    lines) would give the remaining lines other samples than the clean run: refused instead."""
+    out, clean = tmp_path / "out.jsonl", tmp_path / "clean.jsonl"
+    search = {"mode": "stochastic", "k": 2, "seed": 3, "max_rows": 4}
+    stopped = _interrupted_run(out, 9, **search)
+    assert 0 < stopped.records < len(TEXTS)
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    decode_corpus(corpus.toy_model(), lines, str(clean), **search)
+    skipped = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, skip=load_partial(partial_path(out))
+                                                     .__contains__, **search)}
+    reference = {r["index"]: r for r in map(json.loads, clean.read_text().splitlines())}
+    assert any(skipped[i] != reference[i] for i in skipped)  # what a resume would have written
+    _refused(partial_path(out), "resume: .* is of mode 'stochastic' with a seed, which cannot be resumed exactly",
+             lambda: decode_corpus(corpus.toy_model(), lines, str(out), resume=True, **search))
+
+
+def test_a_side_file_without_resume_is_refused_not_emptied(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _interrupted_run(out, 9, beam=3, max_rows=6)
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    _refused(partial_path(out), r"output .*: .*out.jsonl.partial holds the records of an unfinished run; continue "
+                                "it with resume, or remove that file to start again",
+             lambda: decode_corpus(corpus.toy_model(), lines, str(out), beam=3, max_rows=6))
+
+
+def test_damaged_side_files_are_refused(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _interrupted_run(out, 9, beam=3, max_rows=6)
+    side = partial_path(out)
+    whole = side.read_bytes()
+    header, first, *rest = whole.splitlines(keepends=True)
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+
+    def resume():
+        decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam=3, max_rows=6)
+
+    record = next(x for x in [first, *rest] if b'"index"' in x)
+    for damaged, message in [(header + first + b"\0" * 40 + b"\n" + b"".join(rest), "line 3 is not a record"),
+                             (whole + record, "repeats the record of index"),
+                             (b"".join([first, *rest]), "is not a side file of beamsearch decode"),
+                             (header.replace(b'"version": 1', b'"version": 7') + first + b"".join(rest),
+                              "is of side file version 7")]:
+        side.write_bytes(damaged)
+        _refused(side, message, resume)
+        with pytest.raises(corpus.OutputError, match=message):
+            load_partial(side)
+
+
+def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
+    out = tmp_path / "out.jsonl"
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    with corpus.output_lock(out) as lock:
+        assert lock == corpus.sibling(out, ".lock") and f"pid {os.getpid()} on " in lock.read_text()
+        with pytest.raises(corpus.OutputError, match=rf"output '.*out.jsonl' is being written by another run \(pid "
+                                                     rf"{os.getpid()} on .*; wait for it to end"):
+            decode_corpus(corpus.toy_model(), lines, str(out), beam=2)
+        assert not out.exists() and not partial_path(out).exists()
+    assert not corpus.sibling(out, ".lock").exists()
+    assert decode_corpus(corpus.toy_model(), lines, str(out), beam=2) == (len(TEXTS), 0)
+
+
+def test_an_output_folder_or_missing_folder_is_refused(tmp_path):
+    lines = [Line(0, "hello")]
+    with pytest.raises(corpus.OutputError, match="is a folder; name a file"):
+        decode_corpus(corpus.toy_model(), lines, str(tmp_path))
+    with pytest.raises(corpus.OutputError, match="the folder '.*nowhere' does not exist"):
+        decode_corpus(corpus.toy_model(), lines, str(tmp_path / "nowhere" / "out.jsonl"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lone_surrogate_is_an_error_record_written_as_valid_utf8(tmp_path):
+    # json.loads('"\\ud800"') is a str holding a lone surrogate, which UTF-8 cannot write
+    data = [b'{"text": "\\ud800"}\n', b'{"text": "ok", "prefix": "a\\udfff"}\n', b'{"text": "smile \\ud83d\\ude00"}\n',
+            b'{"text": "hello"}\n']
+    lines = list(read_lines(data, jsonl=True))
+    assert lines[0].error == "text has a lone surrogate (\\ud800 at character 0), which is not a character of any text"
+    assert lines[1].error.startswith("prefix has a lone surrogate (\\udfff at character 1)")
+    assert lines[2].text == "smile \U0001F600" and lines[2].error is None  # a pair is one character
+    out = tmp_path / "out.jsonl"
+    assert decode_corpus(corpus.toy_model(), lines, str(out), beam=2) == (4, 3)
+    records = [json.loads(x) for x in out.read_bytes().decode("utf-8").splitlines()]  # strict UTF-8
+    assert records[0] == {"index": 0, "input": "\ud800", "error": lines[0].error}
+    assert b'"input": "\\ud800"' in out.read_bytes()
+    assert records[3]["nbest"] == alone(corpus.toy_model(), "hello", 2, 1, 12)
 def test_progress_line():
     out = io.StringIO()
     progress = corpus.Progress(4, out, every=0.0)

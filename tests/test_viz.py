@@ -122,21 +122,40 @@ def test_page_is_self_contained_and_repr_html_is_the_page():
     assert "<script>" in page and "<style>" in page
 
 
-def test_batch_trace_draws_each_input_or_one():
+def batch_trace():
+    """The trace of a beam search over two inputs, prompts [1] and [2, 3]."""
     table = random_table(V, 3)
     prompts = [[1], [2, 3]]
     model = SequenceModel(table)
     trace = Trace()
     beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=EOS, max_steps=3, beam_size=2,
                       trace=trace)
+    return trace
+
+
+def test_batch_trace_draws_each_input_or_one():
+    trace = batch_trace()
     assert len(items(to_svg(trace))[1]) == len(trace)
     _, one = items(to_svg(trace, input=1))
     assert len(one) == int((trace.input == 1).sum())
 
 
+def test_labels_head_each_inputs_tree():
+    trace = batch_trace()
+    heads = [t.text for t in ET.fromstring(to_svg(trace)).iter("{http://www.w3.org/2000/svg}text")
+             if t.get("class") == "input-label"]
+    assert heads == ["input 0: 1", "input 1: 23"]  # the default: inputs from 0, then the prompt's tokens
+    svg = to_svg(trace, labels=["line 7 <a>", "line 9"])
+    heads = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+             if t.get("class") == "input-label"]
+    assert heads == ["line 7 <a>: 1", "line 9: 23"]  # escaped in the SVG, read back as given
+    assert "line 7 &lt;a&gt;" in to_html(trace, labels=["line 7 <a>", "line 9"], input=0)
+
+
 @pytest.mark.parametrize("kw, error, word", [
     (dict(input=2), ValueError, "input"), (dict(input="0"), TypeError, "input"),
-    (dict(greedy="x"), TypeError, "greedy"),
+    (dict(greedy="x"), TypeError, "greedy"), (dict(labels=["a", "b"]), ValueError, "labels"),
+    (dict(labels="a"), ValueError, "labels"),
 ])
 def test_bad_arguments(kw, error, word):
     trace, *_ = searches()

@@ -7,11 +7,13 @@ gets an error line in place) or a checkpoint cannot be loaded; 2 for a usage err
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
+import os
 import pathlib
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 from beamsearch import Hypothesis, __version__, beam_search, greedy_decode
 from beamsearch.distributed import HF_MAX_STEPS
@@ -260,6 +262,14 @@ def _decode_model(args: argparse.Namespace) -> Any:
 
 
 def decode_command(args: argparse.Namespace) -> int:
+    """``beamsearch decode``; SIGINT (Ctrl-C) is one line and exit status 130."""
+    try:
+        return _decode(args)
+    except KeyboardInterrupt:
+        raise _CliError("beamsearch: interrupted", 130) from None
+
+
+def _decode(args: argparse.Namespace) -> int:
     from beamsearch import corpus
 
     _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
@@ -294,6 +304,7 @@ def decode_command(args: argparse.Namespace) -> int:
         search["length_penalty"] = args.length_penalty
     if args.mode == "stochastic":
         del search["alpha"]
+    _check_decode_files(args)
     if args.ray is not None:
         return _decode_on_ray(args, search)
     model = _decode_model(args)
@@ -304,6 +315,7 @@ def decode_command(args: argparse.Namespace) -> int:
         next(corpus.decode_records(model, [], **search), None)
     except (ValueError, TypeError) as e:
         raise _CliError(f"beamsearch: error: {_flag_names(str(e))}", 2) from None
+    page = _decode_trace(model, args, max_steps) if args.trace is not None else None  # before decoding
     try:
         source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     except OSError as e:
@@ -314,13 +326,102 @@ def decode_command(args: argparse.Namespace) -> int:
             total = None if args.input == "-" else _count_lines(args.input)
             progress = corpus.Progress(total, sys.stderr)
         lines = corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
-        records, failed = corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
-                                               **search)
-    if args.trace is not None:
-        _write_decode_trace(model, args, max_steps)
+        records, failed = _decode_lines(model, lines, args, progress, search)
+    if page is not None:
+        _write_page(args.trace, page)
     if failed:
         print(f"beamsearch: {failed} of {records} lines failed (see their error field)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _decode_lines(model: Any, lines: Any, args: argparse.Namespace, progress: Any,
+                  search: dict[str, Any]) -> tuple[int, int]:
+    """:func:`beamsearch.corpus.decode_corpus` to ``--output``: a refusal (the output's lock held,
+    a side file without --resume, a resume of other options or another input) exits 2, SIGINT
+    130, each with one line."""
+    from beamsearch import corpus
+
+    try:
+        return corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
+                                    identity=_decode_identity(args), **search)
+    except corpus.OutputError as e:
+        raise _CliError(f"beamsearch: error: {_flag_names(str(e), _FILE_FLAGS)}", 2) from None
+    except corpus.Interrupted as e:
+        kept = (f"{e.records} records kept in {e.path}; rerun with --resume to continue" if e.path is not None
+                else f"{e.records} records written to stdout")
+        raise _CliError(f"beamsearch: interrupted; {kept}", 130) from None
+
+
+@contextlib.contextmanager
+def _output_locked(output: str) -> Iterator[None]:
+    """Hold ``output``'s lock (not for stdout); another run holding it exits 2."""
+    from beamsearch import corpus
+
+    with contextlib.ExitStack() as stack:
+        if output != "-":
+            try:
+                stack.enter_context(corpus.output_lock(output))
+            except corpus.OutputError as e:
+                raise _CliError(f"beamsearch: error: {_flag_names(str(e), _FILE_FLAGS)}", 2) from None
+        yield
+
+
+def _check_decode_files(args: argparse.Namespace) -> None:
+    """Before anything is loaded or decoded: ``--output`` (and ``--trace``) name files in folders
+    that exist, and none of the files decode writes (OUTPUT, OUTPUT.partial, .lock, .tmp, the
+    trace page) is the ``--input`` file, also through a symbolic or hard link. Exit 2."""
+    from beamsearch import corpus
+
+    written: list[tuple[str, str]] = []  # (flag, path)
+    if args.output != "-":
+        try:
+            corpus.check_output(args.output)
+        except corpus.OutputError as e:
+            raise _CliError(f"beamsearch: error: {_flag_names(str(e), _FILE_FLAGS)}", 2) from None
+        written += [("--output", args.output)] + [("--output", str(corpus.sibling(args.output, end)))
+                                                   for end in (".partial", ".lock", ".tmp")]
+    if args.trace is not None:
+        folder = pathlib.Path(args.trace).parent
+        if pathlib.Path(args.trace).is_dir() or not folder.is_dir():
+            why = "is a folder" if folder.is_dir() else f"is in a folder that does not exist ({folder})"
+            raise _CliError(f"beamsearch: error: --trace {args.trace!r} {why}; name a file", 2)
+        written.append(("--trace", args.trace))
+    if args.input == "-" or not os.path.exists(args.input):
+        return
+    for flag, path in written:
+        if os.path.exists(path) and os.path.samefile(args.input, path):
+            named = args.output if flag == "--output" else path
+            raise _CliError(f"beamsearch: error: {flag} {named!r}: {path!r} is the --input file {args.input!r} "
+                            "(the same file, or a link to it); decode would overwrite its input", 2)
+
+
+def _decode_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """What decode's records depend on besides the search options (the side file holds it, and
+    --resume compares it): the model (its spec, and a folder's files by name, size and content),
+    how the input is read, the calendar constraint."""
+    spec = args.model
+    folder = pathlib.Path(spec[3:] if spec.startswith("hf:") else spec)
+    files = _folder_files(folder) if folder.is_dir() else []
+    return {"--model": spec, "--model files": files, "--jsonl": args.jsonl, "--field": args.field,
+            "--no-calendar": not args.calendar}
+
+
+def _folder_files(folder: pathlib.Path, end: int = 1 << 20) -> list[list[Any]]:
+    """``[name, size, SHA-256 of its first and last ``end`` bytes]`` per file of ``folder`` (cheap for
+    any model size, and it changes when weights are retrained or replaced)."""
+    import hashlib
+
+    out = []
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        size = path.stat().st_size
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            digest.update(f.read(end))
+            if size > end:
+                f.seek(max(end, size - end))
+                digest.update(f.read(end))
+        out.append([path.name, size, digest.hexdigest()])
+    return out
 
 
 _FLAGS = {"no_repeat_ngram_size": "--no-repeat-ngram", "min_new_tokens": "--min-new-tokens",
@@ -332,12 +433,18 @@ _FLAGS = {"no_repeat_ngram_size": "--no-repeat-ngram", "min_new_tokens": "--min-
           "token_logprobs": "--token-logprobs", "max_tokens": "--max-tokens"}
 
 
-def _flag_names(message: str) -> str:
+_FILE_FLAGS = {**_FLAGS, "output": "--output", "resume": "--resume", "beam": "--beam", "mode": "--mode",
+               "no_repeat_ngram": "--no-repeat-ngram"}
+"""The flags of decode_corpus's own messages (OutputError: they name ``output`` and ``resume`` and
+the options by decode_records' keywords, never as plain words)."""
+
+
+def _flag_names(message: str, flags: dict[str, str] = _FLAGS) -> str:
     """A library message about a keyword, with the keyword as its command-line flag."""
     import re
 
-    return re.sub(r"(?<![-\w'])(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?=[ =:,;]|$)",
-                  lambda m: _FLAGS[m.group(1)], message)
+    return re.sub(r"(?<![-\w'])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b(?=[ =:,;]|$)",
+                  lambda m: flags[m.group(1)], message)
 
 
 def _max_steps(text: str | None) -> Any:
@@ -355,8 +462,9 @@ def _max_steps(text: str | None) -> Any:
 
 def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
     """``--ray [ADDRESS]``: the input decoded by :func:`beamsearch.distributed.decode_ray` (which
-    checks the model and ``search`` before Ray starts); the output written once, at the end."""
-    from beamsearch import corpus, distributed
+    checks the model and ``search`` before Ray starts); the output written once, at the end,
+    its lock held for the run."""
+    from beamsearch import corpus
 
     _positive(args, "--ray-workers", "--ray-batch")
     for flag, given in (("--resume", args.resume), ("--trace", args.trace is not None)):
@@ -366,8 +474,15 @@ def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
         source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     except OSError as e:
         raise _CliError(f"beamsearch: error: cannot read --input {args.input}: {e.strerror}", 2) from None
-    with source:
+    with source, _output_locked(args.output):
         lines = list(corpus.read_lines(source, jsonl=args.jsonl, field=args.field))
+        return _ray_records(args, lines, search)
+
+
+def _ray_records(args: argparse.Namespace, lines: list[Any], search: dict[str, Any]) -> int:
+    """``--ray``: decode ``lines`` on Ray and write the output."""
+    from beamsearch import distributed
+
     try:
         records = distributed.decode_ray(args.model, lines, address=None if args.ray == "local" else args.ray,
                                          num_workers=args.ray_workers, batch_size=args.ray_batch,
@@ -380,18 +495,23 @@ def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
     return 1 if failed else 0
 
 
-def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) -> None:
-    """``--trace HTML``: the search tree of input line ``--trace-input`` (read again from the file)."""
+def _decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) -> str:
+    """``--trace HTML``: the page of the search tree of the line of index ``--trace-input`` (read
+    from the file here, before decoding; a line that is missing or cannot be decoded exits 2)."""
     from beamsearch import corpus
     from beamsearch.viz import to_html
 
+    index = args.trace_input
     with open(args.input, "rb") as source:
-        line = next((x for x in corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
-                     if x.index == args.trace_input), None)
-    if line is None or line.error is not None:
-        why = "the file has fewer lines" if line is None else line.error
-        raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {why}", 1)
+        line = next((x for x in corpus.read_lines(source, jsonl=args.jsonl, field=args.field) if x.index == index),
+                    None)
+    if line is None:
+        lines = _count_lines(args.input)
+        which = f" (indices 0 to {lines - 1})" if lines else ""
+        raise _CliError(f"beamsearch: error: --trace-input {index}: the input has {lines} lines{which}", 2)
     try:
+        if line.error is not None:
+            raise ValueError(line.error)
         steps = corpus.line_max_steps(model, line, max_steps)
         if isinstance(steps, str):
             raise ValueError(steps)
@@ -401,10 +521,10 @@ def _write_decode_trace(model: Any, args: argparse.Namespace, max_steps: Any) ->
                                          temperature=args.temperature, top_k=args.top_k,
                                          stop_sequences=args.stop_sequence)
     except ValueError as e:
-        raise _CliError(f"beamsearch: error: --trace-input {args.trace_input}: {e}", 1) from None
-    page = to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy,
-                   title=f"line {args.trace_input}: {line.text[:60]!r}, beam {args.beam}")
-    _write_page(args.trace, page)
+        raise _CliError(f"beamsearch: error: --trace-input {index}: line {index + 1}: {e}", 2) from None
+    name = corpus.line_name(index)
+    return to_html(tree, vocab=corpus.TokenLabels(model), greedy=greedy, labels=[name],
+                   title=f"{name}: {line.text[:60]!r}, beam {args.beam}")
 
 
 def _count_lines(path: str) -> int:
@@ -476,8 +596,9 @@ def _parser() -> _Parser:
                        formatter_class=fmt,
                        description="One JSON object per input line, in input order: index, input, nbest (text, "
                                    "tokens, logprob, score, finished), or error for a line that cannot be decoded "
-                                   "(exit status 1 if any). Records are flushed to OUTPUT.partial as inputs "
-                                   "finish; --resume continues a killed run from it.")
+                                   "(exit status 1 if any; 2 usage error; 130 Ctrl-C). Records are flushed to "
+                                   "OUTPUT.partial as inputs finish; --resume continues a killed run from it. One "
+                                   "run writes an output at a time (OUTPUT.lock).")
     p.add_argument("--model", required=True, metavar="NAME|DIR",
                    help=f"a zoo model ({', '.join(MODELS)}), a checkpoint folder as `train --out DIR` writes it, or "
                         "hf:DIR, a local transformers folder (model and tokenizer, save_pretrained; causal LM "
@@ -534,7 +655,8 @@ def _parser() -> _Parser:
                    help="do not constrain zoo dates models to real calendar dates")
     p.add_argument("--threads", type=int, default=FASTEST_THREADS, help="torch threads")
     p.add_argument("--resume", action="store_true",
-                   help="continue a killed run: skip the inputs already in OUTPUT.partial")
+                   help="continue a killed run: skip the inputs already in OUTPUT.partial (refused, before "
+                        "anything is written, when it was written with other options or for another input)")
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (inputs/s, tokens/s, ETA); on by default when stderr is a terminal")
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
@@ -544,7 +666,9 @@ def _parser() -> _Parser:
     p.add_argument("--ray-batch", type=int, default=256, metavar="LINES", help="with --ray: lines per batch")
     p.add_argument("--trace", metavar="HTML", default=None,
                    help="also write the search tree of one input line (--trace-input) as an interactive page")
-    p.add_argument("--trace-input", type=int, default=0, metavar="I", help="the line --trace draws (0 is the first)")
+    p.add_argument("--trace-input", type=int, default=0, metavar="I",
+                   help="the line --trace draws, by its record's index (0 is the first line; the page names it "
+                        "line I+1, as errors and --resume do)")
     return parser
 
 

@@ -12,22 +12,28 @@ The pieces:
   ``make_state`` for refill, its ids and limits, and its own text checks.
 - :func:`decode_records` decodes lines with :func:`beamsearch._refill.decode_stream` and yields
   one JSON-ready record per line, in the order lines finish.
-- :func:`decode_corpus` writes them: appended and flushed to a side file ``OUTPUT.partial`` as
-  they finish (a killed run loses only the inputs in flight), then the ordered ``OUTPUT`` at the
-  end, atomically (``os.replace``); with ``resume`` the indices already in the side file are
-  skipped.
+- :func:`decode_corpus` writes them, holding the output's lock: appended and flushed to a side
+  file ``OUTPUT.partial`` as they finish (a killed run loses only the inputs in flight), then the
+  ordered ``OUTPUT`` at the end, copied record by record, atomically (``os.replace``); with
+  ``resume`` the side file's options and input are checked first, then the indices it holds are
+  skipped (the files: :mod:`beamsearch._sidefile`).
 """
 
 from __future__ import annotations
 
+import codecs
+import collections
+import inspect
 import json
 import math
 import os
 import pathlib
 import re
+import reprlib
 import sys
 import time
 import zlib
+from array import array
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -35,6 +41,8 @@ import numpy as np
 
 from beamsearch import _validate as check
 from beamsearch._refill import Decoded, decode_stream, per_input
+from beamsearch._sidefile import (LONE_SURROGATE, Fingerprint, Interrupted, OutputError, SideFile, check_output,
+                                  encode, json_object, line_name, output_lock, sibling, text_crc)
 
 __all__ = ["CorpusModel", "LengthRule", "Line", "Progress", "decode_corpus", "decode_records", "hf_model",
            "read_lines", "toy_model", "zoo_model"]
@@ -64,12 +72,20 @@ class Line:
     constraints: tuple[str | tuple[str, ...], ...] | None = None
 
 
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of arrays and objects a JSON line may have (deeper: that line's error record)."""
+
+MAX_JSON_DIGITS = 4300
+"""The most digits of an integer in a JSON line (Python's own limit for int from text)."""
+
+
 def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text") -> Iterator[Line]:
     """The lines of a binary file as :class:`Line` values, lazily.
 
     Args:
         data: the file's lines as bytes (a file opened ``"rb"``, or a list of ``bytes``); each line
-            ends with ``b"\\n"`` or ``b"\\r\\n"`` (removed), the last one may end without.
+            ends with ``b"\\n"`` or ``b"\\r\\n"`` (removed), the last one may end without; a UTF-8
+            byte order mark at the start of the first line is not part of it.
         jsonl: each line is a JSON object; its ``field`` is the text, and the optional
             ``max_steps`` (int >= 1), ``prefix`` (str) and ``constraints`` (a list of texts, or of
             lists of texts for alternatives) are the line's own; other keys are left alone (ids,
@@ -77,12 +93,16 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
         field: the JSON key of the text.
 
     Yields:
-        One :class:`Line` per line; a line that is not UTF-8, not a JSON object, or lacks a string
-        ``field`` carries ``error`` (the rest of the file is still read).
+        One :class:`Line` per line; a line that is not UTF-8, not a JSON object (bad JSON, nested
+        deeper than :data:`MAX_JSON_DEPTH`, an integer of more than :data:`MAX_JSON_DIGITS`
+        digits), lacks a string ``field``, or has a lone surrogate (a ``"\\ud800"`` escape) in a
+        text it uses carries ``error`` (the rest of the file is still read).
     """
     for index, raw in enumerate(data):
         raw = raw[:-1] if raw.endswith(b"\n") else raw
         raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if index == 0 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -92,10 +112,9 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
 
 
 def _parse_json(index: int, text: str, field: str) -> Line:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Line(index, text, f"bad JSON: {e.msg} at column {e.colno}")
+    record, error = _json_line(text)
+    if error is not None:
+        return Line(index, text, error)
     if not isinstance(record, dict):
         return Line(index, text, f"a JSON line must be an object; got {type(record).__name__}")
     value = record.get(field)
@@ -103,15 +122,79 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         return Line(index, text, f"the JSON object has no string field {field!r}")
     max_steps, prefix = record.get("max_steps"), record.get("prefix")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        return Line(index, value, f"max_steps must be an integer >= 1; got {max_steps!r}")
+        return Line(index, value, f"max_steps must be an integer >= 1; got {_shown(max_steps)}")
     if prefix is not None and not isinstance(prefix, str):
-        return Line(index, value, f"prefix must be a string; got {prefix!r}")
+        return Line(index, value, f"prefix must be a string; got {_shown(prefix)}")
     constraints = record.get("constraints")
     if constraints is not None:
         constraints = _constraint_texts(constraints)
         if isinstance(constraints, str):
             return Line(index, value, constraints)
+    for name, texts in ((field, [value]), ("prefix", [prefix] if prefix else []), ("constraints", _flat(constraints))):
+        error = _lone_surrogate(name, texts)
+        if error is not None:
+            return Line(index, value, error)
     return Line(index, value, None, max_steps, prefix, constraints)
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _json_line(text: str) -> tuple[Any, str | None]:
+    """``(json.loads(text), None)``, or ``(None, the error)``: bad JSON, too deep, an integer too long."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+        return None, f"bad JSON: nested deeper than {MAX_JSON_DEPTH} arrays and objects"
+    try:
+        return json.loads(text, parse_int=_json_int), None
+    except json.JSONDecodeError as e:
+        return None, f"bad JSON: {e.msg} at column {e.colno}"
+    except _LongInteger as e:
+        return None, f"bad JSON: an integer of {e} digits (at most {MAX_JSON_DIGITS})"
+    except RecursionError:  # belt and braces: _depth refuses it first
+        return None, "bad JSON: nested too deeply"
+
+
+class _LongInteger(ValueError):
+    pass
+
+
+def _json_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_JSON_DIGITS:
+        raise _LongInteger(len(digits.lstrip("-")))
+    return int(digits)
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of ``[`` / ``{`` outside JSON strings."""
+    depth = deepest = 0
+    for c in re.findall(r"[\[\]{}]", _JSON_STRING.sub("", text)):
+        depth = depth + 1 if c in "[{" else depth - 1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _shown(value: Any) -> str:
+    """A JSON value for an error message: at most 80 characters, any depth."""
+    return _REPR.repr(value)[:80]
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 60
+
+
+def _lone_surrogate(name: str, texts: Iterable[str]) -> str | None:
+    """The error of a text holding a lone surrogate (a JSON ``"\\ud800"`` escape without its pair,
+    not a character of any text: no model can read it, UTF-8 cannot write it), or None."""
+    for text in texts:
+        found = LONE_SURROGATE.search(text)
+        if found is not None:
+            return (f"{name} has a lone surrogate (\\u{ord(found.group()):04x} at character {found.start()}), "
+                    "which is not a character of any text")
+    return None
+
+
+def _flat(constraints: tuple[str | tuple[str, ...], ...] | None) -> list[str]:
+    return [t for c in constraints or () for t in ((c,) if isinstance(c, str) else c)]
 
 
 def _constraint_texts(value: Any) -> tuple[str | tuple[str, ...], ...] | str:
@@ -123,7 +206,7 @@ def _constraint_texts(value: Any) -> tuple[str | tuple[str, ...], ...] | str:
                                        for c in value):
         return tuple(c if isinstance(c, str) else tuple(c) for c in value)
     return ("constraints must be a list whose items are non-empty texts or non-empty lists of them; "
-            f"got {json.dumps(value)[:80]}")
+            f"got {_shown(value)}")
 
 
 class CorpusModel(Protocol):
@@ -195,6 +278,10 @@ class LengthRule:
         b = float(m.group(3)) * (-1 if m.group(2) == "-" else 1) if m.group(3) is not None else 0.0
         return LengthRule(a, b)
 
+
+NO_OUTPUT = ("no output could be produced: every continuation has probability 0 under the model and the "
+             "search's rules (the prefix, constraints, no-repeat n-grams, minimum length)")
+"""The error of a line whose search ends with no output at all."""
 
 MODES = ("beam", "constrained", "diverse", "stochastic", "exact")
 """The search modes of :func:`decode_records`: those of :func:`beamsearch._refill.decode_stream`,
@@ -280,29 +367,37 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     indices: dict[int, int] = {}  # stream position -> line index
     early: list[dict] = []  # error records of lines refused before the stream
 
+    def stream_item(line: Line) -> dict | str:
+        """The stream item of ``line``, or why it cannot be decoded."""
+        error = line.error or model.problem(line.text) or _line_problem(model, line, limit, mode)
+        steps = None if error is not None else line_max_steps(model, line, max_steps)
+        if error is not None or isinstance(steps, str):
+            return error or steps
+        fields: dict[str, Any] = {"prompt": prompt(line.text), "source": line.text}
+        if steps != search["max_steps"]:
+            fields["max_steps"] = steps
+        if line.prefix is not None:
+            fields["prefix"] = model.tokens(line.prefix)
+        if mode == "constrained":
+            own = line.constraints
+            fields["constraints"] = every_line if own is None else _constraint_ids(model, own, "constraints")
+        return fields
+
     def items() -> Iterator[dict]:
         position = 0
         for line in lines:
             if skip(line.index):
                 continue
-            error = line.error or model.problem(line.text) or _line_problem(model, line, limit, mode)
-            steps = None if error is not None else line_max_steps(model, line, max_steps)
-            if isinstance(steps, str):
-                error = steps
-            if error is not None:
-                early.append({"index": line.index, "input": line.text, "error": error})
+            try:
+                fields = stream_item(line)
+            except Exception as e:  # the model's own checks (problem, tokens, prompt) raised: this line alone fails
+                fields = f"the model cannot read this line: {type(e).__name__}: {e}"
+            if isinstance(fields, str):
+                early.append({"index": line.index, "input": line.text, "error": fields})
                 continue
-            item: dict[str, Any] = {"prompt": prompt(line.text), "source": line.text}
-            if steps != search["max_steps"]:
-                item["max_steps"] = steps
-            if line.prefix is not None:
-                item["prefix"] = model.tokens(line.prefix)
-            if mode == "constrained":
-                own = line.constraints
-                item["constraints"] = every_line if own is None else _constraint_ids(model, own, "constraints")
             indices[position], texts[position] = line.index, line.text
             position += 1
-            yield item
+            yield fields
 
     if mode == "exact":
         if max_tokens is not None:
@@ -322,8 +417,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         yield from early
         early.clear()
         index, text = indices.pop(result.index), texts.pop(result.index)
-        if result.error is not None:
-            yield {"index": index, "input": text, "error": str(result.error)}
+        if result.error is not None or not result.hypotheses:
+            yield {"index": index, "input": text, "error": str(result.error) if result.error is not None else NO_OUTPUT}
             continue
         yield {"index": index, "input": text, "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
                **(result.info if mode == "exact" else {})}
@@ -474,7 +569,7 @@ def _min_join(max_rows: int, rows: int) -> int:
 
 def _line_problem(model: CorpusModel, line: Line, limit: int, mode: str) -> str | None:
     if line.max_steps is not None and line.max_steps > limit:
-        return f"max_steps must be <= {limit} (the model's limit); got {line.max_steps}"
+        return f"max_steps must be <= {limit} (the model's limit); got {_shown(line.max_steps)}"
     if line.prefix is not None:
         try:
             model.tokens(line.prefix)
@@ -507,114 +602,212 @@ def _constraint_ids(model: CorpusModel, texts: Sequence[str | Sequence[str]], na
     return [ids(c) if isinstance(c, str) else AnyOf(*(ids(t) for t in c)) for c in texts]
 
 
-# ---- files: the side file, resume, the ordered output --------------------------------------------
+# ---- files: the lock, the side file, resume, the ordered output ----------------------------------
 
 
 def partial_path(output: str | os.PathLike) -> pathlib.Path:
     """The side file of ``output``: records appended as lines finish (``OUTPUT.partial``)."""
-    path = pathlib.Path(output)
-    return path.with_name(path.name + ".partial")
+    return sibling(output, ".partial")
 
 
 def load_partial(path: pathlib.Path) -> dict[int, dict]:
-    """The records of a side file by index. A torn last line (a run killed mid-write) is cut off
-    the file, so that appending goes on from the last whole record.
+    """The records of a side file by index ({} when there is none); the file is not changed.
 
     Raises:
-        ValueError: a whole line of the file is not a record (not the side file of a run).
+        OutputError (a ValueError): the file is not a side file of this format, or is damaged (a
+            whole line that is not a record).
     """
     if not path.exists():
         return {}
-    data = path.read_bytes()
-    whole = data[: data.rfind(b"\n") + 1]
-    if len(whole) != len(data):
-        with open(path, "r+b") as f:
-            f.truncate(len(whole))
-    done: dict[int, dict] = {}
-    for number, raw in enumerate(whole.splitlines(), 1):
-        try:
-            record = json.loads(raw)
-            done[int(record["index"])] = record
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{path} line {number} is not a record of beamsearch decode; remove the file "
-                             "or decode without --resume") from None
-    return done
+    return {index: json.loads(raw) for index, raw in SideFile.read(path).records()}
 
 
-def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str, *, resume: bool = False,
-                  progress: Progress | None = None, **search: Any) -> tuple[int, int]:
+def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.PathLike, *, resume: bool = False,
+                  progress: Progress | None = None, identity: dict[str, Any] | None = None,
+                  **search: Any) -> tuple[int, int]:
     """Decode ``lines`` into ``output`` (JSON Lines in input order, each index once).
 
-    Records are appended and flushed to :func:`partial_path` ``(output)`` as lines finish; at the
-    end they are written in input order to ``output`` (a temporary file, then ``os.replace``) and
-    the side file is removed. ``output == "-"`` writes to stdout in input order (each record as
-    soon as every earlier one is out; no side file, no resume).
+    One writer at a time: the run holds an exclusive lock on ``OUTPUT.lock``, and another run on
+    the same output is refused at once, naming its pid and host. Records are appended and flushed
+    to :func:`partial_path` ``(output)`` as lines finish, after a header holding the run's options
+    and with checkpoints of the input read so far; at the end they are copied in input order to
+    ``output`` (a temporary file, then ``os.replace``; one record in memory at a time) and the
+    side file is removed. ``output == "-"`` writes to stdout in input order (each record as soon
+    as every earlier one is out; no lock, no side file, no resume).
 
     Args:
         model, lines, **search: as for :func:`decode_records` (``beam``, ``n_best``, ``alpha``,
-            ``max_steps``, ``max_rows``).
+            ``max_steps``, ``max_rows``, ...).
         output: a file path, or ``"-"``.
-        resume: skip the indices already in the side file (or, when it is gone, in ``output``
-            itself: a finished run); a record must then be for the same input text.
+        resume: continue from the side file: its options must be this run's (every keyword that
+            changes a record; not ``max_rows``), and the first lines of ``lines``, as many as its
+            last checkpoint covers, those it was written for (their SHA-256, and each record's
+            input text); both are checked before anything is written. Without a side file, a
+            finished ``output`` must hold exactly the records of ``lines`` (nothing is decoded);
+            with neither, the run starts afresh.
         progress: updated with every record, closed at the end.
+        identity: JSON values naming what else the records depend on that ``model`` does not say
+            (``beamsearch decode``: the model's spec and files, how the input is read), stored
+            with the options. Default: the model's class.
 
     Returns:
         ``(records, errors)``: the lines in the output, and how many of them have ``error``.
 
     Raises:
-        ValueError: ``resume`` with ``output == "-"``; a side file that is not one, or one written
-            for another input (a record's ``input`` differs from the line at its index).
+        OutputError (a ValueError): ``output`` is a folder or in a folder that does not exist;
+            another run holds it; its side file exists and ``resume`` is False; ``resume`` is
+            refused (other options, another input, a damaged side file). Nothing is written then.
+        Interrupted (a KeyboardInterrupt): SIGINT; the side file ends with its last whole record.
+        ValueError / TypeError: a bad search keyword (before any file is touched); ``resume``
+            with ``output == "-"``.
     """
     if output == "-":
         if resume:
             raise ValueError("--resume needs an --output file (records of stdout cannot be read back)")
         return _to_stdout(model, lines, progress, search)
-    side = partial_path(output)
-    done = load_partial(side) if resume else {}
-    from_output = resume and not side.exists() and os.path.exists(output)
-    if from_output:  # a finished run: its records seed the new side file
-        done = load_partial(pathlib.Path(output))
-    seen: list[Line] = []
+    output = os.fspath(output)
+    check_output(output)
+    next(decode_records(model, [], **search), None)  # the keywords, before any file is touched
+    options = _run_options(model, search, identity)
+    with output_lock(output):
+        return _decode_file(model, iter(lines), output, resume, progress, options, search)
 
-    def checked(lines: Iterable[Line]) -> Iterator[Line]:
+
+def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume: bool, progress: Progress | None,
+                 options: dict[str, Any], search: dict[str, Any]) -> tuple[int, int]:
+    """:func:`decode_corpus` to a file, its lock held."""
+    path = partial_path(output)
+    fingerprint, order = Fingerprint(), array("q")  # order: the line indices in input order
+    if path.exists() and not resume:
+        raise OutputError(f"output {output!r}: {path} holds the records of an unfinished run; continue it with "
+                          "resume, or remove that file to start again")
+    if path.exists():
+        side = SideFile.read(path)
+        _same_options(side, options)
+        if options["mode"] == "stochastic" and options["seed"] is not None and len(side):
+            raise OutputError(f"resume: {path} is of mode 'stochastic' with a seed, which cannot be resumed "
+                              "exactly: a line's noise is that of its position among the lines decoded, and "
+                              "skipping the done lines moves it; decode without resume")
+        first = _same_input(side, lines, fingerprint, order)
+    elif resume and os.path.exists(output):
+        return _finished(output, lines)
+    else:
+        side, first = SideFile.create(path, options), []
+    positions: dict[int, int] = {}  # line index -> stream position, for the lines in flight
+
+    def fed() -> Iterator[Line]:
+        for position, line in first:  # read by the resume check, not yet decoded
+            positions[line.index] = position
+            yield line
         for line in lines:
-            old = done.get(line.index)
-            if old is not None and old.get("input") != line.text:
-                raise ValueError(f"--resume: {side} holds line {line.index + 1} as {old.get('input')!r:.40}, "
-                                 f"the input has {line.text!r:.40}; it was written for another input")
-            seen.append(line)
+            positions[line.index] = fingerprint.lines
+            fingerprint.add(line)
+            order.append(line.index)
             yield line
 
-    with open(side, "ab" if resume else "wb") as f:
-        if from_output:
-            f.write(b"".join(_encode(r) for r in done.values()))
-            f.flush()
-        for record in decode_records(model, checked(lines), skip=done.__contains__, **search):
-            f.write(_encode(record))
-            f.flush()
-            done[record["index"]] = record
+    side.open()
+    try:
+        for record in decode_records(model, fed(), **search):
+            side.add(record, positions.pop(record["index"]), fingerprint)
             if progress is not None:
                 progress.update(record)
-    if progress is not None:
-        progress.close()
-    missing = [line.index for line in seen if line.index not in done]
-    if missing:
-        raise ValueError(f"line {missing[0] + 1} got no record")
-    records = [done[line.index] for line in seen]
-    temporary = pathlib.Path(str(output) + ".tmp")
-    with open(temporary, "wb") as f:
-        f.write(b"".join(_encode(r) for r in records))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, output)
-    side.unlink()
-    return len(records), sum("error" in r for r in records)
+        side.close()
+        if progress is not None:
+            progress.close()
+        return side.assemble(order, output)
+    except KeyboardInterrupt:
+        side.close(whole=True)
+        raise Interrupted(len(side), path) from None
+    finally:
+        side.close(whole=True)
+
+
+_NOT_RESULTS = ("max_rows", "skip")  # how lines are batched into model calls, not what they get
+
+
+def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str, Any] | None) -> dict[str, Any]:
+    """What a record depends on, as the side file's header holds it (JSON values): every keyword
+    of :func:`decode_records` but ``max_rows`` (given or default), the model and its limit, and
+    this beamsearch's version."""
+    from beamsearch import __version__
+
+    keywords = inspect.signature(decode_records).parameters
+    options = {name: search.get(name, p.default) for name, p in keywords.items()
+               if p.kind is p.KEYWORD_ONLY and name not in _NOT_RESULTS}
+    if options["max_steps"] is None:
+        options["max_steps"] = model.max_steps  # the default: the same search as that number
+    elif isinstance(options["max_steps"], LengthRule):
+        options["max_steps"] = repr(options["max_steps"])
+    options.update(identity if identity is not None else {"model": f"{type(model).__module__}."
+                                                                      f"{type(model).__qualname__}"})
+    options.update(model_limit=model.max_steps, beamsearch=__version__)
+    return json.loads(json.dumps(options))
+
+
+def _same_options(side: SideFile, options: dict[str, Any]) -> None:
+    """Refuse a resume whose options are not those the side file was written with."""
+    old = side.header.get("options")
+    old = old if isinstance(old, dict) else {}
+    differ = [f"{key}={_shown(old.get(key))} there, {_shown(options.get(key))} here"
+              for key in sorted(set(old) | set(options)) if old.get(key) != options.get(key)]
+    if differ:
+        raise OutputError(f"resume: {side.path} was written with other options ({'; '.join(differ)}); resume "
+                          "with the same options, or remove that file to start again")
+
+
+def _same_input(side: SideFile, lines: Iterator[Line], fingerprint: Fingerprint,
+                order: array) -> list[tuple[int, Line]]:
+    """Read as many lines as the side file's last checkpoint covers, refusing the resume when they
+    are not those it was written for (a record's input text, or the SHA-256 at a checkpoint); the
+    lines read are counted into ``fingerprint`` and ``order``. Returns those of them without a
+    record, with their stream positions."""
+    marks = dict(side.checkpoints)
+    covered = side.checkpoints[-1][0] if side.checkpoints else 0
+    first: list[tuple[int, Line]] = []
+    checked = 0  # lines proven equal by a checkpoint
+    another = f"resume: {side.path} was written for another input"
+    while fingerprint.lines < covered:
+        line = next(lines, None)
+        if line is None:
+            raise OutputError(f"{another}: of at least {covered} lines; this one has {fingerprint.lines}")
+        position = fingerprint.lines
+        fingerprint.add(line)
+        order.append(line.index)
+        if line.index not in side:
+            first.append((position, line))
+        elif side.crc(line.index) != text_crc(line.text):
+            old = json.loads(side.record(line.index)).get("input", "")
+            raise OutputError(f"{another}: {line_name(line.index)} is {old!r:.60} there, {line.text!r:.60} here; "
+                              "resume with that input, or remove that file to start again")
+        mark = marks.get(fingerprint.lines)
+        if mark is not None and mark != fingerprint.state()["sha256"]:
+            raise OutputError(f"{another}: lines {checked + 1}-{fingerprint.lines} differ (their SHA-256); "
+                              "resume with that input, or remove that file to start again")
+        checked = fingerprint.lines if mark is not None else checked
+    return first
+
+
+def _finished(output: str, lines: Iterator[Line]) -> tuple[int, int]:
+    """A resume whose side file is gone (the run finished): ``output`` must hold exactly the
+    records of ``lines``, in order; nothing is decoded. Returns ``(records, errors)``."""
+    records = errors = 0
+    finished = f"resume: {output!r} is finished (it has no side file)"
+    with open(output, "rb") as f:
+        for line in lines:
+            record = json_object(f.readline())
+            if record is None or record.get("index") != line.index or record.get("input") != line.text:
+                raise OutputError(f"{finished}, and not of this input: its record {records + 1} is not that of "
+                                  f"{line_name(line.index)}; decode without resume")
+            records, errors = records + 1, errors + ("error" in record)
+        if f.readline():
+            raise OutputError(f"{finished}, and of more lines than this input's {records}; decode without resume")
+    return records, errors
 
 
 def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | None,
                search: dict[str, Any]) -> tuple[int, int]:
-    ready: dict[int, dict] = {}
-    order: list[int] = []  # line indices in input order
+    ready: dict[int, dict] = {}  # records that finished before an earlier line's
+    order: collections.deque[int] = collections.deque()  # line indices in input order, not yet written
     written, errors = 0, 0
 
     def noted(lines: Iterable[Line]) -> Iterator[Line]:
@@ -623,22 +816,21 @@ def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | N
             yield line
 
     out = sys.stdout.buffer
-    for record in decode_records(model, noted(lines), **search):
-        ready[record["index"]] = record
-        errors += "error" in record
-        if progress is not None:
-            progress.update(record)
-        while written < len(order) and order[written] in ready:
-            out.write(_encode(ready.pop(order[written])))
-            written += 1
-        out.flush()
+    try:
+        for record in decode_records(model, noted(lines), **search):
+            ready[record["index"]] = record
+            errors += "error" in record
+            if progress is not None:
+                progress.update(record)
+            while order and order[0] in ready:
+                out.write(encode(ready.pop(order.popleft())))
+                written += 1
+            out.flush()
+    except KeyboardInterrupt:
+        raise Interrupted(written, None) from None
     if progress is not None:
         progress.close()
     return written, errors
-
-
-def _encode(record: dict) -> bytes:
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 # ---- progress ---------------------------------------------------------------------------------------
@@ -758,13 +950,21 @@ def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1,
 
 class TokenLabels:
     """Token ids as the model's text, for :func:`beamsearch.viz.to_html`'s ``vocab`` (an object
-    with ``decode``)."""
+    with ``decode``): the end token is ``<eos>`` and an unwritten start token ``<bos>``, as
+    ``beamsearch translate --trace`` labels them (the model's text drops both)."""
 
     def __init__(self, model: CorpusModel) -> None:
         self.model = model
 
     def decode(self, tokens: Sequence[int]) -> str:
-        return self.model.text(tokens)
+        """The labels of ``tokens``, one after the other."""
+        return "".join(self._label(int(t)) for t in tokens)
+
+    def _label(self, token: int) -> str:
+        if token == self.model.eos:
+            return "<eos>"
+        text = self.model.text([token])
+        return "<bos>" if token == self.model.bos and not text else text
 
 
 def zoo_model(name: str, directory: str | os.PathLike | None = None, *, calendar: bool = True) -> CorpusModel:

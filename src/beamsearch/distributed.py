@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from beamsearch import _validate as check
+from beamsearch._sidefile import encode
 from beamsearch.corpus import CorpusModel, Line, decode_records, hf_model, toy_model, zoo_model
 
 __all__ = ["decode_ray", "load_model", "write_records"]
@@ -177,19 +178,21 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
 
 def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, int]:
     """Write ``records`` as JSON Lines to ``output`` (a temporary file, then an atomic rename), or
-    to stdout when ``output`` is ``"-"``, as ``beamsearch decode`` writes them.
+    to stdout when ``output`` is ``"-"``, as ``beamsearch decode`` writes them (a lone surrogate of
+    a JSON input escaped, so the file is valid UTF-8).
 
     Returns:
         ``(records, errors)``: how many records, and how many of them have ``error``.
     """
-    data = b"".join((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8") for r in records)
     if str(output) == "-":
-        sys.stdout.buffer.write(data)
+        for r in records:
+            sys.stdout.buffer.write(encode(r))
         sys.stdout.buffer.flush()
     else:
         temporary = pathlib.Path(str(output) + ".tmp")
         with open(temporary, "wb") as f:
-            f.write(data)
+            for r in records:
+                f.write(encode(r))
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, output)

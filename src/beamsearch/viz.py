@@ -169,7 +169,8 @@ class _Node:
     on_greedy: bool = False
 
 
-def to_svg(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, input: int | None = None) -> str:
+def to_svg(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, input: int | None = None,
+           labels: Sequence[str] | None = None) -> str:
     """The search tree as a standalone SVG document (styles inline), for papers and READMEs.
 
     Args:
@@ -179,19 +180,21 @@ def to_svg(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, inpu
         greedy: the :class:`Trace` of a greedy run (``greedy_decode(..., trace=...)`` or beam 1)
             on the same input(s): its best path is overlaid.
         input: draw only this input's tree (default: every input, one below the other).
+        labels: the heading of each input's tree, one per input of the trace (default ``input
+            i``, ``i`` counted from 0), e.g. the line of a file it came from.
 
     Returns:
         The SVG text; node ``g.item`` elements carry ``data-*`` numbers (see :func:`to_html`).
     """
-    return _svg(trace, vocab, greedy, input, page=False)
+    return _svg(trace, vocab, greedy, input, labels, page=False)
 
 
 def to_html(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, input: int | None = None,
-            title: str = "Beam search tree") -> str:
+            title: str = "Beam search tree", labels: Sequence[str] | None = None) -> str:
     """The search tree as one self-contained HTML page (inline script and styles, no network).
 
     Args:
-        trace, vocab, greedy, input: as for :func:`to_svg`.
+        trace, vocab, greedy, input, labels: as for :func:`to_svg`.
         title: the page title.
 
     Returns:
@@ -201,13 +204,14 @@ def to_html(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, inp
         ``data-step``, ``data-p``, ``data-logprob``, ``data-score``, ``data-status``,
         ``data-rank``; the path to each input's best result has class ``best``.
     """
-    svg = _svg(trace, vocab, greedy, input, page=True)
+    svg = _svg(trace, vocab, greedy, input, labels, page=True)
     return _PAGE.replace("__TITLE__", html.escape(title)).replace("__SVG__", svg)
 
 
 # ---- layout and drawing ---------------------------------------------------------------------------
 
-def _svg(trace: Trace, vocab: Any, greedy: Trace | None, input: int | None, page: bool) -> str:
+def _svg(trace: Trace, vocab: Any, greedy: Trace | None, input: int | None, labels: Sequence[str] | None,
+         page: bool) -> str:
     if not isinstance(trace, Trace) or not hasattr(trace, "input"):
         raise TypeError(f"trace must be a Trace filled by a search; got {trace!r:.80}")
     if greedy is not None and (not isinstance(greedy, Trace) or not hasattr(greedy, "input")):
@@ -215,11 +219,15 @@ def _svg(trace: Trace, vocab: Any, greedy: Trace | None, input: int | None, page
     inputs = range(trace.n_inputs) if input is None else [_input(trace, input)]
     if greedy is not None and greedy.n_inputs != trace.n_inputs:
         raise ValueError(f"greedy has {greedy.n_inputs} inputs; the trace has {trace.n_inputs}")
+    if labels is None:
+        labels = [f"input {i}" for i in range(trace.n_inputs)]
+    elif isinstance(labels, str) or len(labels) != trace.n_inputs:
+        raise ValueError(f"labels must be one text per input of the trace ({trace.n_inputs}); got {labels!r:.80}")
     parts, top, width = [], MARGIN, 0
     for i in inputs:
         nodes = _nodes(trace, i, greedy)
         slots = _layout(nodes)
-        body, w = _draw(nodes, trace, i, vocab, top)
+        body, w = _draw(nodes, trace, i, vocab, top, str(labels[i]))
         parts.append(body)
         top += slots * DY + 2 * DY
         width = max(width, w)
@@ -311,14 +319,14 @@ def _num(x: float) -> str:
     return f"{x:.4f}" if math.isfinite(x) else str(x)
 
 
-def _draw(nodes: dict[int, _Node], trace: Trace, i: int, vocab: Any, top: float) -> tuple[str, int]:
-    """SVG for input i's tree placed ``top`` px down; returns it and its width in px."""
+def _draw(nodes: dict[int, _Node], trace: Trace, i: int, vocab: Any, top: float, label: str) -> tuple[str, int]:
+    """SVG for input i's tree placed ``top`` px down under ``label``; returns it and its width in px."""
     best, on_best, on_result = trace.best(i), set(), set()
     for r in trace.results(i):
         for v in _path(trace, int(r)):
             (on_best if r == best else on_result).add(v)
     prompt = "".join(_text(t, vocab) for t in trace.prompts[i]) if trace.prompts[i] else ""
-    out = [f'<text class="input-label" x="{MARGIN}" y="{top - 12}">input {i}'
+    out = [f'<text class="input-label" x="{MARGIN}" y="{top - 12}">{html.escape(label)}'
            f'{html.escape(": " + prompt) if prompt else ""}</text>']
     prefix: dict[int, str] = {}
     xy = {n.id: (MARGIN + n.step * DX + 10, top + n.y * DY) for n in nodes.values()}
