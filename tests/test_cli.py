@@ -140,6 +140,105 @@ def test_demo_with_a_broken_shipped_checkpoint_says_so_and_not_install_the_extra
     assert err == f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.json'} does not exist\n"
 
 
+def tampered(folder, name="seq2seq", config=None, drop=(), tensors=None):
+    """A copy of the shipped checkpoint ``name`` in ``folder``: its config's fields updated with
+    ``config`` and those in ``drop`` removed, its tensors (a dict) passed through ``tensors``."""
+    from safetensors.torch import load_file, save_file
+
+    from beamsearch.zoo.translator import CHECKPOINTS
+
+    meta = json.loads((CHECKPOINTS / f"{name}.json").read_text())
+    meta["config"].update(config or {})
+    for key in drop:
+        del meta["config"][key]
+    (folder / f"{name}.json").write_text(json.dumps(meta))  # float("nan") is written as NaN
+    weights = load_file(str(CHECKPOINTS / f"{name}.safetensors"))
+    save_file(tensors(weights) if tensors else weights, str(folder / f"{name}.safetensors"))
+    return folder
+
+
+def _nan_at(key, value=float("nan")):
+    def edit(weights):
+        weights[key].view(-1)[7] = value
+        return weights
+    return edit
+
+
+@needs_zoo
+@pytest.mark.parametrize("name,config,drop,message", [
+    ("seq2seq", {"dropout": float("nan")}, (), "dropout must be a number in [0, 1); got nan"),
+    ("seq2seq", {"dropout": 1.0}, (), "dropout must be a number in [0, 1); got 1.0"),
+    ("seq2seq", {"dropout": "0.1"}, (), "dropout must be a number in [0, 1); got '0.1'"),
+    ("seq2seq", {"eos": 99}, (), "eos must be 2 (the target vocabulary's <eos>); got 99"),
+    ("seq2seq", {"bos": -1}, (), "bos must be 1 (the target vocabulary's <bos>); got -1"),
+    ("seq2seq", {"pad": 3}, (), "pad must be 0 (the vocabularies' <pad>); got 3"),
+    ("seq2seq", {"source_vocab": 71}, (), "source_vocab must be 72 (the size of the source vocabulary); got 71"),
+    ("seq2seq", {"max_target": 1}, (), "max_target must be an integer >= 12 (decoder positions for bos, a "
+                                        "YYYY-MM-DD date and eos); got 1"),
+    ("seq2seq", {"hidden": 0}, (), "hidden must be an integer >= 1; got 0"),
+    ("seq2seq", {"hidden": True}, (), "hidden must be an integer >= 1; got True"),
+    ("seq2seq", {"layers": 2.0}, (), "layers must be an integer >= 1; got 2.0"),
+    ("seq2seq", {"kind": "transformer"}, (), "kind must be 'seq2seq' (the file's name); got 'transformer'"),
+    ("seq2seq", {"colour": "red"}, (), "unknown fields 'colour'"),
+    ("seq2seq", {}, ("ff",), "it lacks ff"),
+    ("transformer", {"hidden": 130}, (), "hidden must be a multiple of heads=4; got 130"),
+])
+def test_a_tampered_config_is_one_line_naming_the_file_exit_1(tmp_path, capsys, name, config, drop, message):
+    tampered(tmp_path, name, config, drop)
+    assert main(["translate", "--model", name, "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"beamsearch: error: checkpoint file {tmp_path / f'{name}.json'} is not a model " \
+                                 f"config: {message}\n"
+
+
+@needs_zoo
+@pytest.mark.parametrize("tensors,message", [
+    (_nan_at("out.weight"), "tensor out.weight holds 1 NaN or infinite values (of 1920)"),  # 15 x 128
+    (_nan_at("cell.weight_hh", float("-inf")), "tensor cell.weight_hh holds 1 NaN or infinite values (of 49152)"),
+    (lambda w: {k: v.to(torch.int64) for k, v in w.items()}, "is int64, not a floating-point dtype"),
+    (lambda w: {**w, "out.weight": w["out.weight"][:, :64].contiguous()},
+     "tensor out.weight has shape (15, 64); its config needs (15, 128)"),
+    (lambda w: {k: v for k, v in w.items() if k != "out.bias"}, "tensors missing for its config: out.bias"),
+    (lambda w: {**w, "extra.weight": w["out.bias"].clone()}, "tensors its config has no use for: extra.weight"),
+])
+def test_tampered_weights_are_one_line_naming_the_file_exit_1(tmp_path, capsys, tensors, message):
+    tampered(tmp_path, tensors=tensors)
+    assert main(["translate", "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.safetensors'} "
+                                        "cannot be loaded: ") and message in err and err.count("\n") == 1
+
+
+@needs_zoo
+def test_a_config_far_larger_than_its_weights_is_refused_without_building_it(tmp_path, capsys):
+    """hidden 10**6 would be about 10**13 parameters: the shapes are checked on the meta device."""
+    tampered(tmp_path, config={"hidden": 10**6})
+    assert main(["translate", "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    assert "its config needs" in capsys.readouterr().err
+
+
+@needs_zoo
+@pytest.mark.parametrize("command", [
+    ("translate", "march 3 1987"), ("evaluate", "--limit", "5"), ("decode", "--input", "-", "--output", "-")])
+def test_every_command_loading_a_checkpoint_refuses_a_tampered_one(tmp_path, command):
+    """Through real subprocesses: translate and evaluate (--checkpoint), decode (--model DIR)."""
+    tampered(tmp_path, tensors=_nan_at("out.weight"))
+    where = ("--model", str(tmp_path)) if command[0] == "decode" else ("--checkpoint", str(tmp_path))
+    r = run(command[0], *where, *command[1:], stdin=b"march 3 1987\n")
+    assert r.returncode == 1 and r.stdout == ""
+    one_line_error(r, f"checkpoint file {tmp_path / 'seq2seq.safetensors'} cannot be loaded: tensor out.weight")
+
+
+@needs_zoo
+def test_demo_refuses_a_tampered_shipped_checkpoint(tmp_path, monkeypatch, capsys):
+    import beamsearch.zoo.translator as translator
+
+    monkeypatch.setattr(translator, "CHECKPOINTS", tampered(tmp_path, config={"eos": 99}))
+    assert main(["demo", "--models", "1"]) == 1
+    assert capsys.readouterr().err == (f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.json'} is not a "
+                                       "model config: eos must be 2 (the target vocabulary's <eos>); got 99\n")
+
+
 @needs_zoo
 def test_train_out_is_loadable_by_translate_and_evaluate(tmp_path):
     """A tiny training run (1 epoch of 64 examples): what it writes loads with --checkpoint."""

@@ -10,7 +10,6 @@ log-probability of it (without the constraint) is at least :data:`MIN_LOGPROB` (
 from __future__ import annotations
 
 import datetime as dt
-import json
 import pathlib
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -19,16 +18,15 @@ import torch
 
 from beamsearch import Hypothesis, beam_search_batch, beam_search_each, score_sequences, select_state
 from beamsearch.zoo.calendar import CalendarDates
+from beamsearch.zoo.checkpoint import CheckpointError, load_checkpoint
 from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB
-from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer, build_model
+from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer
 
 CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "checkpoints"
 MODELS = ("seq2seq", "transformer")
 MIN_LOGPROB = -2.0  # the least model_logprob of an accepted date, chosen on the validation set (README)
 
-
-class CheckpointError(Exception):
-    """A checkpoint that is missing or cannot be read; the one-line message names the file."""
+__all__ = ["CHECKPOINTS", "MIN_LOGPROB", "MODELS", "CheckpointError", "Output", "Translator"]
 
 
 @dataclass
@@ -64,28 +62,16 @@ class Translator:
         """Load ``<directory>/<name>.safetensors`` and ``<name>.json`` (default: the shipped ones,
         :data:`CHECKPOINTS`), as ``beamsearch train --out DIR`` writes them.
 
+        Both files are validated as a whole first (:mod:`beamsearch.zoo.checkpoint`: every config
+        field's type and range, the tensors' names, shapes, dtype and finiteness).
+
         Raises:
             ValueError: ``name`` is not one of :data:`MODELS`.
-            CheckpointError: a file is missing or cannot be read (the message names it).
+            CheckpointError: a file is missing, cannot be read or is not valid (the message names it).
         """
-        from safetensors.torch import load_file
-
         if name not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
-        folder = pathlib.Path(directory) if directory is not None else CHECKPOINTS
-        weights, config = folder / f"{name}.safetensors", folder / f"{name}.json"
-        for path in (config, weights):
-            if not path.is_file():
-                raise CheckpointError(f"checkpoint file {path} does not exist")
-        try:
-            model = build_model(ModelConfig(**json.loads(config.read_text())["config"]))
-        except Exception as e:  # JSON, a missing key, a wrong field: all one answer for the user
-            raise CheckpointError(f"checkpoint file {config} is not a model config: {_one_line(e)}") from e
-        try:
-            model.load_state_dict(load_file(str(weights)))
-        except Exception as e:  # unreadable safetensors, or weights of another shape
-            raise CheckpointError(f"checkpoint file {weights} cannot be loaded: {_one_line(e)}") from e
-        return cls(model)
+        return cls(load_checkpoint(name, pathlib.Path(directory) if directory is not None else CHECKPOINTS))
 
     def problem(self, text: str) -> str | None:
         """Why the model cannot read ``text`` (empty, characters outside its vocabulary, too long),
@@ -194,8 +180,3 @@ def _real_date(text: str) -> bool:
         return len(text) == 10 and dt.date.fromisoformat(text).isoformat() == text
     except ValueError:
         return False
-
-
-def _one_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
