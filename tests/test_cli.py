@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import subprocess
 import sys
@@ -362,3 +363,106 @@ def test_a_trace_page_that_cannot_be_written_is_one_line(tmp_path):
     r = run("translate", "--trace", str(page), "march 3 '87")
     one_line_error(r, f"cannot write --trace {page}: No such file or directory")
     assert r.returncode == 1
+
+
+# ---- years outside 1800-2099, one verdict for translate and decode ---------------------------------
+
+def year_sources():
+    """(source, the year it writes): each year 1700-2300 in two four-digit forms drawn by a seeded
+    generator, the boundary years 1799, 1800, 2099, 2100 in every form, and every 10th year in a
+    two-digit form (its year then is the last two digits, as a string)."""
+    from beamsearch.zoo import dates
+
+    rng = random.Random(19)
+    names = list(dates.FOUR_DIGIT_FORMS)
+    out = []
+    for year in range(1700, 2301):
+        chosen = names if year in (1799, 1800, 2099, 2100) else rng.sample(names, 2)
+        for name in chosen:
+            date = dates._random_date(year, rng)
+            if name == "european slashes":
+                date = date.replace(day=25)  # the form is written only for days over 12
+            out.append((dates.FOUR_DIGIT_FORMS[name](date, rng), year))
+        if year % 10 == 0:
+            out.append((dates._two_digit_form(dates._random_date(year, rng), rng), f"{year % 100:02d}"))
+    return out
+
+
+def check_years(sources, dates, errors):
+    """Every printed date has the year its source writes (a two-digit year: its last two digits, in
+    1800-2099); every four-digit year outside 1800-2099 gets no date and says why; and most
+    in-range four-digit years are printed (the check is not vacuous)."""
+    printed_in_range = []
+    for (source, year), date, error in zip(sources, dates, errors):
+        if isinstance(year, str):
+            assert date is None or (date[2:4] == year and 1800 <= int(date[:4]) <= 2099), (source, date)
+        elif 1800 <= year <= 2099:
+            assert date is None or date[:4] == str(year), (source, date)
+            printed_in_range.append(date is not None)
+        else:
+            assert date is None and f"year {year} is outside 1800-2099" in error, (source, date, error)
+    assert sum(printed_in_range) / len(printed_in_range) > 0.95
+
+
+@needs_zoo
+@pytest.mark.parametrize("name", ["seq2seq", "transformer"])
+def test_no_year_but_the_one_written_is_ever_printed(tmp_path, name):
+    """Issue 19 item 3; the oracle is the year put into each source: translate and decode alike."""
+    sources = year_sources()
+    text = "".join(f"{s}\n" for s, _ in sources)
+    r = run("translate", "--model", name, "--json", stdin=text.encode())
+    assert r.returncode == 1
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["input"] for row in rows] == [s for s, _ in sources]
+    check_years(sources, [row["date"] for row in rows], [row["error"] for row in rows])
+    (tmp_path / "in.txt").write_text(text)
+    r = run("decode", "--model", name, "--input", str(tmp_path / "in.txt"), "--output", "-")
+    assert r.returncode == 1
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    check_years(sources, [r["nbest"][0]["text"] if "nbest" in r else None for r in records],
+                [r.get("error") for r in records])
+
+
+@needs_zoo
+def test_no_calendar_says_an_impossible_date_does_not_exist():
+    """The model is confident of 2023-02-29 (-0.05): the reason is the calendar, not confidence."""
+    r = run("translate", "--no-calendar", "Feb 29 2023", "2001-04-31")
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == [
+        "error: no date in 'Feb 29 2023': its best reading 2023-02-29 is not a date (2023 is not a leap year)",
+        "error: no date in '2001-04-31': its best reading 2001-04-31 is not a date (April has 30 days)"]
+
+
+VERDICT_TEXTS = ["Feb 30 2021", "hello world", "2100-01-01", "march 3 1987", "march 3 '87", "13/13/2013", "",
+                 "Feb 29 2023", "1999", "the first of june two thousand five", "aug 9", "January 1, 2100",
+                 "2001-04-31", "march 3 1987 \U0001F600"]
+
+
+@needs_zoo
+@pytest.mark.parametrize("options", [(), ("--no-calendar",), ("--model", "transformer", "--beam", "3")])
+def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options):
+    """Issue 19 item 4: the same date, or the same reason for no date (a line the model cannot read:
+    translate's 'cannot read ...: ' and decode's bare reason), and exit status 1 for both."""
+    text = "".join(f"{t}\n" for t in VERDICT_TEXTS)
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    model = options[1] if options[:1] == ("--model",) else "seq2seq"
+    rest = options[2:] if options[:1] == ("--model",) else options
+    t = run("translate", "--model", model, *rest, "--json", stdin=text.encode())
+    d = run("decode", "--model", model, *rest, "--input", str(tmp_path / "in.txt"), "--output", "-")
+    assert t.returncode == d.returncode == 1
+    rows, records = [json.loads(x) for x in t.stdout.splitlines()], [json.loads(x) for x in d.stdout.splitlines()]
+    assert len(rows) == len(records) == len(VERDICT_TEXTS)
+    for source, row, record in zip(VERDICT_TEXTS, rows, records):
+        assert record["input"] == row["input"] == source
+        if row["error"] is None:
+            assert record["nbest"][0]["text"] == row["date"] and "error" not in record, source
+        elif row["error"].startswith("cannot read "):
+            assert row["error"] == f"cannot read {source!r}: {record['error']}"
+        else:
+            assert record == {"index": record["index"], "input": source, "error": row["error"]}
+    assert [row["date"] for row in rows].count(None) >= 10  # the bad lines did fail
+
+
+def test_translate_help_says_what_happens_to_years_outside_the_range():
+    r = run("translate", "--help")
+    assert "years 1800-2099" in " ".join(r.stdout.split()) and "never another year" in " ".join(r.stdout.split())
