@@ -365,7 +365,7 @@ def test_a_trace_page_that_cannot_be_written_is_one_line(tmp_path):
     assert r.returncode == 1
 
 
-# ---- years outside 1800-2099, one verdict for translate and decode ---------------------------------
+# ---- years outside 1800-2099, one verdict for translate and decode, stdin on a terminal -------------------
 
 def year_sources():
     """(source, the year it writes): each year 1700-2300 in two four-digit forms drawn by a seeded
@@ -461,6 +461,26 @@ def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options)
         else:
             assert record == {"index": record["index"], "input": source, "error": row["error"]}
     assert [row["date"] for row in rows].count(None) >= 10  # the bad lines did fail
+
+
+@needs_zoo
+def test_translate_on_a_terminal_says_it_reads_stdin():
+    """Issue 19 item 8: stdin a terminal (a pty), no TEXT: one line on stderr, then it reads."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "beamsearch", "translate"], stdin=slave, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    os.close(slave)
+    try:
+        os.write(master, b"march 3 1987\n\x04")  # a line, then Ctrl-D (end of input on a terminal)
+        out, err = p.communicate(timeout=300)
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and out.decode() == "1987-03-03\n"
+    assert err.decode() == ("beamsearch translate: reading dates from stdin, one per line; end with Ctrl-D (or "
+                            "pass TEXT arguments; see --help)\n")
 
 
 def test_translate_help_says_what_happens_to_years_outside_the_range():

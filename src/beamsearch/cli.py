@@ -102,6 +102,9 @@ def _texts(args: argparse.Namespace) -> list[str]:
     which the model then refuses on that line alone)."""
     if args.text:
         return list(args.text)
+    if sys.stdin.isatty():  # a user who typed the command alone: say what it waits for
+        print("beamsearch translate: reading dates from stdin, one per line; end with Ctrl-D "
+              "(or pass TEXT arguments; see --help)", file=sys.stderr)
     stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
     lines = [line.rstrip("\r\n") for line in stream]
     if not lines:
@@ -436,7 +439,8 @@ def _parser() -> _Parser:
     p.add_argument("--trace", metavar="HTML", default=None,
                    help="also write the search tree of the one TEXT as an interactive page (greedy's path "
                         "overlaid; opens offline in a browser)")
-    p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin)")
+    p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin; on a terminal it "
+                                           "says so and reads until Ctrl-D)")
     p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set", formatter_class=fmt)
     model_options(p)
     p.add_argument("--beams", default="1,5,10", help="comma-separated beam sizes; 1 is greedy")
