@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import subprocess
 import sys
@@ -140,6 +141,105 @@ def test_demo_with_a_broken_shipped_checkpoint_says_so_and_not_install_the_extra
     assert err == f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.json'} does not exist\n"
 
 
+def tampered(folder, name="seq2seq", config=None, drop=(), tensors=None):
+    """A copy of the shipped checkpoint ``name`` in ``folder``: its config's fields updated with
+    ``config`` and those in ``drop`` removed, its tensors (a dict) passed through ``tensors``."""
+    from safetensors.torch import load_file, save_file
+
+    from beamsearch.zoo.translator import CHECKPOINTS
+
+    meta = json.loads((CHECKPOINTS / f"{name}.json").read_text())
+    meta["config"].update(config or {})
+    for key in drop:
+        del meta["config"][key]
+    (folder / f"{name}.json").write_text(json.dumps(meta))  # float("nan") is written as NaN
+    weights = load_file(str(CHECKPOINTS / f"{name}.safetensors"))
+    save_file(tensors(weights) if tensors else weights, str(folder / f"{name}.safetensors"))
+    return folder
+
+
+def _nan_at(key, value=float("nan")):
+    def edit(weights):
+        weights[key].view(-1)[7] = value
+        return weights
+    return edit
+
+
+@needs_zoo
+@pytest.mark.parametrize("name,config,drop,message", [
+    ("seq2seq", {"dropout": float("nan")}, (), "dropout must be a number in [0, 1); got nan"),
+    ("seq2seq", {"dropout": 1.0}, (), "dropout must be a number in [0, 1); got 1.0"),
+    ("seq2seq", {"dropout": "0.1"}, (), "dropout must be a number in [0, 1); got '0.1'"),
+    ("seq2seq", {"eos": 99}, (), "eos must be 2 (the target vocabulary's <eos>); got 99"),
+    ("seq2seq", {"bos": -1}, (), "bos must be 1 (the target vocabulary's <bos>); got -1"),
+    ("seq2seq", {"pad": 3}, (), "pad must be 0 (the vocabularies' <pad>); got 3"),
+    ("seq2seq", {"source_vocab": 71}, (), "source_vocab must be 72 (the size of the source vocabulary); got 71"),
+    ("seq2seq", {"max_target": 1}, (), "max_target must be an integer >= 12 (decoder positions for bos, a "
+                                        "YYYY-MM-DD date and eos); got 1"),
+    ("seq2seq", {"hidden": 0}, (), "hidden must be an integer >= 1; got 0"),
+    ("seq2seq", {"hidden": True}, (), "hidden must be an integer >= 1; got True"),
+    ("seq2seq", {"layers": 2.0}, (), "layers must be an integer >= 1; got 2.0"),
+    ("seq2seq", {"kind": "transformer"}, (), "kind must be 'seq2seq' (the file's name); got 'transformer'"),
+    ("seq2seq", {"colour": "red"}, (), "unknown fields 'colour'"),
+    ("seq2seq", {}, ("ff",), "it lacks ff"),
+    ("transformer", {"hidden": 130}, (), "hidden must be a multiple of heads=4; got 130"),
+])
+def test_a_tampered_config_is_one_line_naming_the_file_exit_1(tmp_path, capsys, name, config, drop, message):
+    tampered(tmp_path, name, config, drop)
+    assert main(["translate", "--model", name, "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"beamsearch: error: checkpoint file {tmp_path / f'{name}.json'} is not a model " \
+                                 f"config: {message}\n"
+
+
+@needs_zoo
+@pytest.mark.parametrize("tensors,message", [
+    (_nan_at("out.weight"), "tensor out.weight holds 1 NaN or infinite values (of 1920)"),  # 15 x 128
+    (_nan_at("cell.weight_hh", float("-inf")), "tensor cell.weight_hh holds 1 NaN or infinite values (of 49152)"),
+    (lambda w: {k: v.to(torch.int64) for k, v in w.items()}, "is int64, not a floating-point dtype"),
+    (lambda w: {**w, "out.weight": w["out.weight"][:, :64].contiguous()},
+     "tensor out.weight has shape (15, 64); its config needs (15, 128)"),
+    (lambda w: {k: v for k, v in w.items() if k != "out.bias"}, "tensors missing for its config: out.bias"),
+    (lambda w: {**w, "extra.weight": w["out.bias"].clone()}, "tensors its config has no use for: extra.weight"),
+])
+def test_tampered_weights_are_one_line_naming_the_file_exit_1(tmp_path, capsys, tensors, message):
+    tampered(tmp_path, tensors=tensors)
+    assert main(["translate", "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.safetensors'} "
+                                        "cannot be loaded: ") and message in err and err.count("\n") == 1
+
+
+@needs_zoo
+def test_a_config_far_larger_than_its_weights_is_refused_without_building_it(tmp_path, capsys):
+    """hidden 10**6 would be about 10**13 parameters: the shapes are checked on the meta device."""
+    tampered(tmp_path, config={"hidden": 10**6})
+    assert main(["translate", "--checkpoint", str(tmp_path), "march 3 1987"]) == 1
+    assert "its config needs" in capsys.readouterr().err
+
+
+@needs_zoo
+@pytest.mark.parametrize("command", [
+    ("translate", "march 3 1987"), ("evaluate", "--limit", "5"), ("decode", "--input", "-", "--output", "-")])
+def test_every_command_loading_a_checkpoint_refuses_a_tampered_one(tmp_path, command):
+    """Through real subprocesses: translate and evaluate (--checkpoint), decode (--model DIR)."""
+    tampered(tmp_path, tensors=_nan_at("out.weight"))
+    where = ("--model", str(tmp_path)) if command[0] == "decode" else ("--checkpoint", str(tmp_path))
+    r = run(command[0], *where, *command[1:], stdin=b"march 3 1987\n")
+    assert r.returncode == 1 and r.stdout == ""
+    one_line_error(r, f"checkpoint file {tmp_path / 'seq2seq.safetensors'} cannot be loaded: tensor out.weight")
+
+
+@needs_zoo
+def test_demo_refuses_a_tampered_shipped_checkpoint(tmp_path, monkeypatch, capsys):
+    import beamsearch.zoo.translator as translator
+
+    monkeypatch.setattr(translator, "CHECKPOINTS", tampered(tmp_path, config={"eos": 99}))
+    assert main(["demo", "--models", "1"]) == 1
+    assert capsys.readouterr().err == (f"beamsearch: error: checkpoint file {tmp_path / 'seq2seq.json'} is not a "
+                                       "model config: eos must be 2 (the target vocabulary's <eos>); got 99\n")
+
+
 @needs_zoo
 def test_train_out_is_loadable_by_translate_and_evaluate(tmp_path):
     """A tiny training run (1 epoch of 64 examples): what it writes loads with --checkpoint."""
@@ -263,3 +363,126 @@ def test_a_trace_page_that_cannot_be_written_is_one_line(tmp_path):
     r = run("translate", "--trace", str(page), "march 3 '87")
     one_line_error(r, f"cannot write --trace {page}: No such file or directory")
     assert r.returncode == 1
+
+
+# ---- years outside 1800-2099, one verdict for translate and decode, stdin on a terminal -------------------
+
+def year_sources():
+    """(source, the year it writes): each year 1700-2300 in two four-digit forms drawn by a seeded
+    generator, the boundary years 1799, 1800, 2099, 2100 in every form, and every 10th year in a
+    two-digit form (its year then is the last two digits, as a string)."""
+    from beamsearch.zoo import dates
+
+    rng = random.Random(19)
+    names = list(dates.FOUR_DIGIT_FORMS)
+    out = []
+    for year in range(1700, 2301):
+        chosen = names if year in (1799, 1800, 2099, 2100) else rng.sample(names, 2)
+        for name in chosen:
+            date = dates._random_date(year, rng)
+            if name == "european slashes":
+                date = date.replace(day=25)  # the form is written only for days over 12
+            out.append((dates.FOUR_DIGIT_FORMS[name](date, rng), year))
+        if year % 10 == 0:
+            out.append((dates._two_digit_form(dates._random_date(year, rng), rng), f"{year % 100:02d}"))
+    return out
+
+
+def check_years(sources, dates, errors):
+    """Every printed date has the year its source writes (a two-digit year: its last two digits, in
+    1800-2099); every four-digit year outside 1800-2099 gets no date and says why; and most
+    in-range four-digit years are printed (the check is not vacuous)."""
+    printed_in_range = []
+    for (source, year), date, error in zip(sources, dates, errors):
+        if isinstance(year, str):
+            assert date is None or (date[2:4] == year and 1800 <= int(date[:4]) <= 2099), (source, date)
+        elif 1800 <= year <= 2099:
+            assert date is None or date[:4] == str(year), (source, date)
+            printed_in_range.append(date is not None)
+        else:
+            assert date is None and f"year {year} is outside 1800-2099" in error, (source, date, error)
+    assert sum(printed_in_range) / len(printed_in_range) > 0.95
+
+
+@needs_zoo
+@pytest.mark.parametrize("name", ["seq2seq", "transformer"])
+def test_no_year_but_the_one_written_is_ever_printed(tmp_path, name):
+    """Issue 19 item 3; the oracle is the year put into each source: translate and decode alike."""
+    sources = year_sources()
+    text = "".join(f"{s}\n" for s, _ in sources)
+    r = run("translate", "--model", name, "--json", stdin=text.encode())
+    assert r.returncode == 1
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["input"] for row in rows] == [s for s, _ in sources]
+    check_years(sources, [row["date"] for row in rows], [row["error"] for row in rows])
+    (tmp_path / "in.txt").write_text(text)
+    r = run("decode", "--model", name, "--input", str(tmp_path / "in.txt"), "--output", "-")
+    assert r.returncode == 1
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    check_years(sources, [r["nbest"][0]["text"] if "nbest" in r else None for r in records],
+                [r.get("error") for r in records])
+
+
+@needs_zoo
+def test_no_calendar_says_an_impossible_date_does_not_exist():
+    """The model is confident of 2023-02-29 (-0.05): the reason is the calendar, not confidence."""
+    r = run("translate", "--no-calendar", "Feb 29 2023", "2001-04-31")
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == [
+        "error: no date in 'Feb 29 2023': its best reading 2023-02-29 is not a date (2023 is not a leap year)",
+        "error: no date in '2001-04-31': its best reading 2001-04-31 is not a date (April has 30 days)"]
+
+
+VERDICT_TEXTS = ["Feb 30 2021", "hello world", "2100-01-01", "march 3 1987", "march 3 '87", "13/13/2013", "",
+                 "Feb 29 2023", "1999", "the first of june two thousand five", "aug 9", "January 1, 2100",
+                 "2001-04-31", "march 3 1987 \U0001F600"]
+
+
+@needs_zoo
+@pytest.mark.parametrize("options", [(), ("--no-calendar",), ("--model", "transformer", "--beam", "3")])
+def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options):
+    """Issue 19 item 4: the same date, or the same reason for no date (a line the model cannot read:
+    translate's 'cannot read ...: ' and decode's bare reason), and exit status 1 for both."""
+    text = "".join(f"{t}\n" for t in VERDICT_TEXTS)
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    model = options[1] if options[:1] == ("--model",) else "seq2seq"
+    rest = options[2:] if options[:1] == ("--model",) else options
+    t = run("translate", "--model", model, *rest, "--json", stdin=text.encode())
+    d = run("decode", "--model", model, *rest, "--input", str(tmp_path / "in.txt"), "--output", "-")
+    assert t.returncode == d.returncode == 1
+    rows, records = [json.loads(x) for x in t.stdout.splitlines()], [json.loads(x) for x in d.stdout.splitlines()]
+    assert len(rows) == len(records) == len(VERDICT_TEXTS)
+    for source, row, record in zip(VERDICT_TEXTS, rows, records):
+        assert record["input"] == row["input"] == source
+        if row["error"] is None:
+            assert record["nbest"][0]["text"] == row["date"] and "error" not in record, source
+        elif row["error"].startswith("cannot read "):
+            assert row["error"] == f"cannot read {source!r}: {record['error']}"
+        else:
+            assert record == {"index": record["index"], "input": source, "error": row["error"]}
+    assert [row["date"] for row in rows].count(None) >= 10  # the bad lines did fail
+
+
+@needs_zoo
+def test_translate_on_a_terminal_says_it_reads_stdin():
+    """Issue 19 item 8: stdin a terminal (a pty), no TEXT: one line on stderr, then it reads."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "beamsearch", "translate"], stdin=slave, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    os.close(slave)
+    try:
+        os.write(master, b"march 3 1987\n\x04")  # a line, then Ctrl-D (end of input on a terminal)
+        out, err = p.communicate(timeout=300)
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and out.decode() == "1987-03-03\n"
+    assert err.decode() == ("beamsearch translate: reading dates from stdin, one per line; end with Ctrl-D (or "
+                            "pass TEXT arguments; see --help)\n")
+
+
+def test_translate_help_says_what_happens_to_years_outside_the_range():
+    r = run("translate", "--help")
+    assert "years 1800-2099" in " ".join(r.stdout.split()) and "never another year" in " ".join(r.stdout.split())

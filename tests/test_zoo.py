@@ -215,12 +215,13 @@ def test_shipped_batch_equals_each_alone(name):
 @pytest.mark.parametrize("name", MODELS)
 def test_shipped_models_read_four_digit_years_in_every_form(name):
     """The issue's bar on held-out data: exact match >= 0.97 on the four-digit-year dates of the
-    test set (never seen in training; 16 forms), beam 5 with the calendar, accepted outputs only."""
+    test set (never seen in training; 16 forms), beam 5 with the calendar, printed outputs only."""
     from beamsearch.zoo.evaluate import held_out, right
 
     four = [e for e in held_out(1000) if e.target and not e.two_digit_year]
-    outputs = Translator.load(name).beam([e.source for e in four], beam=5)
-    ok = [right(o[0], e) for o, e in zip(outputs, four)]
+    tr = Translator.load(name)
+    outputs = tr.beam([e.source for e in four], beam=5)
+    ok = [right(tr, o[0], e) for o, e in zip(outputs, four)]
     assert len({e.form for e in four}) >= 12 and sum(ok) / len(ok) >= 0.97
 
 
@@ -305,3 +306,36 @@ def test_checkpoint_errors_name_the_file(tmp_path):
         Translator.load("seq2seq", tmp_path)
     with pytest.raises(ValueError, match="model must be one of seq2seq, transformer; got 'gpt'"):
         Translator.load("gpt")
+
+
+def _said(tr, text, date, model_logprob=-0.1):
+    """The verdict on ``text`` of one hand-made output ``date`` (its hypothesis: the date's tokens
+    and eos) with the given unconstrained logprob."""
+    from beamsearch import Hypothesis
+    from beamsearch.zoo.translator import Output
+
+    tokens = TARGET_VOCAB.encode(date) + [TARGET_VOCAB.eos]
+    return tr.verdict(text, [Output(date, Hypothesis(tokens, model_logprob, model_logprob, True), model_logprob)])
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("text,date,model_logprob,said", [
+    ("march 3 1987", "1987-03-03", -0.1, None),
+    ("march 3 '87", "1887-03-03", -1.9, None),  # a two-digit year: any century, when confident
+    ("march 3 1987", "1987-03-03", -2.1, "not confident that 'march 3 1987' is a date (best reading 1987-03-03, "
+                                         "model logprob -2.10 < -2.0)"),
+    ("march 3 1987", "1978-03-03", -0.1, "no date in 'march 3 1987': its best reading 1978-03-03 is not in the "
+                                         "year it writes (1987)"),
+    ("march 3 '87", "1986-03-03", -0.1, "no date in \"march 3 '87\": its best reading 1986-03-03 is not in the "
+                                        "year it writes ('87)"),
+    ("on the third of march", "1750-03-03", -0.1, "no date in 'on the third of march': its best reading "
+                                                  "1750-03-03 is outside 1800-2099"),
+    ("march 3 2100", "2000-03-03", -0.1, "no date in 'march 3 2100': year 2100 is outside 1800-2099, the years "
+                                         "the models read"),
+    ("Feb 29 2023", "2023-02-29", -0.05, "no date in 'Feb 29 2023': its best reading 2023-02-29 is not a date "
+                                         "(2023 is not a leap year)"),
+    ("hello", "", -0.1, "no date in 'hello'"),
+])
+def test_the_verdict_on_hand_made_outputs(text, date, model_logprob, said):
+    """Each reason by hand: the source's own year is the oracle (issue 19 item 3)."""
+    assert _said(Translator.load("seq2seq"), text, date, model_logprob) == said

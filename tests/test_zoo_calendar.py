@@ -15,7 +15,7 @@ import pytest
 from beamsearch import beam_search_batch
 from beamsearch.processors import StepContext
 from beamsearch._backends import backend_of
-from beamsearch.zoo.calendar import CalendarDates
+from beamsearch.zoo.calendar import CalendarDates, why_not_a_date
 from beamsearch.zoo.dates import TARGET_VOCAB
 
 try:
@@ -164,3 +164,25 @@ def test_a_vocabulary_without_digits_is_refused():
 
     with pytest.raises(ValueError, match="vocab must hold the digits and '-'; it lacks '89'"):
         CalendarDates(Vocab("01234567-"))
+
+
+def test_why_not_a_date_agrees_with_datetime():
+    """Every YYYY-MM-DD string of months 00-13 and days 00-32 in a common year, a leap year, a
+    century that is not one (1900) and one that is (2000), and year 0000: None exactly when
+    ``datetime`` accepts it."""
+    for year in (0, 1900, 2000, 2023, 2024):
+        for month in range(14):
+            for day in range(33):
+                text = f"{year:04d}-{month:02d}-{day:02d}"
+                assert (why_not_a_date(text) is None) == real(text), text
+
+
+@pytest.mark.parametrize("text,why", [
+    ("2023-02-29", "2023 is not a leap year"), ("1900-02-29", "1900 is not a leap year"),
+    ("2021-02-30", "February has 28 days"), ("2001-04-31", "April has 30 days"),
+    ("2001-13-01", "there is no month 13"), ("2001-00-05", "there is no month 00"),
+    ("2001-05-00", "there is no day 00"), ("0000-01-01", "there is no year 0000"),
+    ("2001-5-6", "it is not of the form YYYY-MM-DD"), ("", "it is not of the form YYYY-MM-DD"),
+])
+def test_why_not_a_date_by_hand(text, why):
+    assert why_not_a_date(text) == why

@@ -217,3 +217,41 @@ def test_two_digit_years_have_the_stated_century_mix():
                                     "1900-02-29", "30.02.2000"])
 def test_the_issues_impossible_dates_name_no_real_date(source):
     assert parse(source) is not None and not names_a_real_date(source)
+
+
+# ---- written_year: the year a source writes, read back ------------------------------------------------
+
+def test_written_year_reads_every_form_of_every_year_1700_to_2300():
+    """The oracle is the year the generator was handed: every four-digit form of a date in each
+    year 1700-2300 (inside and outside the data's 1800-2099; words too: 'twenty-one fifty'), with
+    the generator's casing and spacing, reads back as that year; every two-digit form as its last
+    two digits."""
+    from beamsearch.zoo import dates
+
+    rng = random.Random(3)
+    for year in range(1700, 2301):
+        for name, form in FOUR_DIGIT_FORMS.items():
+            date = dates._random_date(year, rng)
+            if name == "european slashes" and date.day <= 12:
+                date = date.replace(day=25)
+            source = dates._spaces(dates._case(form(date, rng), rng), rng)
+            assert dates.written_year(source) == str(year), (name, source)
+        for _ in range(5):
+            source = dates._spaces(dates._case(dates._two_digit_form(dates._random_date(year, rng), rng), rng), rng)
+            assert dates.written_year(source) == f"{year % 100:02d}", source
+
+
+@pytest.mark.parametrize("source,year", [
+    ("march third oh five", "05"),              # a two-digit year in words, after a month
+    ("eighteen hundred", "1800"), ("twenty-one hundred", "2100"), ("seventeen oh nine", "1709"),
+    ("two thousand and three", "2003"), ("three thousand", "3000"),
+    ("20991231", "2099"), ("21000101", "2100"),  # compact: the first four of eight digits
+    ("march 3", None), ("03/03", None), ("hello world", None), ("12345", None), ("123456789", None),
+    ("march two", None), ("june two three", None),  # number words under 10 are not a year
+    ("1987-03-03 1988", None), ("'87 1987", None),  # two readings: none
+    ("ab1987cd", None), ("3rd", None),           # digits inside a word
+])
+def test_written_year_by_hand(source, year):
+    from beamsearch.zoo.dates import written_year
+
+    assert written_year(source) == year

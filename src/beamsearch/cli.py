@@ -104,15 +104,14 @@ def _texts(args: argparse.Namespace) -> list[str]:
     which the model then refuses on that line alone)."""
     if args.text:
         return list(args.text)
+    if sys.stdin.isatty():  # a user who typed the command alone: say what it waits for
+        print("beamsearch translate: reading dates from stdin, one per line; end with Ctrl-D "
+              "(or pass TEXT arguments; see --help)", file=sys.stderr)
     stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
     lines = [line.rstrip("\r\n") for line in stream]
     if not lines:
         raise _CliError("beamsearch: error: no text given (pass TEXT arguments or lines on stdin)", 2)
     return lines
-
-
-def _shown(text: str, width: int = 40) -> str:
-    return repr(text if len(text) <= width else text[:width] + "...")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -129,22 +128,6 @@ def _load(args: argparse.Namespace) -> Any:
         raise _CliError(f"beamsearch: error: {e}", 1) from None
 
 
-def _verdict(translator: Any, text: str, outputs: list[Any] | None) -> str | None:
-    """None when the best output is an accepted date; otherwise the error for this input."""
-    from beamsearch.zoo.translator import MIN_LOGPROB
-
-    problem = translator.problem(text)
-    if problem is not None:
-        return f"cannot read {_shown(text)}: {problem}"
-    best = outputs[0] if outputs else None
-    if best is None or best.text == "":
-        return f"no date in {_shown(text)}"
-    if not translator.accepts(best):
-        return (f"not confident that {_shown(text)} is a date (best reading {best.text or '?'}, model logprob "
-                f"{best.model_logprob:.2f} < {MIN_LOGPROB})")
-    return None
-
-
 def translate(args: argparse.Namespace) -> int:
     _positive(args, "--beam", "--n-best")
     if args.n_best > args.beam:
@@ -158,7 +141,7 @@ def translate(args: argparse.Namespace) -> int:
     failed = 0
     for text in texts:
         outputs = next(decoded) if translator.problem(text) is None else None
-        error = _verdict(translator, text, outputs)
+        error = translator.verdict(text, outputs)
         failed += error is not None
         if args.json:
             candidates = [{"date": o.text or None, "logprob": o.hypothesis.logprob, "score": o.hypothesis.score,
@@ -195,9 +178,8 @@ def _write_trace(translator: Any, texts: list[str], args: argparse.Namespace) ->
 
     if len(texts) != 1:
         raise _CliError(f"beamsearch: error: --trace draws one search; got {len(texts)} texts", 2)
-    problem = translator.problem(texts[0])
-    if problem is not None:
-        raise _CliError(f"beamsearch: error: cannot read {_shown(texts[0])}: {problem}", 1)
+    if translator.problem(texts[0]) is not None:
+        raise _CliError(f"beamsearch: error: {translator.verdict(texts[0], None)}", 1)
     tree, greedy, found = translator.trace(texts[0], args.beam, args.n_best, args.alpha, calendar=args.calendar)
     page = to_html(tree, vocab=TARGET_VOCAB.itos, greedy=greedy,
                    title=f"{texts[0]!r}: beam {args.beam} ({found[0] or 'no date'})")
@@ -565,7 +547,10 @@ def _parser() -> _Parser:
 
     p = sub.add_parser("translate", help="dates to ISO 8601 (YYYY-MM-DD) with a zoo model", formatter_class=fmt,
                        description="One output line per input: the date, or 'error: ...' in its place "
-                                   "(exit status 1 if any).")
+                                   "(exit status 1 if any). The models read years 1800-2099: a text whose "
+                                   "year is outside them gets an error line saying so, and a date is printed "
+                                   "only when its year is the one the text writes (a two-digit year: its last "
+                                   "two digits), never another year.")
     model_options(p)
     p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
     p.add_argument("--n-best", type=int, default=1, help="outputs per input, with logprob and score")
@@ -574,7 +559,8 @@ def _parser() -> _Parser:
     p.add_argument("--trace", metavar="HTML", default=None,
                    help="also write the search tree of the one TEXT as an interactive page (greedy's path "
                         "overlaid; opens offline in a browser)")
-    p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin)")
+    p.add_argument("text", nargs="*", help="dates to translate (default: the lines of stdin; on a terminal it "
+                                           "says so and reads until Ctrl-D)")
     p = sub.add_parser("evaluate", help="greedy against beam search on the fixed test set", formatter_class=fmt)
     model_options(p)
     p.add_argument("--beams", default="1,5,10", help="comma-separated beam sizes; 1 is greedy")

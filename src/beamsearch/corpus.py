@@ -242,7 +242,11 @@ class CorpusModel(Protocol):
     # a tokenizer; default ``len(text)``, characters); ``prompt(text) -> list[int]``, the search's
     # prompt (a causal LM's tokens of the text; default ``[bos]``); ``refill: bool`` (default
     # True): False when the model's states of different inputs cannot be joined with
-    # ``concat_state``, so inputs are decoded in fixed batches of at most ``max_rows`` rows.
+    # ``concat_state``, so inputs are decoded in fixed batches of at most ``max_rows`` rows;
+    # ``verdicts(texts, hypotheses) -> list[str | None]``: per decoded line (its text and its
+    # hypotheses, best first), None to keep its outputs or why it gets none (its record is then
+    # ``{"index", "input", "error": why}``); called on up to ``max_rows // rows`` finished lines at
+    # a time (the zoo models: ``Translator.verdict``, what ``beamsearch translate`` prints).
 
 
 @dataclass(frozen=True)
@@ -360,6 +364,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     rows = search[rows] if mode != "exact" else max(search["seed_beam"], search["n_best"])  # the seed's rows
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
+    judge = getattr(model, "verdicts", None)
+    judged = max(1, max_rows // rows) if judge is not None else 1  # finished lines judged together
     # a model without refill (its states cannot be joined) decodes in fixed batches: inputs join
     # only when nothing is in flight
     min_join = _min_join(max_rows, rows) if getattr(model, "refill", True) else max(1, max_rows // rows)
@@ -413,16 +419,41 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     else:
         results = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
                                 min_join=min_join, mode=mode, **search)
+    finished: list[Decoded] = []
     for result in results:
         yield from early
         early.clear()
-        index, text = indices.pop(result.index), texts.pop(result.index)
-        if result.error is not None or not result.hypotheses:
-            yield {"index": index, "input": text, "error": str(result.error) if result.error is not None else NO_OUTPUT}
-            continue
-        yield {"index": index, "input": text, "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
-               **(result.info if mode == "exact" else {})}
+        finished.append(result)
+        if len(finished) == judged:
+            yield from _records(model, finished, [(indices.pop(r.index), texts.pop(r.index)) for r in finished],
+                                judge, mode, token_logprobs)
+            finished = []
+    yield from _records(model, finished, [(indices.pop(r.index), texts.pop(r.index)) for r in finished], judge,
+                        mode, token_logprobs)
     yield from early
+
+
+def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str]],
+             judge: Callable[[list[str], list[list[Any]]], list[str | None]] | None, mode: str,
+             token_logprobs: bool) -> list[dict]:
+    """The records of ``results``, ``lines`` their (line index, text); a decoded line that
+    ``judge`` (the model's ``verdicts``) gives a reason gets an error record with it."""
+    decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
+    reasons = {}
+    if judge is not None and decoded:
+        reasons = dict(zip(decoded, judge([lines[i][1] for i in decoded], [results[i].hypotheses for i in decoded])))
+    records = []
+    for i, ((index, text), result) in enumerate(zip(lines, results)):
+        error = str(result.error) if result.error is not None else reasons.get(i)
+        if error is None and not result.hypotheses:
+            error = NO_OUTPUT
+        if error is not None:
+            records.append({"index": index, "input": text, "error": error})
+            continue
+        records.append({"index": index, "input": text,
+                        "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
+                        **(result.info if mode == "exact" else {})})
+    return records
 
 
 def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, Any], lines: int,
@@ -883,7 +914,8 @@ class Progress:
 
 class _ZooModel:
     """A zoo dates model (:class:`beamsearch.zoo.translator.Translator`) as a :class:`CorpusModel`;
-    the searches are those of ``Translator.beam`` (calendar constraint by default)."""
+    the searches are those of ``Translator.beam`` (calendar constraint by default), and a line gets
+    the translator's verdict (``beamsearch translate``'s answer)."""
 
     def __init__(self, translator: Any, calendar: bool) -> None:
         import torch
@@ -915,6 +947,11 @@ class _ZooModel:
 
     def text(self, tokens: Sequence[int]) -> str:
         return self._vocab.decode(list(tokens))
+
+    def verdicts(self, texts: list[str], hypotheses: list[list[Any]]) -> list[str | None]:
+        """``Translator.verdict`` of each line on its best hypothesis (rescored in one batch)."""
+        best = self._translator.outputs(texts, [h[:1] for h in hypotheses])
+        return [self._translator.verdict(text, outputs) for text, outputs in zip(texts, best)]
 
 
 def _prompt_of(model: CorpusModel) -> Callable[[str], list[int]]:

@@ -7,10 +7,14 @@ Gregorian calendar (year 0001-9999, month 01-12, day 01 to the month's length, F
 years only). With ``allow_empty`` the output may also be eos alone: the models' "no date" answer.
 Masking happens before log_softmax, so a hypothesis's logprob is a log-probability under the
 constrained distribution (the search renormalizes over the allowed characters).
+
+:func:`why_not_a_date` says why a text is not such a date (for outputs of a search without the
+constraint).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +22,9 @@ import numpy as np
 
 from beamsearch._backends import NEG_INF
 from beamsearch.processors import StepContext
-from beamsearch.zoo.dates import TARGET_VOCAB, Vocab
+from beamsearch.zoo.dates import MONTHS, TARGET_VOCAB, Vocab, days_in_month
 
-__all__ = ["CalendarDates"]
+__all__ = ["CalendarDates", "why_not_a_date"]
 
 DATE_LENGTH = 10  # "YYYY-MM-DD"
 _DIGITS = np.arange(10)
@@ -95,3 +99,23 @@ class CalendarDates:
         """``logits [k, V]`` -> the same with every disallowed token at -inf."""
         add = np.where(self.allowed(ctx.history), 0.0, NEG_INF)  # --> [k, V]
         return logits + ctx.backend.from_host(add, logits)
+
+
+def why_not_a_date(text: str) -> str | None:
+    """None when ``text`` is a real date ``YYYY-MM-DD`` (the dates :class:`CalendarDates` allows);
+    otherwise why it is not: ``"2023 is not a leap year"`` for 2023-02-29, ``"April has 30
+    days"``, ``"there is no month 13"``, ``"it is not of the form YYYY-MM-DD"``."""
+    m = re.fullmatch(r"([0-9]{4})-([0-9]{2})-([0-9]{2})", text)
+    if m is None:
+        return "it is not of the form YYYY-MM-DD"
+    year, month, day = (int(g) for g in m.groups())
+    if year == 0:
+        return "there is no year 0000"
+    if not 1 <= month <= 12:
+        return f"there is no month {m.group(2)}"
+    last = days_in_month(year, month)
+    if day == 0 or day > last:
+        if (month, day) == (2, 29):
+            return f"{year} is not a leap year"
+        return "there is no day 00" if day == 0 else f"{MONTHS[month - 1].title()} has {last} days"
+    return None

@@ -13,17 +13,21 @@ starts with '2' (0.4 against 0.3 for each 1800s and 1900s reading): a greedy dec
 give the century away.
 
 Splits are deterministic from seeds; the test set has no source that occurs in training.
+
+:func:`written_year` reads back the year a source writes (four digits, or two when the century is
+not written), in the forms above: what the translator checks its outputs against.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["CENTURY_WEIGHTS", "FOUR_DIGIT_FORMS", "NO_DATE_FORMS", "SOURCE_VOCAB", "TARGET_VOCAB", "Example", "Vocab",
-           "days_in_month", "make_example", "make_non_date", "make_splits"]
+__all__ = ["CENTURY_WEIGHTS", "FOUR_DIGIT_FORMS", "NO_DATE_FORMS", "SOURCE_VOCAB", "TARGET_VOCAB", "YEARS", "Example",
+           "Vocab", "days_in_month", "make_example", "make_non_date", "make_splits", "written_year"]
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
           "october", "november", "december"]
@@ -36,7 +40,7 @@ ORDINAL_ONES = ["", "first", "second", "third", "fourth", "fifth", "sixth", "sev
                 "seventeenth", "eighteenth", "nineteenth"]
 ORDINAL_TENS = {20: "twentieth", 30: "thirtieth"}
 CENTURY_WEIGHTS = {1800: 0.3, 1900: 0.3, 2000: 0.4}
-YEARS = (1800, 2099)
+YEARS = (1800, 2099)  # the years of the data set (four-digit years; two-digit years: CENTURY_WEIGHTS)
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
@@ -322,3 +326,70 @@ def make_splits(train: int = 40_000, valid: int = 1_000, test: int = 2_000, seed
                 seen.add(e.source)
         out[name] = part
     return out
+
+
+# ---- the year a source writes -------------------------------------------------------------------------
+
+_NUMBERS = {number_words(n): n for n in range(100)}  # 'seven' -> 7, 'forty-two' -> 42
+_YEAR_WORDS = set(_NUMBERS) | {"hundred", "thousand", "oh", "and"}
+_MONTH_TOKENS = set(MONTHS) | {m[:3] for m in MONTHS}
+_DAY_WORDS = {ordinal_words(n) for n in range(1, 32)}
+_FOUR = re.compile(r"(?<![0-9a-z'])(\d{8}|\d{4})(?![0-9a-z])")  # 1987, or 19870303 (compact)
+_APOSTROPHE = re.compile(r"(?<![0-9a-z])'(\d{2})(?![0-9a-z])")  # '87
+
+
+def written_year(source: str) -> str | None:
+    """The year ``source`` writes, as written: four digits (``"1987"`` from "1987-03-03",
+    "19870303", "3 mar 1987" or "nineteen eighty-seven"; ``"2150"``, ``"1750"`` too), two digits
+    when the century is not written (``"87"`` from "march 3 '87", "03/03/87", "march 3rd 87",
+    "march third eighty-seven"), or None when it writes no year or more than one reading of one.
+    The inverse of the forms of :func:`make_example` (and of other years written the same ways)."""
+    text = " ".join(source.lower().replace(",", " ").split())
+    tokens = [t.rstrip(".") for t in text.split()]
+    found = {m.group(1)[:4] for m in _FOUR.finditer(text)} | {m.group(1) for m in _APOSTROPHE.finditer(text)}
+    slashes = re.fullmatch(r"\d{1,2}/\d{1,2}/(\d{2})", text)
+    if slashes:  # 03/03/87
+        found.add(slashes.group(1))
+    named = any(t in _MONTH_TOKENS for t in tokens)
+    if named and len(tokens) >= 3 and re.fullmatch(r"\d{2}", tokens[-1]) and any(map(_is_day, tokens[:-1])):
+        found.add(tokens[-1])  # march 3 87
+    words = _words_year(tokens)
+    if words is not None and (len(words) == 4 or named):  # a two-digit year in words only after a month
+        found.add(words)
+    return found.pop() if len(found) == 1 else None
+
+
+def _is_day(token: str) -> bool:
+    return bool(re.fullmatch(r"\d{1,2}(st|nd|rd|th)?", token)) or token in _DAY_WORDS
+
+
+def _words_year(tokens: list[str]) -> str | None:
+    """The year written in words at the end of ``tokens`` (the longest reading), or None."""
+    start = len(tokens)
+    while start > 0 and tokens[start - 1] in _YEAR_WORDS:
+        start -= 1
+    tail = [t for t in tokens[start:] if t != "and"]
+    readings = (_year_of_words(tail[i:]) for i in range(len(tail)))
+    return next((r for r in readings if r is not None), None)
+
+
+def _year_of_words(words: list[str]) -> str | None:
+    """'nineteen eighty-seven' -> '1987', 'eighteen oh five' -> '1805', 'twenty-one hundred' ->
+    '2100', 'two thousand three' -> '2003'; 'eighty-seven' -> '87', 'oh five' -> '05'; else None."""
+    n = [_NUMBERS.get(w) for w in words]
+    if len(words) in (2, 3) and words[1] == "thousand" and n[0] is not None and 1 <= n[0] <= 9:
+        low = 0 if len(words) == 2 else n[2]
+        return None if low is None else str(n[0] * 1000 + low)
+    if len(words) == 1 and n[0] is not None and n[0] >= 10:
+        return f"{n[0]:02d}"
+    if len(words) == 2 and words[0] == "oh" and n[1] is not None and n[1] <= 9:
+        return f"{n[1]:02d}"
+    if n[0] is None or n[0] < 10 or len(words) not in (2, 3):
+        return None
+    if words[1:] == ["hundred"]:
+        return f"{n[0]}00"
+    if len(words) == 3 and words[1] == "oh" and n[2] is not None and n[2] <= 9:
+        return f"{n[0]}0{n[2]}"
+    if len(words) == 2 and n[1] is not None and n[1] >= 10:
+        return f"{n[0]}{n[1]}"
+    return None

@@ -16,16 +16,22 @@ def held_out(limit: int = 2000) -> list[Example]:
     return make_splits(seed=DATA_SEED)["test"][:limit]
 
 
-def right(output: Output, example: Example) -> bool:
-    """A date is right when it is accepted and equals the target; a non-date when no date is accepted."""
-    return Translator.accepts(output) and output.text == example.target if example.target \
-        else not Translator.accepts(output)
+def printed(translator: Translator, output: Output, example: Example) -> bool:
+    """Whether ``beamsearch translate`` prints ``output`` as the date of ``example`` (its
+    :meth:`~Translator.verdict` is None)."""
+    return translator.verdict(example.source, [output]) is None
+
+
+def right(translator: Translator, output: Output, example: Example) -> bool:
+    """A date is right when it is printed and equals the target; a non-date when no date is printed."""
+    shown = printed(translator, output, example)
+    return shown and output.text == example.target if example.target else not shown
 
 
 def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha: float = 0.6, limit: int = 2000,
                    calendar: bool = True, forms: bool = False) -> str:
     """A table, per beam size (1 = greedy: one live row): exact match on the dates (all, two-digit
-    years, four-digit years: an output counts when it is accepted and right), the share of non-dates
+    years, four-digit years: an output counts when it is printed and right), the share of non-dates
     answered "no date" (caught) and of dates refused (false alarms), the mean logprob of the best
     output on the dates, the time; then, per beam size, how often it and greedy disagree on a date
     and who was right; with ``forms``, exact match per form of writing."""
@@ -51,8 +57,8 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
             best = [o[0] for o in translator.decode(texts, beam, 1, alpha, calendar)]
             seconds = time.perf_counter() - start
             outputs[beam] = best
-            ok = [right(o, e) for o, e in zip(best, test)]
-            refused = [not Translator.accepts(o) for o in best]
+            ok = [right(translator, o, e) for o, e in zip(best, test)]
+            refused = [not printed(translator, o, e) for o, e in zip(best, test)]
             logprob = sum(best[i].hypothesis.logprob for i in dates) / max(1, len(dates))
             label = "greedy" if beam == 1 else f"beam {beam}"
             lines.append(f"{label:<8} {share(ok, dates):>7.4f} {share(ok, two):>8.4f} {share(ok, four):>8.4f} "
@@ -62,7 +68,7 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
         for beam, best in outputs.items():
             if beam == 1:
                 continue
-            pairs = [(right(best[i], test[i]), right(outputs[1][i], test[i])) for i in dates
+            pairs = [(right(translator, best[i], test[i]), right(translator, outputs[1][i], test[i])) for i in dates
                      if best[i].text != outputs[1][i].text]
             lines.append(f"{'beam ' + str(beam):<10} {len(pairs):>8} {sum(b for b, _ in pairs):>10} "
                          f"{sum(g for _, g in pairs):>12} {sum(not (b or g) for b, g in pairs):>8}")
@@ -71,6 +77,7 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
         lines.append(f"{'form':<28} {'n':>5} " + " ".join(f"{'greedy' if b == 1 else f'beam {b}':>8}" for b in beams))
         for form in names:
             idx = [i for i, e in enumerate(test) if e.form == form]
-            cells = " ".join(f"{share([right(o, e) for o, e in zip(outputs[b], test)], idx):>8.4f}" for b in beams)
+            cells = " ".join(f"{share([right(translator, o, e) for o, e in zip(outputs[b], test)], idx):>8.4f}"
+                             for b in beams)
             lines.append(f"{form:<28} {len(idx):>5} {cells}")
     return "\n".join(lines)

@@ -108,7 +108,11 @@ class Seq2Seq(nn.Module):
 
     def forward(self, sources: Tensor, targets_in: Tensor) -> Tensor:
         """Teacher forcing: ``targets_in`` int64 ``[N, T]`` (bos first) -> logits ``[N, T, V]``."""
-        state = self.init_state(sources)
+        return self.teacher_forced(self.init_state(sources), targets_in)
+
+    def teacher_forced(self, state: Seq2SeqState, targets_in: Tensor) -> Tensor:
+        """Teacher forcing from ``state`` (as :meth:`init_state` makes it, one row per target):
+        ``targets_in`` int64 ``[N, T]`` (bos first) -> logits ``[N, T, V]``."""
         outs = []
         for t in range(targets_in.shape[1]):
             logits, state = self.step(state, targets_in[:, t])
@@ -272,9 +276,15 @@ class Transformer(nn.Module):
 
     def forward(self, sources: Tensor, targets_in: Tensor) -> Tensor:
         """Teacher forcing in one pass (causal mask): -> logits ``[N, T, V]``."""
+        return self.teacher_forced(self.init_state(sources), targets_in)
+
+    def teacher_forced(self, state: TransformerState, targets_in: Tensor) -> Tensor:
+        """Teacher forcing in one pass from ``state`` (as :meth:`init_state` makes it, an empty
+        self-attention cache, one row per target): ``targets_in`` int64 ``[N, T]`` (bos first) ->
+        logits ``[N, T, V]``."""
         t = targets_in.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=sources.device).triu(1)
-        logits, _ = self._decode(self.init_state(sources), targets_in, causal)
+        causal = torch.ones(t, t, dtype=torch.bool, device=targets_in.device).triu(1)
+        logits, _ = self._decode(state, targets_in, causal)
         return logits
 
 

@@ -4,31 +4,31 @@ By default every output is a real calendar date (:class:`beamsearch.zoo.calendar
 masks the rest while decoding), and an output is only *accepted* when the model is confident it
 read a date: the best hypothesis is not the empty "no date" answer, and the model's own
 log-probability of it (without the constraint) is at least :data:`MIN_LOGPROB` (see
-:meth:`Translator.accepts`).
+:meth:`Translator.accepts`). :meth:`Translator.verdict` gives the reason for every input that gets
+no date (what ``beamsearch translate`` and ``beamsearch decode`` print): among them, a year outside
+:data:`YEARS` (the years the models were trained on) and a best reading whose year is not the one
+the source writes (:func:`beamsearch.zoo.dates.written_year`), so no other year is ever printed.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import pathlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-from beamsearch import Hypothesis, beam_search_batch, beam_search_each, score_sequences, select_state
-from beamsearch.zoo.calendar import CalendarDates
-from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB
-from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer, build_model
+from beamsearch import Hypothesis, beam_search_batch, beam_search_each, select_state
+from beamsearch.zoo.calendar import CalendarDates, why_not_a_date
+from beamsearch.zoo.checkpoint import CheckpointError, load_checkpoint
+from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB, YEARS, written_year
+from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer
+
+__all__ = ["CHECKPOINTS", "MIN_LOGPROB", "MODELS", "YEARS", "CheckpointError", "Output", "Translator"]
 
 CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "checkpoints"
 MODELS = ("seq2seq", "transformer")
 MIN_LOGPROB = -2.0  # the least model_logprob of an accepted date, chosen on the validation set (README)
-
-
-class CheckpointError(Exception):
-    """A checkpoint that is missing or cannot be read; the one-line message names the file."""
 
 
 @dataclass
@@ -64,28 +64,16 @@ class Translator:
         """Load ``<directory>/<name>.safetensors`` and ``<name>.json`` (default: the shipped ones,
         :data:`CHECKPOINTS`), as ``beamsearch train --out DIR`` writes them.
 
+        Both files are validated as a whole first (:mod:`beamsearch.zoo.checkpoint`: every config
+        field's type and range, the tensors' names, shapes, dtype and finiteness).
+
         Raises:
             ValueError: ``name`` is not one of :data:`MODELS`.
-            CheckpointError: a file is missing or cannot be read (the message names it).
+            CheckpointError: a file is missing, cannot be read or is not valid (the message names it).
         """
-        from safetensors.torch import load_file
-
         if name not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
-        folder = pathlib.Path(directory) if directory is not None else CHECKPOINTS
-        weights, config = folder / f"{name}.safetensors", folder / f"{name}.json"
-        for path in (config, weights):
-            if not path.is_file():
-                raise CheckpointError(f"checkpoint file {path} does not exist")
-        try:
-            model = build_model(ModelConfig(**json.loads(config.read_text())["config"]))
-        except Exception as e:  # JSON, a missing key, a wrong field: all one answer for the user
-            raise CheckpointError(f"checkpoint file {config} is not a model config: {_one_line(e)}") from e
-        try:
-            model.load_state_dict(load_file(str(weights)))
-        except Exception as e:  # unreadable safetensors, or weights of another shape
-            raise CheckpointError(f"checkpoint file {weights} cannot be loaded: {_one_line(e)}") from e
-        return cls(model)
+        return cls(load_checkpoint(name, pathlib.Path(directory) if directory is not None else CHECKPOINTS))
 
     def problem(self, text: str) -> str | None:
         """Why the model cannot read ``text`` (empty, characters outside its vocabulary, too long),
@@ -135,17 +123,39 @@ class Translator:
             results = beam_search_batch(self.model.step, state, [[self.cfg.bos]] * len(part),
                                         eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=beam,
                                         n_best=n_best, alpha=alpha, logits_processors=processors)
-            hyps = [h for row in results for h in row]
-            rows = [i for i, row in enumerate(results) for _ in row]
-            model_logprobs = [h.logprob for h in hyps]
-            if calendar and hyps:  # the unconstrained model's own logprob of each output
-                rescored = score_sequences(self.model.step, select_state(state, rows), [[self.cfg.bos]] * len(hyps),
-                                           [h.tokens for h in hyps], eos_token_id=self.cfg.eos, alpha=alpha)
-                model_logprobs = [r.logprob for r in rescored]
-            found = iter(zip(hyps, model_logprobs))
-            out += [[Output(TARGET_VOCAB.decode(h.tokens), h, lp) for h, lp in (next(found) for _ in row)]
-                    for row in results]
+            out += self._outputs(state, results, rescore=calendar)
         return out
+
+    @torch.no_grad()
+    def outputs(self, texts: Sequence[str], hypotheses: Sequence[Sequence[Hypothesis]]) -> list[list[Output]]:
+        """Per text, its ``hypotheses`` (found by any search) as :class:`Output`, each with the
+        model's own log-probability, rescored without any constraint or processor (one batch)."""
+        return self._outputs(self.model.init_state(self.encode(texts)), hypotheses, rescore=True) if texts else []
+
+    def _outputs(self, state: Any, results: Sequence[Sequence[Hypothesis]], rescore: bool) -> list[list[Output]]:
+        """Per source, its hypotheses ``results[i]`` as :class:`Output`; ``state``: the sources'
+        initial state, one row each. With ``rescore``, ``model_logprob`` is the unconstrained
+        model's own logprob of each output, else the search's."""
+        hyps = [h for row in results for h in row]
+        model_logprobs = [h.logprob for h in hyps]
+        if rescore and hyps:
+            rows = [i for i, row in enumerate(results) for _ in row]
+            model_logprobs = self._model_logprobs(select_state(state, rows), [h.tokens for h in hyps])
+        found = iter(zip(hyps, model_logprobs))
+        return [[Output(TARGET_VOCAB.decode(h.tokens), h, lp) for h, lp in (next(found) for _ in row)]
+                for row in results]
+
+    def _model_logprobs(self, state: Any, tokens: Sequence[Sequence[int]]) -> list[float]:
+        """Each row's teacher-forced log-probability of ``tokens[i]`` (eos included if present)
+        from ``state``'s row i (an initial state), without any constraint: one pass."""
+        lengths = torch.tensor([len(t) for t in tokens])
+        width = int(lengths.max())
+        target = torch.tensor([list(t) + [self.cfg.pad] * (width - len(t)) for t in tokens])  # --> [N, T]
+        inputs = torch.cat([torch.full_like(target[:, :1], self.cfg.bos), target[:, :-1]], dim=1)  # --> [N, T]
+        logits = self.model.teacher_forced(state, inputs)  # --> [N, T, V]
+        picked = torch.log_softmax(logits.double(), dim=-1).gather(2, target[..., None])[..., 0]  # --> [N, T]
+        written = torch.arange(width)[None, :] < lengths[:, None]  # --> [N, T], False at padding
+        return torch.where(written, picked, 0.0).sum(dim=1).tolist()
 
     @torch.no_grad()
     def trace(self, text: str, beam: int = 5, n_best: int = 1, alpha: float = 0.6, calendar: bool = True,
@@ -172,7 +182,38 @@ class Translator:
         """Whether ``output`` is a date the model is confident of: a real date ``YYYY-MM-DD`` (not
         the "no date" answer; checked again here for searches without the calendar constraint), with
         ``model_logprob >= MIN_LOGPROB``."""
-        return _real_date(output.text) and output.model_logprob >= MIN_LOGPROB
+        return why_not_a_date(output.text) is None and output.model_logprob >= MIN_LOGPROB
+
+    def verdict(self, text: str, outputs: Sequence[Output] | None) -> str | None:
+        """None when the best of ``outputs`` (best first; None: ``text`` was not decoded) is a
+        date to print for ``text``; otherwise the reason it gets no date, one line naming the text:
+        it cannot be read (:meth:`problem`); it writes a year outside :data:`YEARS`
+        (:func:`~beamsearch.zoo.dates.written_year`); the best output is "no date", not a real date
+        (a search without the calendar), a year outside :data:`YEARS`, or a year other than the
+        one ``text`` writes (a two-digit year: other last two digits); or the model is not
+        confident of it (:meth:`accepts`)."""
+        shown = _shown(text)
+        problem = self.problem(text)
+        if problem is not None:
+            return f"cannot read {shown}: {problem}"
+        year = written_year(text)
+        if year is not None and len(year) == 4 and not _supported(int(year)):
+            return f"no date in {shown}: year {year} is outside {YEARS[0]}-{YEARS[1]}, the years the models read"
+        best = outputs[0] if outputs else None
+        if best is None or best.text == "":
+            return f"no date in {shown}"
+        why = why_not_a_date(best.text)
+        if why is not None:
+            return f"no date in {shown}: its best reading {best.text} is not a date ({why})"
+        if not _supported(int(best.text[:4])):
+            return f"no date in {shown}: its best reading {best.text} is outside {YEARS[0]}-{YEARS[1]}"
+        if year is not None and not best.text[:4].endswith(year):
+            written = year if len(year) == 4 else f"'{year}"
+            return f"no date in {shown}: its best reading {best.text} is not in the year it writes ({written})"
+        if not self.accepts(best):
+            return (f"not confident that {shown} is a date (best reading {best.text}, model logprob "
+                    f"{best.model_logprob:.2f} < {MIN_LOGPROB})")
+        return None
 
     @torch.no_grad()
     def rescore(self, text: str, tokens: Sequence[int]) -> float:
@@ -189,13 +230,10 @@ class Translator:
         return Output(TARGET_VOCAB.decode(h.tokens), h, h.logprob)
 
 
-def _real_date(text: str) -> bool:
-    try:
-        return len(text) == 10 and dt.date.fromisoformat(text).isoformat() == text
-    except ValueError:
-        return False
+def _supported(year: int) -> bool:
+    return YEARS[0] <= year <= YEARS[1]
 
 
-def _one_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+def _shown(text: str, width: int = 40) -> str:
+    """``text`` quoted for a message, cut at ``width`` characters."""
+    return repr(text if len(text) <= width else text[:width] + "...")
