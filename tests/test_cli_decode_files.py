@@ -100,7 +100,10 @@ def test_two_writers_killed_at_random_points_leave_a_complete_output(tmp_path, c
     assert final.returncode == 1, final.stderr
     assert out.read_bytes() == expected and not side.exists() and not lock.exists()
     print(f"{refused} writers refused by the lock; {partial} of 20 trials left a side file")
-    assert refused >= 5 and partial >= 5  # the writers did overlap, and kills landed mid-run
+    # the writers did overlap, and kills landed mid-run (how often depends on the machine's speed
+    # and load: the corpus may be finished a few trials before the last; 4 and 5 were seen on a
+    # loaded 2-core machine, 7-10 on a quiet one)
+    assert refused >= 2 and partial >= 2
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_ones_lock_is_taken_over(tmp_path, corpus_file):
@@ -144,7 +147,10 @@ def test_sigint_with_stdout_output_is_one_line_and_exit_130(tmp_path, corpus_fil
     first = run.stdout.readline()  # a record is out: decoding is under way
     time.sleep(0.3)
     run.send_signal(signal.SIGINT)
-    rest, err = run.communicate()
+    # read on through the same buffered reader: communicate() reads the pipe's file descriptor and
+    # would miss what readline() has buffered past the first line
+    rest, err = run.stdout.read(), run.stderr.read()
+    run.wait()
     written = first + rest
     records = written.count(b"\n")
     assert run.returncode == 130

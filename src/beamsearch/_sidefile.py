@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import socket
 import time
 import zlib
@@ -71,6 +72,22 @@ def sibling(output: str | os.PathLike, suffix: str) -> pathlib.Path:
     """``OUTPUT`` + ``suffix`` (``.partial``, ``.lock``, ``.tmp``), in the output's folder."""
     path = pathlib.Path(output)
     return path.with_name(path.name + suffix)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT held back for the ``with`` block and delivered at its end (as KeyboardInterrupt), so
+    that a block writing whole records and counting them is never cut between the two. Where the
+    signal mask cannot be set (not POSIX), the block runs as it is."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 # ---- the output and its lock --------------------------------------------------------------------------

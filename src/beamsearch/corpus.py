@@ -42,7 +42,7 @@ import numpy as np
 from beamsearch import _validate as check
 from beamsearch._refill import Decoded, decode_stream, per_input
 from beamsearch._sidefile import (LONE_SURROGATE, Fingerprint, Interrupted, OutputError, SideFile, check_output,
-                                  encode, json_object, line_name, output_lock, sibling, text_crc)
+                                  encode, interrupts_held, json_object, line_name, output_lock, sibling, text_crc)
 
 __all__ = ["CorpusModel", "LengthRule", "Line", "Progress", "decode_corpus", "decode_records", "hf_model",
            "read_lines", "toy_model", "zoo_model"]
@@ -853,10 +853,11 @@ def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | N
             errors += "error" in record
             if progress is not None:
                 progress.update(record)
-            while order and order[0] in ready:
-                out.write(encode(ready.pop(order.popleft())))
-                written += 1
-            out.flush()
+            with interrupts_held():  # a record counted is a record out: SIGINT waits for the flush
+                while order and order[0] in ready:
+                    out.write(encode(ready.pop(order.popleft())))
+                    written += 1
+                out.flush()
     except KeyboardInterrupt:
         raise Interrupted(written, None) from None
     if progress is not None:
