@@ -30,7 +30,7 @@ import torch
 import transformers
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-import beamsearch._engine as engine
+import beamsearch.core.engine as engine
 from beamsearch import hf
 
 EOS, PAD, NEW, BEAMS = 2, 0, 32, 4

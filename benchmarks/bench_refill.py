@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from beamsearch import beam_search_batch
-from beamsearch._refill import decode_stream
+from beamsearch.refill import decode_stream
 
 
 class ToyModel:

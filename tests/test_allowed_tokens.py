@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from beamsearch import beam_search_batch
-from beamsearch._backends import backend_of
+from beamsearch.backends import backend_of
 from beamsearch.processors import AllowedTokens, Catalogue, StepContext, TokenDFA
 from models import SequenceModel, gnmt, log_softmax, random_table
 

@@ -7,8 +7,8 @@ import importlib
 import numpy as np
 import pytest
 
-from beamsearch._backends import backend_of, index_like, register_backend
-from beamsearch._backends._numpy import NumpyBackend
+from beamsearch.backends import backend_of, index_like, register_backend
+from beamsearch.backends.numpy_backend import NumpyBackend
 from beamsearch.processors import NoRepeatNGram, StepContext, Temperature, TopK
 
 try:
@@ -60,7 +60,7 @@ def test_wide_rows_two_stage_top_m_equals_a_plain_sort():
     descending, ties to the lowest column) on continuous values, with the winners in the tail
     columns or not, integer and quarter-step ties, and rows of mostly -inf (tied bucket maxima
     fall back to the one-pass rule)."""
-    tb = importlib.import_module("beamsearch._backends._torch")  # (the package has a function of that name)
+    tb = importlib.import_module("beamsearch.backends.torch_backend")  # (the package has a function of that name)
 
     rng = np.random.default_rng(5)
     two_stage = 0

@@ -376,12 +376,12 @@ def ranking(request, monkeypatch):
     vocabularies too)."""
     import importlib
 
-    import beamsearch._select as select
+    import beamsearch.core.select as select
 
     kind = request.param.split("+")[0]
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", 1 << 62 if kind == "grouped" else 0)
     if request.param.endswith("+two-stage") and torch is not None:
-        tb = importlib.import_module("beamsearch._backends._torch")
+        tb = importlib.import_module("beamsearch.backends.torch_backend")
         for name, value in (("BUCKET", 2), ("SPARE", 1), ("TWO_STAGE_WIDTH", 0), ("TWO_STAGE_ENTRIES", 0)):
             monkeypatch.setattr(tb, name, value)
     return request.param

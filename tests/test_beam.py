@@ -268,7 +268,7 @@ def test_the_models_logits_are_never_written(backend, dtype):
 
 @pytest.mark.parametrize("threshold", [0, 1 << 62])  # each row's top m + host merge, or one grouped top-m
 def test_exhaustive_beam_equals_brute_force_with_either_ranking(threshold, monkeypatch):
-    import beamsearch._select as select
+    import beamsearch.core.select as select
 
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
     table = random_table(3, 4, eos=0, eos_shift=0.5)

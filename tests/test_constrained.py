@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from beamsearch import TokenLogprobHypothesis, beam_search_batch
-from beamsearch._constrained import AnyOf, constrained_beam_search
+from beamsearch.modes.constrained import AnyOf, constrained_beam_search
 from models import SequenceModel, gnmt, processed_logprobs, random_table
 
 try:

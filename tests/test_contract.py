@@ -96,9 +96,9 @@ def _refused_lists() -> dict[str, set[str]]:
 
 
 def test_the_contract_lists_what_each_mode_refuses_as_the_code_does():
-    import beamsearch._constrained as constrained
-    import beamsearch._exact as exact
-    import beamsearch._stochastic as stochastic
+    import beamsearch.modes.constrained as constrained
+    import beamsearch.modes.exact as exact
+    import beamsearch.modes.stochastic as stochastic
 
     written = _refused_lists()
     assert written == {"constrained_beam_search": set(constrained._REFUSED), "diverse_beam_search": set(),

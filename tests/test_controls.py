@@ -726,7 +726,7 @@ def test_oracle_search_is_consistent(case):
 def ranking(request):
     """Both exact rankings of an input's rows: one [G, r*V] top-m for small arrays (the default
     at these sizes), and each row's top m merged on the host (forced here)."""
-    import beamsearch._select as select
+    import beamsearch.core.select as select
 
     saved = select.GROUPED_MAX_ELEMENTS
     select.GROUPED_MAX_ELEMENTS = 1 << 62 if request.param == "grouped" else 0

@@ -481,7 +481,7 @@ ZOO_TEXTS = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of Marc
 @pytest.mark.parametrize("name", ["seq2seq", "transformer"])
 def test_zoo_refill_equals_the_fixed_batch_translator(name):
     pytest.importorskip("safetensors")
-    from beamsearch._refill import decode_stream
+    from beamsearch.refill import decode_stream
     from beamsearch.zoo.translator import Translator
 
     torch.set_num_threads(1)
@@ -508,7 +508,7 @@ def test_transformer_left_padded_cache_gives_the_same_logits():
     """Rows joined at different steps: the padded columns of the self-attention cache are masked
     and each row keeps its own position, so the next logits equal those of each row alone."""
     pytest.importorskip("safetensors")
-    from beamsearch._state import concat_state
+    from beamsearch.core.state import concat_state
     from beamsearch.zoo.translator import Translator
 
     tr = Translator.load("transformer")

@@ -118,7 +118,7 @@ def test_hf_missing_folder_is_a_usage_error(tmp_path, capsys):
 def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
     """A causal LM's lines join the search in flight (mixed calls: cohorts at different steps in
     one model call) and each still gets its result alone (encoder-decoders: tests/test_hf_refill.py)."""
-    from beamsearch._refill import decode_stream
+    from beamsearch.refill import decode_stream
     from beamsearch.corpus import hf_model
 
     model = hf_model(gpt2_dir, max_steps=6)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from beamsearch import beam_search_batch
-from beamsearch._diverse import diverse_beam_search
+from beamsearch.modes.diverse import diverse_beam_search
 from models import SequenceModel, gnmt, processed_logprobs, random_table
 
 try:

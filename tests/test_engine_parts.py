@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from beamsearch import beam_search, beam_search_batch, beam_search_each
-from beamsearch._controls.stop_sequences import StopSequences
-from beamsearch._select import Terminals
+from beamsearch.controls.stop_sequences import StopSequences
+from beamsearch.core.select import Terminals
 from models import SequenceModel, random_table
 
 
@@ -88,7 +88,7 @@ def test_stop_sequence_pairs_equal_a_plain_loop():
 def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monkeypatch):
     # beam_search_each: inputs finish at different steps, so their widths (beam - finished) differ
     # within one step; each input's result must equal its search alone, with either ranking
-    import beamsearch._select as select
+    import beamsearch.core.select as select
 
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
     tables = [random_table(4, seed, eos=0, eos_shift=1.0) for seed in range(4)]
@@ -114,11 +114,11 @@ def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monk
 def test_strategy_tags_stay_aligned_with_the_rows_when_inputs_retire():
     # a strategy's per-row tags (Candidates.tags) come back as Beam.tags for exactly the rows the
     # next call gets, also after the engine retired inputs at their own max_steps
-    from beamsearch._controls import Controls
-    from beamsearch._engine import run
-    from beamsearch._strategies import Selection
-    from beamsearch._strategies.batch import BatchBeam
-    from beamsearch._penalties import length_wu
+    from beamsearch.controls import Controls
+    from beamsearch.core.engine import run
+    from beamsearch.strategies import Selection
+    from beamsearch.strategies.batch import BatchBeam
+    from beamsearch.core.penalties import length_wu
 
     table = random_table(5, 3)
     model = SequenceModel(table)

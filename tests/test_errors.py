@@ -228,7 +228,7 @@ def _entries():
     :class:`SequenceModel` (its state is made from the prompts)."""
     from beamsearch import (constrained_beam_search, diverse_beam_search, exact_search, score_sequences,
                             stochastic_beam_search)
-    from beamsearch._refill import decode_stream
+    from beamsearch.refill import decode_stream
 
     def stream(m, prompts, **kw):
         # decode_stream reports a bad input in its result: raise it, as the batch functions do
@@ -489,7 +489,7 @@ def test_stochastic_search_does_not_take_the_plans_positions():
 
 @pytest.mark.parametrize("mode, keyword", [("beam", "k"), ("stochastic", "beam_size"), ("constrained", "early_stop")])
 def test_a_stream_names_the_mode_function_whose_keywords_it_takes(mode, keyword):
-    from beamsearch._refill import decode_stream
+    from beamsearch.refill import decode_stream
 
     names = {"beam": "beam_search_batch", "stochastic": "stochastic_beam_search",
              "constrained": "constrained_beam_search"}

@@ -1,7 +1,7 @@
 """exact_search: brute-force enumeration on tiny models, never worse than any beam, the node
 budget, batch independence, processors and controls, numpy and torch, errors.
 
-The oracle (:func:`enumerate_outputs`) is written from the definition in ``beamsearch._exact``'s
+The oracle (:func:`enumerate_outputs`) is written from the definition in ``beamsearch.modes.exact``'s
 docstring with the plain per-row processing of ``tests/oracle_controls.py``: every finished output
 of at most max_steps tokens and every unfinished output of exactly max_steps tokens, ranked
 finished first, then by score.
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from beamsearch import Hypothesis, beam_search_batch, select_state
-from beamsearch._exact import ExactResults, exact_search
-from beamsearch._state import concat_state
+from beamsearch.modes.exact import ExactResults, exact_search
+from beamsearch.core.state import concat_state
 from models import SequenceModel, random_table, row_cache_type
 from oracle_controls import PENALTIES, ends_with_stop, eos_ids, process_row, reference_score
 
@@ -227,7 +227,7 @@ def test_every_budget_bounds_the_rows_passed_and_a_proof_is_exact(seed, monkeypa
     # proven result is the brute-force n_best. batch_rows=1 makes many calls per step, so each
     # step's extensions are cut back to what the budget can still expand (``_shortlist``) again
     # and again; the same search without that cut is the plain reference: it must change nothing.
-    from beamsearch._exact import _BranchAndBound
+    from beamsearch.modes.exact import _BranchAndBound
 
     vocab, eos, steps = 4, 3, 4
     table = random_table(vocab, 300 + seed, eos=eos, eos_shift=-1.0)

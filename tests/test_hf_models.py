@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from beamsearch import beam_search_batch  # noqa: E402
-from beamsearch._state import select_state  # noqa: E402
+from beamsearch.core.state import select_state  # noqa: E402
 from beamsearch.hf import causal_lm, generate, position_limit, seq2seq_lm  # noqa: E402
 
 VOCAB, PAD, BOS, START = 61, 0, 1, 2

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from beamsearch import beam_search_batch  # noqa: E402
-from beamsearch._refill import decode_stream  # noqa: E402
-from beamsearch._state import concat_state, select_state  # noqa: E402
+from beamsearch.refill import decode_stream  # noqa: E402
+from beamsearch.core.state import concat_state, select_state  # noqa: E402
 from beamsearch.hf import causal_lm  # noqa: E402
 
 VOCAB, EOS, PAD, BOS = 41, 3, 0, 1

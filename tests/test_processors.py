@@ -19,7 +19,7 @@ import pytest
 import beamsearch
 from beamsearch import processors as P
 
-from beamsearch._backends import backend_of
+from beamsearch.backends import backend_of
 from models import SequenceModel, gnmt, log_softmax, random_table, reference_batch
 
 try:
@@ -678,7 +678,7 @@ def test_processor_ids_outside_the_vocabulary_are_named(make, shown, argument, b
         call = lambda: beamsearch.score_sequences(model.step, model.init_state([[1]]), [[1]], [[2, 0]],
                                                   eos_token_id=0, logits_processors=processors)
     else:
-        from beamsearch._refill import decode_stream
+        from beamsearch.refill import decode_stream
 
         def call():
             (result,) = decode_stream(model.step, lambda items: model.init_state([[1]]), [[1]], max_rows=2,

@@ -14,8 +14,8 @@ import pytest
 
 from beamsearch import (AnyOf, beam_search_batch, constrained_beam_search, diverse_beam_search,
                         stochastic_beam_search)
-from beamsearch._refill import decode_stream
-from beamsearch._state import concat_state, pad_axis, select_state
+from beamsearch.refill import decode_stream
+from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.processors import RepetitionPenalty
 from models import SequenceModel, random_table, reference_batch, row_cache_type
 

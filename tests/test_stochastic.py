@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from beamsearch._stochastic import StochasticResults, stochastic_beam_search
-from beamsearch._strategies.stochastic import conditional_gumbels
+from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
+from beamsearch.strategies.stochastic import conditional_gumbels
 from approx import FLOAT64, assert_same_hypotheses
 from models import SequenceModel, processed_logprobs, random_table
 

@@ -14,7 +14,7 @@ import pytest
 
 from beamsearch import beam_search_batch
 from beamsearch.processors import StepContext
-from beamsearch._backends import backend_of
+from beamsearch.backends import backend_of
 from beamsearch.zoo.calendar import CalendarDates, why_not_a_date
 from beamsearch.zoo.dates import TARGET_VOCAB
 

@@ -1,7 +1,7 @@
 """Run mutmut over the search modules, print the mutation score and write the survivors file.
 
     python tools/mutation_score.py                        # run mutmut, then score every mutant
-    python tools/mutation_score.py 'beamsearch._engine.*' # run and score only the matching mutants
+    python tools/mutation_score.py 'beamsearch.core.engine.*' # run and score only the matching mutants
     python tools/mutation_score.py --no-run               # score the results mutmut already stored
 
 score = killed / all mutants. Every mutant that ``mutmut results --all true`` lists is in the
@@ -75,8 +75,8 @@ def parse_results(text: str) -> tuple[dict[str, str], list[str]]:
 
 
 def module_of(name: str) -> str:
-    """``beamsearch._engine.x_run__mutmut_3`` or ``beamsearch.processors.xǁTopKǁ__call____mutmut_1``
-    -> the module, ``beamsearch._engine`` / ``beamsearch.processors``."""
+    """``beamsearch.core.engine.x_run__mutmut_3`` or ``beamsearch.processors.xǁTopKǁ__call____mutmut_1``
+    -> the module, ``beamsearch.core.engine`` / ``beamsearch.processors``."""
     function = name.rsplit("__mutmut_", 1)[0]
     return function.rsplit(".", 1)[0]
 
@@ -152,7 +152,7 @@ def tail(text: str, lines: int = 40) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("patterns", nargs="*", metavar="MUTANT_GLOB",
-                        help="only run and score the mutants matching these globs, e.g. 'beamsearch._engine.*'")
+                        help="only run and score the mutants matching these globs, e.g. 'beamsearch.core.engine.*'")
     parser.add_argument("--no-run", action="store_true", help="do not run mutmut; score its stored results")
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="the lowest passing score (0.90)")
     parser.add_argument("--survivors", type=pathlib.Path, default=None,

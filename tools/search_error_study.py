@@ -1,7 +1,7 @@
 """Search errors against model errors on the shipped dates models (Stahlberg & Byrne 2019).
 
 For each shipped model (``seq2seq``, ``transformer``) on the fixed dates test set, exact search
-(:func:`beamsearch._exact.exact_search`) finds each input's highest-scoring output under the same
+(:func:`beamsearch.modes.exact.exact_search`) finds each input's highest-scoring output under the same
 scoring rule the beam uses (GNMT length penalty, ``--alpha``). Then, per beam size:
 
 - a **search error**: the beam's best output scores below the exact best (its tokens differ and
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from beamsearch import beam_search_batch
-from beamsearch._exact import exact_search
+from beamsearch.modes.exact import exact_search
 from beamsearch.zoo.dates import TARGET_VOCAB, make_splits
 from beamsearch.zoo.train import DATA_SEED
 from beamsearch.zoo.translator import MODELS, Translator

@@ -3,16 +3,16 @@
 ``step_fn(state, y_prev) -> (logits, new_state)``; see SPEC sections 1-10 and README.
 """
 
-from beamsearch._constrained import AnyOf, constrained_beam_search
-from beamsearch._diverse import diverse_beam_search
-from beamsearch._exact import ExactResults, exact_search
-from beamsearch._hypothesis import BatchArrays, BatchResults, Hypothesis, TokenLogprobHypothesis
-from beamsearch._penalties import length_power, length_wu
-from beamsearch._score import score_sequences
-from beamsearch._search import beam_search, beam_search_batch, beam_search_each, greedy_decode
-from beamsearch._state import select_state
-from beamsearch._stochastic import StochasticResults, stochastic_beam_search
-from beamsearch._trace import StepRecord, Trace
+from beamsearch.modes.constrained import AnyOf, constrained_beam_search
+from beamsearch.modes.diverse import diverse_beam_search
+from beamsearch.modes.exact import ExactResults, exact_search
+from beamsearch.core.hypothesis import BatchArrays, BatchResults, Hypothesis, TokenLogprobHypothesis
+from beamsearch.core.penalties import length_power, length_wu
+from beamsearch.core.score import score_sequences
+from beamsearch.modes.beam import beam_search, beam_search_batch, beam_search_each, greedy_decode
+from beamsearch.core.state import concat_state, pad_axis, select_state
+from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
+from beamsearch.core.trace import StepRecord, Trace
 
 __all__ = [
     "AnyOf",
@@ -27,12 +27,14 @@ __all__ = [
     "beam_search",
     "beam_search_batch",
     "beam_search_each",
+    "concat_state",
     "constrained_beam_search",
     "diverse_beam_search",
     "exact_search",
     "greedy_decode",
     "length_power",
     "length_wu",
+    "pad_axis",
     "score_sequences",
     "select_state",
     "stochastic_beam_search",

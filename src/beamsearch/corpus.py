@@ -10,7 +10,7 @@ The pieces:
   the run.
 - A :class:`CorpusModel` is what the corpus decoder needs of a model: a step function, a
   ``make_state`` for refill, its ids and limits, and its own text checks.
-- :func:`decode_records` decodes lines with :func:`beamsearch._refill.decode_stream` and yields
+- :func:`decode_records` decodes lines with :func:`beamsearch.refill.decode_stream` and yields
   one JSON-ready record per line, in the order lines finish.
 - :func:`decode_corpus` writes them, holding the output's lock: appended and flushed to a side
   file ``OUTPUT.partial`` as they finish (a killed run loses only the inputs in flight), then the
@@ -39,8 +39,8 @@ from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from beamsearch import _validate as check
-from beamsearch._refill import Decoded, decode_stream, per_input
+from beamsearch.core import validate as check
+from beamsearch.refill import Decoded, decode_stream, per_input
 from beamsearch._sidefile import (LONE_SURROGATE, Fingerprint, Interrupted, OutputError, SideFile, check_output,
                                   encode, interrupts_held, json_object, line_name, output_lock, sibling, text_crc)
 
@@ -288,7 +288,7 @@ NO_OUTPUT = ("no output could be produced: every continuation has probability 0 
 """The error of a line whose search ends with no output at all."""
 
 MODES = ("beam", "constrained", "diverse", "stochastic", "exact")
-"""The search modes of :func:`decode_records`: those of :func:`beamsearch._refill.decode_stream`,
+"""The search modes of :func:`decode_records`: those of :func:`beamsearch.refill.decode_stream`,
 and ``exact`` (:func:`beamsearch.exact_search`, in fixed batches)."""
 
 
@@ -327,7 +327,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             or ``k``).
         max_tokens: None, or the most decoder tokens the rows of one call may hold, padding
             included: lines join only when (rows in flight + theirs) x (the widest prompt +
-            max_steps among them) fits (:func:`beamsearch._refill.decode_stream`); a line whose
+            max_steps among them) fits (:func:`beamsearch.refill.decode_stream`); a line whose
             own rows need more gets an error record. Not for exact mode.
         no_repeat_ngram, min_new_tokens, temperature, top_k: as ``no_repeat_ngram_size`` /
             ``min_new_tokens`` / ``temperature`` / ``top_k`` of :func:`~beamsearch.beam_search_batch`.

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from beamsearch import _validate as check
+from beamsearch.core import validate as check
 from beamsearch._sidefile import encode
 from beamsearch.corpus import CorpusModel, Line, decode_records, hf_model, toy_model, zoo_model
 

@@ -38,12 +38,13 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
-from beamsearch import _validate as check
-from beamsearch._backends import NEG_INF
-from beamsearch._hypothesis import BatchResults
-from beamsearch._search import batch_options, beam_search_batch, run_batch
-from beamsearch._state import concat_state, pad_axis, select_state
-from beamsearch._strategies.narrowing import NarrowingBeam
+from beamsearch.core import validate as check
+from beamsearch.backends import NEG_INF
+from beamsearch.core.hypothesis import BatchResults
+from beamsearch.core.plan import batch_options, run_batch
+from beamsearch.modes.beam import beam_search_batch
+from beamsearch.core.state import concat_state, pad_axis, select_state
+from beamsearch.strategies.narrowing import NarrowingBeam
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
 __all__ = ["Generation", "Prepared", "causal_lm", "generate", "joinable", "position_limit", "seq2seq_lm"]

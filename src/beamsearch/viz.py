@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch._trace import STATUS, StepRecord, Trace
+from beamsearch.core.trace import STATUS, StepRecord, Trace
 
 __all__ = ["StepRecord", "Trace", "to_html", "to_svg"]
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from beamsearch._backends import Backend
+from beamsearch.backends import Backend
 
 __all__ = ["LogitsProcessor", "StepContext"]
 
@@ -20,7 +20,7 @@ class StepContext:
             a processor of the search declares ``needs_history = True``, then the generated tokens.
             Without such a processor it holds the generated tokens only, rebuilt on first access.
         row_input: int64 ``[k]``: the input (prompt index) each row belongs to.
-        backend: the array backend of this step's logits (:mod:`beamsearch._backends`).
+        backend: the array backend of this step's logits (:mod:`beamsearch.backends`).
     """
 
     __slots__ = ("step", "_history", "row_input", "backend")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from beamsearch._backends import NEG_INF, Backend
+from beamsearch.backends import NEG_INF, Backend
 from beamsearch.processors._base import StepContext
 
 __all__ = ["AllowedTokens", "generated_tokens", "keep_pairs"]

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch import _validate as check
+from beamsearch.core import validate as check
 from beamsearch.processors._base import StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens, keep_pairs
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from beamsearch import _validate as check
-from beamsearch._backends import NEG_INF
+from beamsearch.core import validate as check
+from beamsearch.backends import NEG_INF
 from beamsearch.processors._base import StepContext
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch import _validate as check
+from beamsearch.core import validate as check
 from beamsearch.processors._base import StepContext
 
 

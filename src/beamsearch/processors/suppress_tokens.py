@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch import _validate as check
-from beamsearch._backends import NEG_INF
+from beamsearch.core import validate as check
+from beamsearch.backends import NEG_INF
 from beamsearch.processors._base import StepContext
 
 

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch import _validate as check
-from beamsearch._backends import NEG_INF, Backend
+from beamsearch.core import validate as check
+from beamsearch.backends import NEG_INF, Backend
 from beamsearch.processors._base import StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens
 

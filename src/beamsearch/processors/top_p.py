@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from beamsearch import _validate as check
+from beamsearch.core import validate as check
 from beamsearch.processors._base import StepContext
 
 

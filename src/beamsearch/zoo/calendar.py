@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch._backends import NEG_INF
 from beamsearch.processors import StepContext
 from beamsearch.zoo.dates import MONTHS, TARGET_VOCAB, Vocab, days_in_month
 
@@ -97,7 +96,7 @@ class CalendarDates:
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         """``logits [k, V]`` -> the same with every disallowed token at -inf."""
-        add = np.where(self.allowed(ctx.history), 0.0, NEG_INF)  # --> [k, V]
+        add = np.where(self.allowed(ctx.history), 0.0, -np.inf)  # --> [k, V]
         return logits + ctx.backend.from_host(add, logits)
 
 

@@ -11,7 +11,7 @@ step-function protocol only: ``init_state(sources)`` then ``step(state, y_prev) 
 Every state is a NamedTuple of tensors with the row (hypothesis) on axis 0, so the search reorders
 it with ``select_state`` alone. Both states are registered with ``concat_state`` so that rows of
 different source lengths (and, for the Transformer, different decoder steps) can share one state:
-refill (``beamsearch._refill.decode_stream``) joins new inputs to a running search with it.
+refill (``beamsearch.refill.decode_stream``) joins new inputs to a running search with it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from beamsearch._state import concat_state, pad_axis
+from beamsearch import concat_state, pad_axis
 
 __all__ = ["ModelConfig", "Seq2Seq", "Seq2SeqState", "Transformer", "TransformerState", "build_model"]
 

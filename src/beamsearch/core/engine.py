@@ -1,0 +1,297 @@
+"""The one search engine: a loop of three named steps around one frozen beam record.
+
+Every search of the package (``greedy_decode``, ``beam_search``, ``beam_search_batch``,
+``score_sequences``, the search modes) is a :class:`Search` with a strategy
+(:mod:`beamsearch.strategies`) and controls (:mod:`beamsearch.controls`), driven by :func:`run`
+for one batch or by the refill runner (:mod:`beamsearch.refill`) for a stream. Per step:
+
+1. :func:`score_step`: one model call for all live rows of all inputs, then on the logits' own
+   backend the processors, log_softmax, and the masks after it -> ``[k, V]`` log-probabilities;
+2. ``strategy.select``: which extensions live on, which end, which inputs stop;
+3. :func:`advance`: extend the kept rows, record what ended, retire inputs that stopped or reached
+   their ``max_steps``; then the model state is reordered by the kept rows' parents.
+
+An optional observer (:class:`beamsearch.core.trace.Tracer`: a step callback, a search trace) looks
+at the step's scores before step 2 and at the selection after it, and may stop inputs; without
+one the loop does nothing more.
+
+Bookkeeping (:class:`~beamsearch.core.beam.Beam`, the back-pointer :class:`~beamsearch.core.beam.Trail`)
+is numpy on the host and O(k) per step; paths are rebuilt once, for the result. No Python loop
+runs over rows or tokens in the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from beamsearch.core import validate as check
+from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
+from beamsearch.core.beam import Beam, Candidates, Ended, Trail
+from beamsearch.controls import Controls
+from beamsearch.core.select import StepScores, Terminals
+from beamsearch.core.state import select_state
+from beamsearch.strategies import Selection, Strategy
+from beamsearch.processors import StepContext
+
+StepFn = Callable[[Any, Any], tuple[Any, Any]]
+
+_NO_PAIRS = np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a search leaves for its result builder: every hypothesis that ended, in production
+    order, the trail their paths are rebuilt from, and the strategy's state after the last step
+    (what a mode reports beside its results, such as stochastic beam search's kappa)."""
+
+    ended: Ended
+    trail: Trail
+    state: Any = None
+
+
+class Observer(Protocol):
+    """Watches a search step by step (:class:`beamsearch.core.trace.Tracer` is the one there is)."""
+
+    def before_select(self, scores: StepScores) -> Any:
+        """Read what it needs of the step's scores before the strategy may write into them."""
+
+    def after_select(self, seen: Any, scores: StepScores, selection: Selection, controls: Controls,
+                     trail: Trail) -> Selection:
+        """See the selection; return it, with more inputs to stop in ``stop`` if it wants."""
+
+
+def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: Strategy,
+        controls: Controls, *, observer: Observer | None = None) -> Outcome:
+    """Run a search.
+
+    Args:
+        step_fn: ``step_fn(state, y_prev [k]) -> (logits [k, V], new_state)``.
+        init_state: one row per input (axis 0 of every array leaf).
+        first_tokens: int64 ``[N]``, ``y_prev`` of the first call (one row per input).
+        strategy: the selection rule.
+        controls: eos ids, per-input ``max_steps``, processors, masks, stop sequences.
+        observer: None, or an :class:`Observer` called around each step's selection.
+
+    Returns:
+        An :class:`Outcome`.
+    """
+    n = first_tokens.shape[0]
+    check.state_rows(init_state, n)
+    search = Search(n, strategy, controls, observer)
+    index = indexer(first_foreign_leaf(init_state))
+    state, y_prev = init_state, index(first_tokens)
+    for _ in range(int(controls.max_steps.max())):
+        logits, new_state = check.step_output(step_fn(state, y_prev))
+        rows = search.beam.size
+        parent = search.advance(logits)
+        beam = search.beam
+        if beam.size == 0:
+            break
+        state, y_prev = reorder(new_state, parent, rows, index), index(beam.token)
+    return search.outcome()
+
+
+class Search:
+    """One search between model calls: its live rows, trail, strategy state and what ended.
+
+    :func:`run` drives one; the refill runner (:mod:`beamsearch.refill`) drives several in
+    lockstep, one model call for the rows of all of them. Each call's logits for this search's
+    rows go to :meth:`advance`, which scores, selects and advances one step; the caller reorders
+    the model state by the parents it returns (:func:`reorder`).
+
+    Attributes:
+        beam: the live rows (what the next call is made for; ``beam.token`` is its ``y_prev``).
+        step: the steps taken (0 before the first call).
+        state: the strategy's state after the last step.
+        trail: the back-pointers of every step.
+    """
+
+    def __init__(self, n_inputs: int, strategy: Strategy, controls: Controls,
+                 observer: Observer | None = None) -> None:
+        self.strategy, self.controls, self.observer = strategy, controls, observer
+        self.beam = start_beam(n_inputs, controls)
+        self.trail = Trail()
+        self.state = strategy.start(n_inputs)
+        self.step = 0
+        self._ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
+        self._vocab: int | None = None
+        self._scratch: Any = None
+
+    def advance(self, logits: Any) -> np.ndarray:
+        """One step from the model's logits ``[k, V]`` for the live rows (never written into).
+
+        Returns:
+            int64 ``[k']``: each next live row's parent, a row of this call (``beam`` is now
+            those ``k'`` rows; ``k' == 0`` when the search is over).
+        """
+        self.step += 1
+        scores = score_logits(logits, self.beam, self.step, self.controls, self.trail, self._vocab, self._scratch)
+        self._vocab = scores.vocab
+        observer = self.observer
+        seen = observer.before_select(scores) if observer is not None else None
+        selection, self.state = self.strategy.select(self.state, scores)
+        if observer is not None:
+            selection = observer.after_select(seen, scores, selection, self.controls, self.trail)
+        self._scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
+        self.beam, parent, done = advance(self.beam, selection, self.step, self.controls, self.trail)
+        self._ended.extend(done)
+        return parent
+
+    def outcome(self) -> Outcome:
+        """Everything that ended so far (all of the search's hypotheses once it is over)."""
+        return Outcome(Ended.concat(self._ended), self.trail, self.state)
+
+
+def reorder(new_state: Any, parent: np.ndarray, rows: int, index: Callable[[np.ndarray], Any]) -> Any:
+    """The model state of the next call: ``new_state``'s rows (``rows`` of them) gathered by
+    ``parent`` (int64 ``[k']``), untouched when that is every row in order."""
+    if not (parent.shape[0] == rows and (parent == np.arange(rows)).all()):
+        new_state = select_state(new_state, index(parent))
+    return new_state
+
+
+def start_beam(n: int, controls: Controls) -> Beam:
+    """The N rows before step 1: one per input, logprob 0."""
+    recent = None if controls.stops is None else np.full((n, controls.stops.window), -1, np.int64)
+    history = None
+    if controls.keep_history:  # [N, P]: the prompts; a column more at each step (never max_steps wide)
+        prompts = controls.prompts or [[] for _ in range(n)]
+        p = max((len(x) for x in prompts), default=0)
+        history = np.full((n, p), -1, np.int64)
+        for i, x in enumerate(prompts):
+            if len(x):
+                history[i, p - len(x) : p] = x
+    return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent)
+
+
+def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
+               vocab: int | None, scratch: Any = None) -> tuple[StepScores, Any]:
+    """Check the model's output ``(logits, new_state)`` and score it (:func:`score_logits`)."""
+    logits, new_state = check.step_output(out)
+    return score_logits(logits, beam, step, controls, trail, vocab, scratch), new_state
+
+
+def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
+                 vocab: int | None, scratch: Any = None) -> StepScores:
+    """Turn the model's logits ``[k, V]`` into the step's processed log-probabilities.
+
+    Order (SPEC section 10): the processors (min_new_tokens' eos mask, temperature, top-k,
+    n-gram, the user's), log_softmax, the masks (the forced prefix). ``scratch`` is the previous
+    step's buffer, reused when its shape and dtype fit (the model's own array, or a view of it,
+    is never written).
+    """
+    backend = backend_of(logits)
+    x = backend.compute(logits)
+    check.logits_shape(x, beam.size, vocab)
+    if vocab is None:
+        check.token_ids_below(controls.vocab_checks, int(x.shape[1]))
+    processors, masks = _active(controls.processors, step), _active(controls.masks, step)
+    ctx = None
+    if processors or masks:
+        ctx = StepContext(step, _history(beam, step, trail), beam.input, backend)
+    buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
+    if processors:
+        if x is logits:  # processors may write: never into the model's array
+            x = backend.copy(x, out=buffer)
+        for processor in processors:
+            x = processor(x, ctx)
+    # log_softmax into a buffer the search owns: the processed array itself, or the scratch buffer
+    logp = backend.log_softmax(x, out=x if x is not logits else buffer)  # --> [k, V]
+    bad = np.isnan(backend.column(logp, 0))  # a NaN/+inf/no-finite row comes out all NaN
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        check.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
+        logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
+    for mask in masks:
+        logp = mask(logp, ctx)
+    if controls.stops is not None and beam.recent is not None:
+        rows, tokens = controls.stops.pairs(beam.recent, step)
+    else:
+        rows = tokens = _NO_PAIRS
+    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step)
+
+
+def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
+    """The processors (or masks) that act at this step: a piece with an int ``last_step``
+    attribute is a no-op after that step and is skipped (no copy of the logits for it)."""
+    if not pieces:
+        return pieces
+    return [p for p in pieces if getattr(p, "last_step", None) is None or step <= p.last_step]
+
+
+def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
+            trail: Trail) -> tuple[Beam, np.ndarray, list[tuple[Beam, Candidates, int, bool | np.ndarray]]]:
+    """Extend the kept rows and record what ended.
+
+    Returns:
+        The next beam (the rows passed to the next call), their parents (rows of this call), and
+        the hypotheses that ended at this step: the strategy's, then the live rows of inputs that
+        stop now or reached their ``max_steps`` (unfinished).
+    """
+    live = selection.live
+    inputs = beam.input[live.parent]
+    retire = retiring(inputs, selection.stop, step, controls)
+    done: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
+    if selection.ended.size:
+        done.append((beam, selection.ended, step, selection.ended_finished))
+    if retire.any():
+        done.append((beam, live.take(retire), step, False))
+        live, inputs = live.take(~retire), inputs[~retire]
+    parent = live.parent
+    with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
+        trail.add(live.token, parent, live.logprob - beam.logprob[parent])
+    return Beam(inputs, live.logprob, live.token, extend_history(beam, live),
+                extend_recent(beam.recent, live), live.tags), parent, done
+
+
+def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: Controls) -> np.ndarray:
+    """bool ``[j]``: which kept rows (of ``inputs [j]``) end here unfinished: their input stops
+    now (``stop [N]``) or reached its ``max_steps``."""
+    retire = controls.max_steps[inputs] <= step
+    if stop is not None:
+        retire |= stop[inputs]
+    return retire
+
+
+def extend_history(beam: Beam, live: Candidates) -> np.ndarray | None:
+    """The kept rows' histories, one column wider: ``[k', P + t]`` after step t, the new token
+    last. The kept rows are gathered by parent every step anyway (a copy of the filled columns,
+    as with a preallocated buffer), so the matrix is exactly as wide as what it holds: memory in
+    proportion to the tokens produced, never to ``max_steps``."""
+    if beam.history is None:
+        return None
+    filled = beam.history.shape[1]
+    history = np.empty((live.size, filled + 1), np.int64)
+    history[:, :filled] = beam.history[live.parent]
+    history[:, filled] = live.token
+    return history
+
+
+def extend_recent(recent: np.ndarray | None, live: Candidates) -> np.ndarray | None:
+    """The kept rows' last w generated tokens, the new one last (None without stop sequences)."""
+    if recent is None:
+        return None
+    if recent.shape[1] == 0:  # one-token stop sequences only: nothing to remember
+        return recent[live.parent]
+    out = np.empty_like(recent, shape=(live.size, recent.shape[1]))
+    out[:, :-1] = recent[live.parent, 1:]
+    out[:, -1] = live.token
+    return out
+
+
+def _history(beam: Beam, step: int, trail: Trail) -> Any:
+    """``ctx.history``: prompt + generated when kept, else generated only, rebuilt lazily."""
+    if beam.history is not None:
+        return beam.history
+    return lambda: trail.generated(np.arange(beam.size), step)
+
+
+def indexer(like: Any) -> Callable[[np.ndarray], Any]:
+    """int64 host arrays -> ``y_prev`` / reorder indices in the state's library (and device)."""
+    if like is None:
+        return lambda a: np.ascontiguousarray(a, dtype=np.int64)
+    backend = backend_of(like)
+    return lambda a: backend.index(a, like)

@@ -1,0 +1,201 @@
+"""A search ready to run: the validated shared controls (:class:`Options`, :func:`options`),
+the :class:`Plan` a search mode makes of them, and :func:`run_plan`, the runner of one batch
+(:func:`beamsearch.refill.decode_stream` runs plans over a stream).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from beamsearch.core import validate as check
+from beamsearch.controls import Controls
+from beamsearch.controls.min_new_tokens import MinNewTokens
+from beamsearch.controls.prefix import ForcedPrefix
+from beamsearch.controls.stop_sequences import StopSequences
+from beamsearch.core.engine import Outcome, StepFn, run
+from beamsearch.core.hypothesis import BatchResults, Hypothesis
+from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty
+from beamsearch.core.results import build
+from beamsearch.core.trace import StepRecord, Trace, tracer
+from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
+
+__all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "batch_options", "mode_options", "options",
+           "pad_id", "run_batch", "run_plan"]
+
+StepCallback = Callable[[StepRecord], Any]
+"""``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
+
+
+def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Sequence[int],
+                  max_steps: int | Sequence[int], alpha: float = 0.6, no_repeat_ngram_size: int = 0,
+                  temperature: float = 1.0, top_k: int | None = None, bos_token_id: int | None = None,
+                  length_penalty: str = "gnmt", logits_processors: Sequence[LogitsProcessor] = (),
+                  min_new_tokens: int = 0, stop_sequences: Sequence[Sequence[int]] = (),
+                  prefix: Sequence[Sequence[int]] | None = None) -> Options:
+    """The validated controls of a batched search: the keywords of :func:`beam_search_batch` that
+    every search mode shares (same names, defaults and meaning), checked before any model call.
+    A search mode takes them as ``**controls`` and passes them here."""
+    return options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
+                    length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
+
+
+SHARED_CONTROLS = tuple(inspect.signature(batch_options).parameters)[1:]
+"""The keywords of :func:`beam_search_batch` that every search mode takes as ``**controls``."""
+
+_REQUIRED = tuple(name for name, p in inspect.signature(batch_options).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY and p.default is p.empty)
+
+
+def mode_options(mode: str, prompts: Sequence[Sequence[int]], controls: dict[str, Any],
+                 refused: dict[str, str] | None = None) -> Options:
+    """:func:`batch_options` of a search mode's ``**controls``, whose names are checked first:
+    a keyword in ``refused`` (name -> why the mode does not take it) or not a shared control at
+    all is a TypeError naming ``mode`` (the public function) and the keyword, as is a missing
+    ``eos_token_id`` or ``max_steps``."""
+    check.keywords(mode, controls, SHARED_CONTROLS, _REQUIRED, refused or {})
+    return batch_options(prompts, **controls)
+
+
+class Plan:
+    """One search mode over one batch of prompts, ready to run: everything but the model.
+
+    A plan is made by a mode's plan function (:func:`beam_plan`, ``constrained_plan``,
+    ``diverse_plan``, ``stochastic_plan``), which validates the arguments before any model call,
+    and run by a runner: :func:`run_plan` for one batch, :func:`beamsearch.refill.decode_stream`
+    for a stream (where each cohort of inputs joining together has its own plan).
+
+    Attributes:
+        opts: the validated prompts and controls (:func:`batch_options`).
+        strategy: the selection rule.
+        rows_per_input: the most live rows one input can hold at a step (its beam size).
+        n_best: results per input (None: every ended hypothesis).
+        finished_first: rank finished hypotheses before unfinished ones (SPEC section 6), or
+            all together by score (SPEC section 4).
+        pad_token_id: for :meth:`BatchResults.arrays`.
+        token_logprobs: build :class:`TokenLogprobHypothesis` objects.
+    """
+
+    def __init__(self, opts: Options, strategy: Any, rows_per_input: int, *, n_best: int | None,
+                 finished_first: bool = True, pad_token_id: int | None = None, token_logprobs: bool = False) -> None:
+        self.opts, self.strategy, self.rows_per_input = opts, strategy, rows_per_input
+        self.n_best, self.finished_first = n_best, finished_first
+        self.pad_token_id, self.token_logprobs = pad_token_id, token_logprobs
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.opts.prompts)
+
+    def hypotheses(self, outcome: Outcome, inputs: np.ndarray) -> list[list[Hypothesis]]:
+        """The results of the inputs ``inputs`` (int64 ``[m]``, ascending; each of them over:
+        ``outcome`` holds all it ended with), best first."""
+        ended = outcome.ended
+        if inputs.shape[0] < self.n_inputs:
+            outcome = Outcome(ended.take(np.isin(ended.input, inputs)), outcome.trail, outcome.state)
+        out = build(outcome, self.n_inputs, self.opts.penalty, self.opts.alpha, n_best=self.n_best,
+                    finished_first=self.finished_first, token_logprobs=self.token_logprobs)
+        return [out[i] for i in inputs.tolist()]
+
+    def info(self, outcome: Outcome, inputs: np.ndarray) -> list[dict[str, Any]]:
+        """What the mode reports per input beside its hypotheses (nothing here)."""
+        return [{} for _ in range(inputs.shape[0])]
+
+    def results(self, outcome: Outcome) -> BatchResults:
+        """The result container of the whole batch."""
+        return BatchResults(self.hypotheses(outcome, np.arange(self.n_inputs)), pad_token_id=self.pad_token_id)
+
+    def empty(self) -> BatchResults:
+        """The result container of a batch without prompts."""
+        return BatchResults(pad_token_id=self.pad_token_id)
+
+
+def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCallback | None = None,
+             trace: Trace | None = None, trace_width: int = 3) -> BatchResults:
+    """Run ``plan`` over its batch: one engine search, then the plan's results.
+
+    ``callback``, ``trace`` and ``trace_width`` are :func:`beam_search`'s; the pruned candidates
+    read per row are the ``strategy.beam_size`` (1 without that attribute) plus the eos ids, plus
+    ``trace_width``."""
+    opts = plan.opts
+    keep = getattr(plan.strategy, "beam_size", 1) + opts.controls.eos.shape[0]
+    observer = tracer(callback, trace, trace_width, len(opts.prompts), opts.penalty, opts.alpha, keep, opts.prompts)
+    if opts.prompts:
+        outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), plan.strategy, opts.controls,
+                      observer=observer)
+        results = plan.results(outcome)
+    else:
+        results = plan.empty()
+    if observer is not None:
+        observer.finish(results)
+    return results
+
+
+def run_batch(step_fn: StepFn, init_state: Any, opts: Options, strategy: Any, *, n_best: int | None,
+              pad_token_id: int | None = None, return_token_logprobs: bool = False,
+              finished_first: bool = True, callback: StepCallback | None = None, trace: Trace | None = None,
+              trace_width: int = 3) -> BatchResults:
+    """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
+    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).
+
+    :func:`run_plan` with a plain :class:`Plan` (for a strategy that has no plan function of its
+    own); the keywords are :class:`Plan`'s and :func:`run_plan`'s."""
+    plan = Plan(opts, strategy, getattr(strategy, "beam_size", 1), n_best=n_best, finished_first=finished_first,
+                pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+def pad_id(pad_token_id: Any) -> int | None:
+    return None if pad_token_id is None else check.int64("pad_token_id", pad_token_id)
+
+
+class Options:
+    """The validated arguments of a batched search (or of ``score_sequences``)."""
+
+    def __init__(self, prompts: list[list[int]], controls: Controls, penalty: LengthPenalty, alpha: float) -> None:
+        self.prompts, self.controls, self.penalty, self.alpha = prompts, controls, penalty, alpha
+
+
+def options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat_ngram_size: Any,
+             temperature: Any, top_k: Any, bos_token_id: Any, length_penalty: Any, logits_processors: Any,
+             min_new_tokens: Any, stop_sequences: Any, prefix: Any = None) -> Options:
+    """Validate the rules shared by the search and ``score_sequences`` (SPEC sections 7 and 10,
+    before any model call) and assemble the controls in the documented order.
+
+    Args:
+        limits: the search's ``max_steps`` as given, or (``score_sequences``) the targets' lengths.
+    """
+    eos = check.eos_ids("eos_token_id", eos_token_id)
+    ngram = check.at_least("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    temperature = check.temperature("temperature", temperature)
+    top_k = None if top_k is None else check.at_least("top_k", top_k, 1)
+    bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
+    penalty = check.length_penalty(length_penalty, LENGTH_PENALTIES)
+    user = check.processors(logits_processors)
+    m = check.at_least("min_new_tokens", min_new_tokens, 0)
+    stops = check.stop_sequences(stop_sequences, eos)
+    given = check.prompts(prompts)
+    ids = check.with_bos(given, bos)
+    steps = limits if isinstance(limits, np.ndarray) else check.max_steps(limits, len(ids))
+    alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max(initial=1)))
+    forced = check.prefix(prefix, len(ids), eos, steps)
+    processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
+    if temperature != 1.0:
+        processors.append(Temperature(temperature))
+    if top_k is not None:
+        processors.append(TopK(top_k))
+    if ngram > 0:
+        processors.append(NoRepeatNGram(ngram))
+    processors.extend(user)
+    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id))]
+    if bos is not None:
+        checks.append(("bos_token_id", bos))
+    checks += [("prompts", given), ("stop_sequences", stops)]  # the prompts as given: an empty one holds no id
+    if forced is not None:
+        checks.append(("prefix", forced))
+    checks += [pair for processor in user for pair in processor.vocab_checks]
+    masks = () if forced is None or not any(forced) else (ForcedPrefix.of(forced),)
+    controls = Controls(eos, steps, tuple(processors), masks, StopSequences(tuple(stops), m) if stops else None,
+                        ids, tuple(checks))
+    return Options(ids, controls, penalty, alpha)

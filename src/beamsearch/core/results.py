@@ -1,0 +1,66 @@
+"""Results: one vectorized builder for every search (the containers are in :mod:`._hypothesis`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from beamsearch.core.engine import Outcome
+from beamsearch.core.hypothesis import Hypothesis, TokenLogprobHypothesis
+from beamsearch.core.penalties import LengthPenalty, score
+
+__all__ = ["build"]
+
+
+def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float, *, n_best: int | None,
+          finished_first: bool, token_logprobs: bool = False) -> list[list[Hypothesis]]:
+    """Per input, its hypotheses best first.
+
+    Args:
+        outcome: what the search left.
+        penalty, alpha: score = logprob / penalty(len(tokens), alpha).
+        n_best: with ``finished_first``: the finished ones by score cut to n_best, filled from
+            the unfinished by score (SPEC section 6). None: every hypothesis.
+        finished_first: False ranks finished and unfinished together by score, finished first on
+            a tie (SPEC section 4). Ties otherwise keep production order (a stable sort).
+        token_logprobs: build :class:`TokenLogprobHypothesis` objects.
+    """
+    ended = outcome.ended
+    scores = score(ended.logprob, ended.step, penalty, alpha)  # --> [h]
+    order = np.arange(scores.shape[0])
+    unfinished = (~ended.finished).astype(np.int64)
+    if finished_first:
+        rank = np.lexsort((order, -scores, unfinished, ended.input))
+    else:
+        rank = np.lexsort((order, unfinished, -scores, ended.input))
+    if n_best is not None:
+        rank = rank[_first_n_best(ended.input[rank], unfinished[rank], ended.finished, ended.input,
+                                  n_inputs, n_best)]
+    chosen = ended.take(rank)
+    tokens, per_token = outcome.trail.paths(chosen)
+    counts = np.bincount(chosen.input, minlength=n_inputs)
+    hyps = [_hypothesis(tokens[j], per_token[j] if token_logprobs else None, int(chosen.step[j]),
+                        float(chosen.logprob[j]), float(scores[rank[j]]), bool(chosen.finished[j]))
+            for j in range(rank.shape[0])]
+    out, at = [], 0
+    for c in counts.tolist():
+        out.append(hyps[at : at + c])
+        at += c
+    return out
+
+
+def _first_n_best(inputs: np.ndarray, unfinished: np.ndarray, finished: np.ndarray, all_inputs: np.ndarray,
+                  n_inputs: int, n_best: int) -> np.ndarray:
+    """bool mask over rows sorted by (input, unfinished, score): the first n_best of each input."""
+    group = inputs * 2 + unfinished  # --> [h]: one group per (input, kind), sorted
+    start = np.searchsorted(group, group)  # first row of each row's group
+    pos = np.arange(group.shape[0]) - start  # position within its group
+    n_fin = np.bincount(all_inputs[finished], minlength=n_inputs)  # --> [N]
+    room = np.where(unfinished == 1, n_best - np.minimum(n_fin[inputs], n_best), n_best)
+    return pos < room
+
+
+def _hypothesis(tokens: np.ndarray, per_token: np.ndarray | None, length: int, logprob: float, sc: float,
+                finished: bool) -> Hypothesis:
+    if per_token is None:
+        return Hypothesis(tokens[:length].tolist(), logprob, sc, finished)
+    return TokenLogprobHypothesis(tokens[:length].tolist(), logprob, sc, finished, per_token[:length].tolist())

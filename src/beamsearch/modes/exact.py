@@ -1,0 +1,465 @@
+"""Exact search: per input, the highest-scoring outputs under the model and the search's scoring
+rule, found by branch and bound over the step function, with a proof flag and its cost.
+
+**What is searched.** The outputs of input i are its finished outputs (ended by an eos id, or by a
+stop sequence after ``min_new_tokens``) of at most ``max_steps[i]`` tokens, and its unfinished
+outputs of exactly ``max_steps[i]`` tokens, each with the logprob the batched search gives it (the
+sum of the processed log-probabilities) and ``score = logprob / lp(len)``. They are ranked as
+:func:`beamsearch.beam_search_batch` ranks its results: finished before unfinished, then by score;
+so an unfinished output is returned only when the input has fewer than ``n_best`` finished ones
+(the batched search's fill-up rule). Outputs with a -inf logprob do not exist.
+
+**The bound.** Every processed log-probability is <= 0 and ``lp`` is non-decreasing (alpha >= 0),
+so every output extending a prefix of logprob ``s`` scores at most ``s / lp(max_steps[i])``: the
+batched search's early-stop bound. A prefix is pruned when that bound is at most the incumbent,
+the ``n_best``-th best finished score found so far (no pruning while fewer are known).
+
+**The order.** A model call holds rows at one step (a KV cache has one length, processors read one
+step number), so the search goes step by step: at step t it expands every prefix of t - 1 tokens
+that survived the bound, ``batch_rows`` rows per model call, through the engine's own
+:func:`~beamsearch.core.engine.score_step`; then it records the finished (and, at ``max_steps``, the
+unfinished) extensions, raises the incumbent, and keeps the extensions whose bound still beats it.
+The incumbent starts from a small beam search (``seed_beam``), whose result is usually the optimum
+already; then this order expands the same prefixes a best-first search would (every prefix whose
+bound beats the final incumbent, and no other), without a priority queue.
+
+**The budget.** ``expanded[i]`` counts the rows of input i passed to the model: the seed's and the
+branch and bound's (a prefix both pass counts twice). ``node_budget`` bounds it: the seed stops an
+input where its next call would pass it, and the branch and bound expands, per step, the best
+prefixes by bound up to what is left; an input that loses a prefix whose bound beats its incumbent
+to the budget is not proven.
+
+**Memory.** The model state rows of one step's expanded prefixes (joined from that step's calls)
+while the next step's calls run: about two steps' worth of rows. On the host, per expanded prefix,
+a few int64 / float64 entries (the back-pointer trail the paths are rebuilt from), its ``P + t``
+history tokens only when a processor reads them, and, while a step runs, one call's ``[batch_rows,
+V]`` extensions and about twice the extensions each input's budget can still expand (cut back call
+by call): never more than the budget allows, whatever ``max_steps`` is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from beamsearch.core import validate as check
+from beamsearch.backends import first_foreign_leaf
+from beamsearch.core.beam import Beam, Candidates, Ended, Trail
+from beamsearch.core.engine import StepFn, extend_history, extend_recent, indexer, run, score_step, start_beam
+from beamsearch.core.hypothesis import BatchResults, Hypothesis
+from beamsearch.core.penalties import score
+from beamsearch.core.plan import mode_options, pad_id
+from beamsearch.modes.beam import beam_plan
+from beamsearch.core.select import StepScores, accumulate, split_terminals
+from beamsearch.core.state import concat_state, has_registered_leaf, select_state
+from beamsearch.strategies import Selection
+
+__all__ = ["ExactResults", "exact_search"]
+
+_NO_STEPS = ("a step record and a search tree describe a beam's steps, and branch and bound has no beam; its "
+             "results report proven, model_calls and expanded per input")
+_REFUSED = {
+    "beam_size": "it expands every prefix whose bound can beat the best output found; seed_beam is the beam "
+                 "of its seed search",
+    "early_stop": "it is always exact: a prefix is pruned only when its bound cannot beat the incumbent",
+    "return_token_logprobs": "its results carry each output's logprob and score, not per-token log-probabilities",
+    "callback": _NO_STEPS,
+    "trace": _NO_STEPS,
+    "trace_width": _NO_STEPS,
+}
+"""The keywords of ``beam_search_batch`` that exact search does not take, and why."""
+
+
+class ExactResults(BatchResults):
+    """``results[i]``: input i's best outputs (at most ``n_best``, best first), as
+    :func:`beamsearch.beam_search_batch` returns them; :meth:`arrays` pads them likewise.
+
+    Attributes:
+        proven: bool ``[N]``: True when input i's search finished within ``node_budget``, so its
+            results are the best there are; False: the best found, not proven.
+        model_calls: int64 ``[N]``: model calls that held a row of input i (the seed beam's too).
+        expanded: int64 ``[N]``: rows of input i passed to the model, the seed beam's and the
+            branch and bound's (a prefix both pass counts twice); at most ``node_budget``.
+    """
+
+    def __init__(self, results: Sequence[list[Hypothesis]] = (), *, pad_token_id: int | None = None,
+                 proven: np.ndarray | None = None, model_calls: np.ndarray | None = None,
+                 expanded: np.ndarray | None = None) -> None:
+        super().__init__(results, pad_token_id=pad_token_id)
+        n = len(self)
+        self.proven = np.ones(n, bool) if proven is None else proven
+        self.model_calls = np.zeros(n, np.int64) if model_calls is None else model_calls
+        self.expanded = np.zeros(n, np.int64) if expanded is None else expanded
+
+
+def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], *,
+                 node_budget: int = 100_000, batch_rows: int = 64, n_best: int = 1, seed_beam: int = 4,
+                 pad_token_id: int | None = None, **controls: Any) -> ExactResults:
+    """The highest-scoring outputs of each input (see the module docstring for the definition).
+
+    Args:
+        step_fn: ``step_fn(state, y_prev [k]) -> (logits [k, V], new_state)``; a call holds rows
+            at one step (all rows have generated the same number of tokens).
+        init_state: one row per prompt (axis 0 of every array leaf).
+        prompts: ``N`` lists of token ids, as for :func:`beamsearch.beam_search_batch`.
+        node_budget: the most rows of one input passed to the model (``expanded``), the seed
+            beam's and the branch and bound's together: the seed stops an input where its next
+            call would pass it, then the best prefixes by bound are expanded up to what is left.
+            When an input would need more, its result is flagged not proven.
+        batch_rows: the most rows in one model call, >= 1.
+        n_best: outputs per input, >= 1.
+        seed_beam: the beam size of the seed search (``max(seed_beam, n_best)`` is used), >= 1.
+        pad_token_id: fills :meth:`ExactResults.arrays`; never changes the search.
+        **controls: the shared keywords of :func:`beamsearch.beam_search_batch`
+            (``eos_token_id`` and ``max_steps`` required; ``alpha``, ``length_penalty``,
+            ``no_repeat_ngram_size``, ``temperature``, ``top_k``, ``bos_token_id``,
+            ``logits_processors``, ``min_new_tokens``, ``stop_sequences``, ``prefix``), with the
+            same meaning: they define the outputs and their scores. Its other keywords are
+            refused: ``beam_size`` (``seed_beam`` is the seed's beam), ``early_stop`` (always
+            exact), ``return_token_logprobs``, ``callback``, ``trace`` and ``trace_width`` (there
+            is no beam step to record).
+
+    Returns:
+        An :class:`ExactResults`: per input, its ``n_best`` best outputs (finished first, then by
+        score; ties keep the seed's first), ``proven``, ``model_calls`` and ``expanded``. An input
+        not proven has the best outputs found: fewer than ``n_best``, or none, when the budget ran
+        out before that many were reached.
+
+    Raises:
+        ValueError, TypeError: a bad argument, named with its value, before any model call; a
+            refused or unknown keyword is a TypeError naming ``exact_search`` and the keyword.
+    """
+    node_budget = check.at_least("node_budget", node_budget, 1)
+    batch_rows = check.at_least("batch_rows", batch_rows, 1)
+    n_best = check.at_least("n_best", n_best, 1)
+    seed_beam = check.at_least("seed_beam", seed_beam, 1)
+    pad = pad_id(pad_token_id)
+    opts = mode_options("exact_search", prompts, controls, _REFUSED)
+    n = len(opts.prompts)
+    if n == 0:
+        return ExactResults(pad_token_id=pad)
+    check.state_rows(init_state, n)
+    meter = _Meter(n)
+    # the seed search consumes its state (a registered cache may be extended and reordered in
+    # place, as the Hugging Face adapter's is): the branch and bound starts from a copy
+    search_state = _copy_if_shared(init_state)
+    seed = _seed(meter.wrap(step_fn), init_state, opts, max(seed_beam, n_best), n_best, node_budget, meter, controls)
+    incumbent = np.array([_nth_finished([h.score for h in hyps if h.finished], n_best) for hyps in seed])
+    bb = _BranchAndBound(step_fn, opts, n_best, node_budget, batch_rows, meter)
+    found, proven = bb.run(search_state, incumbent)
+    merged = [_merge(s, f, n_best) for s, f in zip(seed, found)]
+    return ExactResults(merged, pad_token_id=pad, proven=proven, model_calls=meter.calls, expanded=meter.rows)
+
+
+class _Meter:
+    """Per input: the model calls that held its rows and the rows passed (int64 ``[N]`` each)."""
+
+    def __init__(self, n: int) -> None:
+        self.calls = np.zeros(n, np.int64)
+        self.rows = np.zeros(n, np.int64)
+
+    def count(self, inputs: np.ndarray) -> None:
+        rows = np.bincount(inputs, minlength=self.rows.shape[0])
+        self.rows += rows
+        self.calls += rows > 0
+
+    def wrap(self, step_fn: StepFn) -> StepFn:
+        """A step function over ``(state, input ids [k])``: the ids ride along as a state leaf, so
+        ``select_state`` keeps them aligned with the rows, and each call is counted."""
+
+        def counted(state: tuple[Any, np.ndarray], y_prev: Any) -> tuple[Any, tuple[Any, np.ndarray]]:
+            inner, ids = state
+            self.count(ids)
+            logits, new_state = step_fn(inner, y_prev)
+            return logits, (new_state, ids)
+
+        return counted
+
+
+def _seed(counted: StepFn, init_state: Any, opts: Any, beam_size: int, n_best: int, node_budget: int,
+          meter: _Meter, controls: dict[str, Any]) -> list[list[Hypothesis]]:
+    """The seed: ``beam_search_batch``'s search with ``beam_size`` and ``n_best`` (``counted`` is
+    the metered step function, :meth:`_Meter.wrap`), within the node budget: an input stops (its
+    live rows end unfinished) where its next call would take its rows past ``node_budget``.
+
+    Returns:
+        Per input, the seed's results that are outputs: finished ones, and unfinished ones of
+        exactly ``max_steps`` tokens (a row cut by the budget before that is no output).
+    """
+    n = len(opts.prompts)
+    plan = beam_plan(opts.prompts, beam_size=beam_size, n_best=n_best, **controls)
+    first = np.array([p[-1] for p in opts.prompts], np.int64)
+    outcome = run(counted, (init_state, np.arange(n)), first, plan.strategy, plan.opts.controls,
+                  observer=_SeedBudget(meter, node_budget))
+    limit = opts.controls.max_steps.tolist()
+    results = plan.results(outcome)
+    return [[h for h in hyps if h.finished or len(h.tokens) == steps] for hyps, steps in zip(results, limit)]
+
+
+class _SeedBudget:
+    """The seed search's observer (:class:`beamsearch.core.engine.Observer`): stops the inputs whose
+    live rows after this step would take the rows the model was passed for them (``meter.rows``)
+    past the budget, so the seed never spends more than ``node_budget`` of an input."""
+
+    def __init__(self, meter: _Meter, node_budget: int) -> None:
+        self.meter, self.node_budget = meter, node_budget
+
+    def before_select(self, scores: StepScores) -> None:
+        return None
+
+    def after_select(self, seen: None, scores: StepScores, selection: Selection, controls: Any,
+                     trail: Trail) -> Selection:
+        rows = np.bincount(scores.beam.input[selection.live.parent], minlength=self.meter.rows.shape[0])  # --> [N]
+        over = self.meter.rows + rows > self.node_budget
+        if not over.any():
+            return selection
+        return replace(selection, stop=over if selection.stop is None else selection.stop | over)
+
+
+class _BranchAndBound:
+    """The step-by-step branch and bound (module docstring): one instance per search."""
+
+    def __init__(self, step_fn: StepFn, opts: Any, n_best: int, node_budget: int, batch_rows: int,
+                 meter: _Meter) -> None:
+        self.step_fn, self.controls, self.prompts = step_fn, opts.controls, opts.prompts
+        self.penalty, self.alpha = opts.penalty, opts.alpha
+        self.n_best, self.node_budget, self.batch_rows, self.meter = n_best, node_budget, batch_rows, meter
+        self.limit = opts.controls.max_steps  # --> [N], the most tokens of each input
+        self.trail = Trail()
+        self.eps = float(np.finfo(np.float64).eps)  # of the logits' dtype, once known
+
+    def run(self, init_state: Any, seed_incumbent: np.ndarray) -> tuple[list[list[Hypothesis]], np.ndarray]:
+        """Search every input.
+
+        Args:
+            seed_incumbent: float64 ``[N]``: the seed's ``n_best``-th finished score (-inf if none).
+
+        Returns:
+            Per input, the best outputs found (at most ``n_best``, best first), and bool ``[N]``:
+            which inputs were searched within the budget.
+        """
+        n = self.limit.shape[0]
+        proven = np.ones(n, bool)
+        best = _no_outputs()
+        incumbent = seed_incumbent
+        index = indexer(first_foreign_leaf(init_state))
+        vocab = None
+        roots = Candidates(np.arange(n), np.zeros(n, np.int64), np.zeros(n))  # bound 0: kept unless incumbent >= 0
+        keep = self._admit(roots, np.arange(n), incumbent, proven)
+        first = replace(start_beam(n, self.controls), token=np.array([p[-1] for p in self.prompts], np.int64))
+        beam, state, size, parent = _rows(first, keep), init_state, n, keep
+        for step in range(1, int(self.limit.max()) + 1):
+            if beam.size == 0:
+                break
+            cap = self._cap(beam, step)
+            states, ended, children, vocab = self._expand(state, size, parent, beam, step, index, vocab, cap)
+            at_limit = self.limit[beam.input[children.parent]] <= step  # these are outputs, not prefixes
+            outputs = [best, _ended(beam, ended, step, True), _ended(beam, children.take(at_limit), step, False)]
+            best = _best(_concat(outputs), self.n_best, self.penalty, self.alpha)
+            incumbent = np.maximum(seed_incumbent, _nth_finished_each(best, n, self.n_best, self.penalty, self.alpha))
+            children = children.take(~at_limit)
+            keep = self._admit(children, beam.input[children.parent], incumbent, proven)
+            children = children.take(keep)
+            if children.size == 0:
+                break
+            self.trail.add(children.token, children.parent, children.logprob - beam.logprob[children.parent])
+            state, size, parent = concat_state(states), beam.size, children.parent
+            beam = Beam(beam.input[children.parent], children.logprob, children.token,
+                        extend_history(beam, children), extend_recent(beam.recent, children))
+        return self._hypotheses(best, n), proven
+
+    def _cap(self, beam: Beam, step: int) -> np.ndarray:
+        """int64 ``[N]``: how many of this step's non-terminal extensions of each input can still
+        matter, the best by bound (ties: production order): at its ``max_steps``, its ``n_best``
+        best outputs (their score is their bound); before it, the prefixes its budget has room for
+        after this step's rows, and one more (it tells :meth:`_admit` whether the budget cut a
+        prefix that beats the incumbent)."""
+        after = self.meter.rows + np.bincount(beam.input, minlength=self.limit.shape[0])  # --> [N]
+        return np.where(self.limit <= step, self.n_best, np.maximum(self.node_budget - after, 0) + 1)
+
+    def _expand(self, state: Any, size: int, parent: np.ndarray, beam: Beam, step: int,
+                index: Callable[[np.ndarray], Any], vocab: int | None, cap: np.ndarray
+                ) -> tuple[list[Any], Candidates, Candidates, int | None]:
+        """Pass this step's rows to the model, ``batch_rows`` at a time.
+
+        Args:
+            state: the previous step's joined model state (``size`` rows); row ``parent[r]`` is row r's.
+            cap: int64 ``[N]`` (:meth:`_cap`).
+
+        Returns:
+            Each call's new state, and over all calls (``parent`` = the row in ``beam``): the
+            finite terminal extensions (production order) and the other finite extensions, in
+            production order: at least each input's ``cap[i]`` best by bound (ties: production
+            order). They are cut back to those whenever they pass twice ``cap``'s sum over the
+            step's inputs, so the step holds about that many plus one call's ``[batch_rows * V]``,
+            not every extension of its rows.
+        """
+        states, ended, children = [], [], []
+        held, most = 0, 2 * int(cap[np.unique(beam.input)].sum())
+        scratch = None
+        starts = range(0, beam.size, self.batch_rows)
+        for start in starts:
+            part = _rows(beam, np.arange(start, min(start + self.batch_rows, beam.size)))
+            self.meter.count(part.input)
+            # every call but the last gathers from a copy: the call consumes the state it is given
+            source = state if start == starts[-1] else _copy_if_shared(state)
+            out = self.step_fn(_gather(source, size, parent[start : start + part.size], index), index(part.token))
+            scores, new_state = score_step(out, part, step, self.controls, _Offset(self.trail, start), vocab, scratch)
+            vocab = scores.vocab
+            terminal, logp = split_terminals(scores)  # terminal entries of logp are now -inf
+            host = scores.backend.to_numpy(logp)  # --> [k', V]: every finite extension is ranked on the host
+            self.eps = float(np.finfo(host.dtype).eps)
+            rows, tokens = np.nonzero(np.isfinite(host))  # row-major: by row, then token id
+            children.append(Candidates(rows + start, tokens, accumulate(scores, rows, host[rows, tokens])))
+            held += children[-1].size
+            if held > most:
+                children = [self._shortlist(_concat_candidates(children), beam.input, cap)]
+                held = children[0].size
+            ended.append(Candidates(terminal.parent + start, terminal.token, terminal.logprob))
+            states.append(new_state)
+            scratch = logp  # read out already: the next call's buffer
+        return states, _concat_candidates(ended), _concat_candidates(children), vocab
+
+    def _admit(self, prefixes: Candidates, inputs: np.ndarray, incumbent: np.ndarray, proven: np.ndarray) -> np.ndarray:
+        """The prefixes to expand at the next step: those whose bound beats their input's
+        incumbent, then per input the best by bound (ties: production order) up to its budget;
+        an input that loses a prefix to the budget is no longer proven (``proven`` is updated).
+
+        Args:
+            prefixes: ``[j]`` candidates (their logprob is the prefix's).
+            inputs: int64 ``[j]``: their inputs.
+            incumbent: float64 ``[N]``.
+
+        Returns:
+            int64 indices into ``prefixes``, in production order.
+        """
+        bound = score(prefixes.logprob, self.limit[inputs], self.penalty, self.alpha)  # --> [j]
+        # A margin of 2 * max_steps * eps (relative): a path's logprob is summed in the logits'
+        # precision, so an extension can exceed its prefix's logprob by that much rounding.
+        slack = 2.0 * float(self.limit.max()) * self.eps * np.abs(incumbent[inputs])
+        beats = np.flatnonzero(bound > incumbent[inputs] - slack)
+        order, position = _ranked(bound, inputs, beats)
+        ranked = inputs[order]
+        room = self.node_budget - self.meter.rows[ranked]
+        proven[np.unique(ranked[position >= room])] = False
+        return np.sort(order[position < room])
+
+    def _shortlist(self, children: Candidates, row_input: np.ndarray, cap: np.ndarray) -> Candidates:
+        """Per input, the ``cap[i]`` best of ``children`` by bound (ties: production order), in
+        production order (``row_input``: int64 ``[k]``, the input of each row they extend)."""
+        inputs = row_input[children.parent]
+        bound = score(children.logprob, self.limit[inputs], self.penalty, self.alpha)  # --> [j]
+        order, position = _ranked(bound, inputs, np.arange(children.size))
+        return children.take(np.sort(order[position < cap[inputs[order]]]))
+
+    def _hypotheses(self, best: Ended, n: int) -> list[list[Hypothesis]]:
+        """The kept outputs as :class:`Hypothesis` objects, per input, best first."""
+        tokens, _ = self.trail.paths(best)
+        scores = score(best.logprob, best.step, self.penalty, self.alpha)
+        out: list[list[Hypothesis]] = [[] for _ in range(n)]
+        for j in range(best.input.shape[0]):  # once per result, not per step
+            out[int(best.input[j])].append(Hypothesis(tokens[j, : best.step[j]].tolist(), float(best.logprob[j]),
+                                                      float(scores[j]), bool(best.finished[j])))
+        return out
+
+
+class _Offset:
+    """The trail seen from one call of a step: its row r is row ``start + r`` of the step (for a
+    processor's lazily built history of generated tokens)."""
+
+    def __init__(self, trail: Trail, start: int) -> None:
+        self.trail, self.start = trail, start
+
+    def generated(self, rows: np.ndarray, step: int) -> np.ndarray:
+        return self.trail.generated(rows + self.start, step)
+
+
+def _copy_if_shared(state: Any) -> Any:
+    """``state``, or a copy of it (``concat_state`` of the one state) when it holds a leaf of a
+    type registered with ``select_state``: such a leaf (a KV cache object) may be reordered and
+    extended in place by the search and the model, so a state read more than once is copied
+    first. Plain arrays are never changed in place: no copy."""
+    return concat_state([state]) if has_registered_leaf(state) else state
+
+
+def _rows(beam: Beam, idx: np.ndarray) -> Beam:
+    """The rows ``idx`` of a beam."""
+    return Beam(beam.input[idx], beam.logprob[idx], beam.token[idx],
+                None if beam.history is None else beam.history[idx],
+                None if beam.recent is None else beam.recent[idx])
+
+
+def _gather(state: Any, size: int, rows: np.ndarray, index: Callable[[np.ndarray], Any]) -> Any:
+    """``select_state(state, rows)``, skipped when ``rows`` is every one of the ``size`` rows in order."""
+    if rows.shape[0] == size and (rows == np.arange(size)).all():
+        return state
+    return select_state(state, index(rows))
+
+
+def _ranked(key: np.ndarray, inputs: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries ``among`` (int64 indices into ``key`` and ``inputs``, ``[j]`` each) per input,
+    highest ``key`` first (ties: lower index first), and each one's rank within its input."""
+    order = among[np.lexsort((among, -key[among], inputs[among]))]
+    ranked = inputs[order]
+    return order, np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)
+
+
+def _ended(beam: Beam, chosen: Candidates, step: int, finished: bool) -> Ended:
+    """Outputs ending at ``step``: ``chosen`` extends rows of ``beam``."""
+    h = chosen.size
+    return Ended(beam.input[chosen.parent], chosen.logprob, np.full(h, step, np.int64), chosen.token,
+                 chosen.logprob - beam.logprob[chosen.parent], chosen.parent, np.full(h, finished))
+
+
+def _no_outputs() -> Ended:
+    z = np.zeros(0, np.int64)
+    return Ended(z, np.zeros(0), z, z, np.zeros(0), z, np.zeros(0, bool))
+
+
+def _concat(parts: list[Ended]) -> Ended:
+    return Ended(*(np.concatenate([getattr(p, f) for p in parts]) for f in Ended.__dataclass_fields__))
+
+
+def _concat_candidates(parts: list[Candidates]) -> Candidates:
+    return Candidates(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("parent", "token", "logprob")))
+
+
+def _best(outputs: Ended, n_best: int, penalty: Any, alpha: float) -> Ended:
+    """Per input, its ``n_best`` best outputs (finished first, then by score; ties keep the
+    order of ``outputs``), sorted that way, input-major."""
+    s = score(outputs.logprob, outputs.step, penalty, alpha)
+    order = np.lexsort((np.arange(s.shape[0]), -s, ~outputs.finished, outputs.input))
+    ranked = outputs.input[order]
+    position = np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)
+    return outputs.take(order[position < n_best])
+
+
+def _nth_finished_each(best: Ended, n: int, n_best: int, penalty: Any, alpha: float) -> np.ndarray:
+    """float64 ``[N]``: the ``n_best``-th finished score of each input in ``best`` (as
+    :func:`_best` leaves it), -inf where it has fewer finished outputs."""
+    out = np.full(n, -np.inf)
+    ranked = best.input
+    position = np.arange(ranked.shape[0]) - np.searchsorted(ranked, ranked)
+    last = np.flatnonzero((position == n_best - 1) & best.finished)  # finished sort first: all n_best are
+    out[ranked[last]] = score(best.logprob[last], best.step[last], penalty, alpha)
+    return out
+
+
+def _nth_finished(scores: list[float], n_best: int) -> float:
+    """The ``n_best``-th of the finished scores (given best first), -inf if fewer."""
+    return scores[n_best - 1] if len(scores) >= n_best else -np.inf
+
+
+def _merge(seed: list[Hypothesis], found: list[Hypothesis], n_best: int) -> list[Hypothesis]:
+    """The ``n_best`` best distinct outputs of the seed's and the branch and bound's (finished
+    first, then by score; ties keep the seed's first)."""
+    ranked = sorted(seed + found, key=lambda h: (not h.finished, -h.score))  # stable
+    out: list[Hypothesis] = []
+    seen: set[tuple[int, ...]] = set()
+    for h in ranked:
+        if tuple(h.tokens) not in seen:
+            seen.add(tuple(h.tokens))
+            out.append(h)
+    return out[:n_best]
