@@ -295,3 +295,92 @@ def test_the_models_own_generation_config_is_used():
     got = generate(model, PROMPTS, generation_config=explicit)
     assert (got.settings["beam_size"], got.settings["n_best"], got.settings["max_steps"]) == (2, 2, [3] * 4)
 
+
+
+# ---- issue 19 item 5, 20 item 5: defaults as generate's, results' pad, a used Prepared, ids checked ----
+
+@pytest.mark.parametrize("name", ["gpt2", "bart"])
+def test_without_max_new_tokens_the_length_is_generates_20_new_tokens(name):
+    """transformers 5 counts the default max_length=20 as new tokens (not prompt + new): greedy with
+    no length setting at all gives generate's tokens, 20 of them where no eos comes (the eos ids are
+    cleared, so every row runs to its limit: before the fix a causal row got 20 - len(prompt))."""
+    model = build(name, 3)
+    model.generation_config.eos_token_id = None
+    model.generation_config.max_length = None
+    expected, _ = theirs(model, PROMPTS, num_beams=1, eos_token_id=None)
+    got = generate(model, PROMPTS, num_beams=1, eos_token_id=None)
+    assert got.settings["max_steps"] == [20] * len(PROMPTS)
+    assert [h[0].tokens for h in got.hypotheses] == expected
+    assert all(len(row) == 20 for row in expected)
+
+
+def test_the_default_length_is_capped_at_the_models_positions():
+    """generate caps max_length = 20 + padded width at max_position_embeddings; so do we (a GPT-2
+    of n_positions 40 and a prompt of 26 tokens: 14 new tokens, for every input)."""
+    model = build("gpt2", 3)
+    model.generation_config.max_length = None
+    limit = model.config.max_position_embeddings
+    prompts = [[5] * (limit - 14), [9, 10]]
+    expected, _ = theirs(model, prompts, num_beams=1, eos_token_id=None)
+    got = generate(model, prompts, num_beams=1, eos_token_id=None)
+    assert got.settings["max_steps"] == [14, 14]
+    assert [h[0].tokens for h in got.hypotheses] == expected
+
+
+@pytest.mark.parametrize("pad, expected_pad", [(PAD, PAD), (None, EOS[0])])
+def test_generation_arrays_pad_with_the_configs_pad_else_the_first_eos(pad, expected_pad):
+    """hypotheses.arrays() works as generate's outputs are padded: with the model's pad id, or the
+    first eos id without one (it raised 'pad_token_id is None' either way)."""
+    model = build("gpt2", 4, eos_bias=2.0)
+    model.generation_config.pad_token_id = pad
+    out = generate(model, PROMPTS, num_beams=3, num_return_sequences=2, max_new_tokens=6)
+    arrays = out.hypotheses.arrays()
+    for i, hyps in enumerate(out.hypotheses):
+        for j, h in enumerate(hyps):
+            row = arrays.tokens[i, j].tolist()
+            assert row[: len(h.tokens)] == h.tokens and set(row[len(h.tokens):]) <= {expected_pad}
+    assert (arrays.tokens == expected_pad).any()  # some output is shorter than the longest
+    call = generate(model, PROMPTS, num_beams=2, max_new_tokens=4, pad_token_id=59).hypotheses
+    assert call.pad_token_id == 59
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bart"])
+def test_a_prepared_state_used_by_a_search_is_refused_with_a_clear_error(name):
+    """The model extends the KV cache in place, so a Prepared is for one search: a second search
+    from it is a ValueError saying so (it was a raw torch size mismatch), and a fresh Prepared
+    gives the first search's results again."""
+    model = build(name, 5)
+    prepare = seq2seq_lm if name == "bart" else causal_lm
+    kw = dict(eos_token_id=EOS, max_steps=5, beam_size=2, n_best=2)
+    dec = prepare(model, PROMPTS)
+    first = beam_search_batch(dec.step, dec.init_state, dec.prompts, **kw)
+    with pytest.raises(ValueError, match="this Prepared was used by a search already"):
+        beam_search_batch(dec.step, dec.init_state, dec.prompts, **kw)
+    again = prepare(model, PROMPTS)
+    assert_same_hypotheses(beam_search_batch(again.step, again.init_state, again.prompts, **kw), first, tol=FLOAT32)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: causal_lm(m, [[5, 17], [9, 10**4]]), r"prompts\[1\]\[1\] must be in \[0, V\) with V=61 .*got 10000"),
+    (lambda m: causal_lm(m, torch.tensor([[5, 17], [9, 61]])), r"prompts\[1\]\[1\] must be in \[0, V\) .*got 61"),
+    (lambda m: generate(m, [[61]], max_new_tokens=2), r"inputs\[0\]\[0\] must be in \[0, V\) with V=61 .*got 61"),
+])
+def test_a_prompt_id_outside_the_vocabulary_is_refused_before_the_model(call, message):
+    """An id >= V (or negative) reached torch as an IndexError from inside the forward; now it is a
+    ValueError naming the input, the position, the value and V, and the model never runs."""
+    model = build("gpt2", 6)
+    calls = []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match=message):
+        call(model)
+    assert calls == []
+
+
+def test_a_source_id_outside_the_vocabulary_is_refused_before_the_encoder():
+    model = build("bart", 6)
+    calls = []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    model.get_encoder().register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match=r"sources\[0\]\[2\] must be in \[0, V\) with V=61 .*got 99"):
+        seq2seq_lm(model, [[5, 17, 99]])
+    assert calls == []

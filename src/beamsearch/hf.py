@@ -254,7 +254,9 @@ class Prepared:
         forward_calls: model forward calls so far.
 
     A ``Prepared`` is for one search: the model extends its KV cache in place, and the search
-    reorders it in place (``select_state`` on the adapter's state), as ``generate`` does.
+    reorders it in place (``select_state`` on the adapter's state), as ``generate`` does; a
+    second search from the same ``init_state`` is a ValueError saying so at its first step (call
+    :func:`causal_lm` / :func:`seq2seq_lm` again).
     The model runs under ``torch.inference_mode``: the logits and states are inference tensors
     (read them anywhere; clone one before writing into it outside inference mode).
     """
@@ -590,6 +592,21 @@ def _rows(inputs: Any, attention_mask: Any, tokenizer: Any, name: str) -> list[l
     return rows
 
 
+def _in_vocab(model: Any, rows: list[list[int]], name: str) -> None:
+    """Refuse an id outside the model's embedding table ``[0, V)`` before the model runs (torch
+    would raise an IndexError from inside the forward), naming ``name[i][j]``, the value and V."""
+    vocab = model.get_input_embeddings().num_embeddings
+    flat = np.fromiter((t for r in rows for t in r), np.int64)
+    bad = np.flatnonzero((flat < 0) | (flat >= vocab))
+    if bad.size:
+        at = int(bad[0])
+        ends = np.cumsum([len(r) for r in rows])
+        i = int(np.searchsorted(ends, at, side="right"))
+        j = at - (int(ends[i - 1]) if i else 0)
+        raise ValueError(f"{name}[{i}][{j}] must be in [0, V) with V={vocab} (the model's embeddings); "
+                         f"got {int(flat[at])}")
+
+
 def _unpadded(ids: torch.Tensor, attention_mask: Any, name: str) -> list[list[int]]:
     """The token lists of a padded ``[N, P]`` tensor: where ``attention_mask`` is 1 (all of it
     without a mask). Each mask row must be one block of ones at the left or at the right end."""
@@ -697,6 +714,14 @@ def _pad_id(model: Any, pad_token_id: int | None) -> int:
     return int(pad) if isinstance(pad, int) else 0
 
 
+def _unconsumed(cache: Any, columns: int) -> None:
+    """Refuse a search from a :class:`Prepared` state that an earlier search has used: the model
+    extended its cache in place (it holds more than the ``columns`` the state starts from)."""
+    if cache.get_seq_length() != columns:
+        raise ValueError("this Prepared was used by a search already: the model extended its KV cache in place, "
+                         "so it cannot start another; prepare the inputs again (hf.causal_lm / hf.seq2seq_lm)")
+
+
 def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
     start = time.perf_counter()
     out = model(**inputs, use_cache=True, return_dict=True)
@@ -780,6 +805,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
             model's ``n_positions`` / ``max_position_embeddings``. TypeError: a non-integer id.
     """
     rows = _rows(prompts, attention_mask, tokenizer, "prompts")
+    _in_vocab(model, rows, "prompts")
     _in_eval_mode(model)
     pad = _pad_id(model, pad_token_id)
     eos, extra = _eos(model, eos_token_id)
@@ -808,6 +834,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     @_inference
     def step(state: CausalState, y_prev: torch.Tensor) -> tuple[torch.Tensor, CausalState]:
         if state.first is not None and state.pending is None:  # every row's prompt was scored by the prefill
+            _unconsumed(state.cache, state.columns)
             return state.first, state._replace(first=None)
         if limit is not None and state.furthest >= limit and int(state.positions.max()) >= limit:
             raise ValueError(f"the search asks for a token at position {int(state.positions.max())}, beyond the "
@@ -846,6 +873,7 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     be padded on either side); ``decoder_start_token_id`` defaults to the model's.
     """
     rows = _rows(sources, attention_mask, tokenizer, "sources")
+    _in_vocab(model, rows, "sources")
     _in_eval_mode(model)
     pad = _pad_id(model, pad_token_id)
     eos, extra = _eos(model, eos_token_id)
@@ -888,6 +916,8 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
             raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")
         encoder_mask = _as_4d(state.encoder_mask) if ready else state.encoder_mask
+        if state.fed == 0:
+            _unconsumed(state.cache, 0)
         if state.mask is None or state.positions is None:  # every row has fed the same tokens
             own = {"decoder_attention_mask": every.expand(len(y_prev), 1, 1, state.fed + 1)} if ready else {}
             out = _timed(prepared, model, encoder_outputs=encoded(state.encoder_hidden), attention_mask=encoder_mask,
@@ -987,6 +1017,15 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
     return cfg
 
 
+def _default_length(model: Any, generation_config: Any, overrides: dict[str, Any]) -> bool:
+    """Whether no ``max_length`` is set by the call, its config or the model's: then ``generate``
+    (transformers 5) makes the library's ``max_length=20`` count new tokens only (capped at the
+    model's ``max_position_embeddings``), not the prompt."""
+    return (overrides.get("max_length") is None
+            and (generation_config is None or generation_config.max_length is None)
+            and model.generation_config.max_length is None)
+
+
 def _defaults() -> dict[str, Any]:
     """The library's default generation settings (what ``generate`` fills unset fields with)."""
     return GenerationConfig()._get_default_generation_params()
@@ -1005,12 +1044,20 @@ def _refuse_unsupported(cfg: GenerationConfig) -> None:
                       "silence this", stacklevel=3)
 
 
-def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool) -> tuple[list[int], int]:
+def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool,
+             default_length: int | None = None) -> tuple[list[int], int]:
     """(max_steps per input, min_new_tokens). ``max_new_tokens`` wins over ``max_length``, which
-    counts the prompt (a causal LM's, per input; an encoder-decoder's decoder start token)."""
+    counts the prompt (a causal LM's, per input; an encoder-decoder's decoder start token).
+    ``default_length``: the new tokens of every input when no ``max_length`` was set (see
+    :func:`_default_length`)."""
     base = [1] * len(rows) if encoder_decoder else [len(r) for r in rows]
     if cfg.max_new_tokens is not None:
         steps = [check.at_least("max_new_tokens", cfg.max_new_tokens, 1)] * len(rows)
+    elif default_length is not None:
+        if default_length < 1:
+            raise ValueError("the prompts fill the model's max_position_embeddings: no new token fits; "
+                             "set max_new_tokens")
+        steps = [default_length] * len(rows)
     else:
         steps = [check.integer("max_length", cfg.max_length) - b for b in base]
         short = [i for i, s in enumerate(steps) if s < 1]
@@ -1075,9 +1122,13 @@ def _stop_sequences(cfg: GenerationConfig, tokenizer: Any) -> list[list[int]]:
     return [list(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in strings]
 
 
-def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any) -> dict[str, Any]:
+def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any,
+              default_length: bool = False) -> dict[str, Any]:
     """The search a generation config asks for (see :attr:`Generation.settings`), checked before
-    the model runs."""
+    the model runs. ``default_length``: no ``max_length`` was set (:func:`_default_length`), so
+    ``max_length`` counts new tokens only, as ``generate`` counts them: every input gets
+    ``min(max_length + P, max_position_embeddings) - P`` with ``P`` the padded prompt width (1,
+    the decoder start token, for an encoder-decoder)."""
     _refuse_unsupported(cfg)
     encoder_decoder = bool(model.config.is_encoder_decoder)
     eos, extra = _eos(model, cfg.eos_token_id)
@@ -1090,12 +1141,29 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     if alpha < 0:
         raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
                          "supported")
-    steps, m = _lengths(cfg, rows, encoder_decoder)
+    new = None
+    if default_length and cfg.max_new_tokens is None:
+        width = 1 if encoder_decoder else max((len(r) for r in rows), default=0)
+        limit = getattr(model.config, "max_position_embeddings", None)  # as generate reads it
+        total = cfg.max_length + width
+        new = (total if limit is None else min(total, limit)) - width
+    steps, m = _lengths(cfg, rows, encoder_decoder, new)
     return {"beam_size": beams, "n_best": n_best, "max_steps": steps, "alpha": alpha if beams > 1 else 0.0,
             "length_penalty": "power", "eos_token_id": eos, "min_new_tokens": m,
             "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
             "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder),
             "stop_sequences": _stop_sequences(cfg, tokenizer)}
+
+
+def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
+    """The pad id of :func:`generate`'s ``hypotheses.arrays()``: the generation config's (the
+    call's, else the model's), else the first eos id, as ``generate`` pads; None without either."""
+    if isinstance(pad_token_id, torch.Tensor):
+        pad_token_id = pad_token_id.reshape(-1)[0].item()
+    if pad_token_id is not None:
+        return check.int64("pad_token_id", pad_token_id)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    return ids[0] if ids else None
 
 
 @_inference
@@ -1128,28 +1196,37 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
         attention_mask: with a tensor of ``inputs`` only.
         **overrides: generation settings that replace the config's (``num_beams=4``, ...).
 
+    Without ``max_new_tokens`` or any ``max_length`` (the call's, the config's, the model's),
+    ``max_length`` is the library's 20 counted as new tokens, as transformers 5 counts it: 20 new
+    tokens per input, fewer where the padded prompt plus 20 passes ``max_position_embeddings``.
+
     Returns:
-        A :class:`Generation`: ``hypotheses[i]`` best first, and ``texts[i]`` with a tokenizer.
+        A :class:`Generation`: ``hypotheses[i]`` best first, and ``texts[i]`` with a tokenizer;
+        ``hypotheses.arrays()`` pads with ``pad_token_id`` (the call's or the model's), else
+        with the first eos id, as ``generate`` pads.
 
     Raises:
         ValueError / TypeError: before the model runs, naming the setting or argument at fault.
     """
     cfg = _config(model, generation_config, overrides)
     rows = _rows(inputs, attention_mask, tokenizer, "inputs")
-    settings = _settings(model, cfg, rows, tokenizer)
+    _in_vocab(model, rows, "inputs")
+    settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
     prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
     search = dict(settings, eos_token_id=dec.eos_token_id)
     beams = search.pop("beam_size")
+    pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
     if beams == 1:  # greedy: the argmax of each step until an eos (SPEC section 4 with one row)
         search.pop("n_best")
         opts = batch_options(dec.prompts, **search)
-        hypotheses = run_batch(dec.step, dec.init_state, opts, NarrowingBeam(1), n_best=1, finished_first=False)
+        hypotheses = run_batch(dec.step, dec.init_state, opts, NarrowingBeam(1), n_best=1, finished_first=False,
+                               pad_token_id=pad)
     else:
         hypotheses = beam_search_batch(dec.step, dec.init_state, dec.prompts, beam_size=beams, early_stop=True,
-                                       **search)
+                                       pad_token_id=pad, **search)
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
