@@ -12,7 +12,8 @@ import pytest
 from beamsearch import (AnyOf, beam_search, beam_search_batch, beam_search_each, constrained_beam_search,
                         diverse_beam_search, greedy_decode, stochastic_beam_search)
 from beamsearch.core.trace import (CALLBACK, EARLY_STOP, FINISHED, KEPT, MAX_STEPS, NO_ROWS, PRUNED, ROOT,
-                               UNFINISHED, StepRecord, Trace)
+                               UNFINISHED, StepRecord)
+from beamsearch.viz import Trace
 from models import (PrefixModel, SequenceModel, gnmt, greedy_oracle, log_softmax, processed_logprobs,
                     random_table, reference_batch)
 

@@ -12,7 +12,8 @@ from beamsearch.core.score import score_sequences
 from beamsearch.modes.beam import beam_search, beam_search_batch, beam_search_each, greedy_decode
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
-from beamsearch.core.trace import StepRecord, Trace
+from beamsearch.core.trace import StepRecord
+from beamsearch.viz import Trace
 
 __all__ = [
     "AnyOf",

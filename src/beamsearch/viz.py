@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch.core.trace import STATUS, StepRecord, Trace
+from beamsearch.core.trace import STATUS, SearchTree, StepRecord
 
 __all__ = ["StepRecord", "Trace", "to_html", "to_svg"]
 
@@ -148,6 +148,15 @@ body { margin: 0; font: 13px sans-serif; color: #1a202c; }
 })();
 </script></body></html>
 """
+
+
+class Trace(SearchTree):
+    """The tree a search explored, drawn in a notebook as its interactive page (:func:`to_html`);
+    pass ``trace=Trace()`` to a search and it is filled. Its attributes and methods are those of
+    :class:`beamsearch.core.trace.SearchTree` (the arrays over the ``n`` nodes)."""
+
+    def _repr_html_(self) -> str:
+        return to_html(self)
 
 
 @dataclass

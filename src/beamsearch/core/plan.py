@@ -19,7 +19,7 @@ from beamsearch.core.engine import Outcome, StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty
 from beamsearch.core.results import build
-from beamsearch.core.trace import StepRecord, Trace, tracer
+from beamsearch.core.trace import SearchTree, StepRecord, tracer
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
 __all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "batch_options", "mode_options", "options",
@@ -112,7 +112,7 @@ class Plan:
 
 
 def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCallback | None = None,
-             trace: Trace | None = None, trace_width: int = 3) -> BatchResults:
+             trace: SearchTree | None = None, trace_width: int = 3) -> BatchResults:
     """Run ``plan`` over its batch: one engine search, then the plan's results.
 
     ``callback``, ``trace`` and ``trace_width`` are :func:`beam_search`'s; the pruned candidates
@@ -134,7 +134,7 @@ def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCall
 
 def run_batch(step_fn: StepFn, init_state: Any, opts: Options, strategy: Any, *, n_best: int | None,
               pad_token_id: int | None = None, return_token_logprobs: bool = False,
-              finished_first: bool = True, callback: StepCallback | None = None, trace: Trace | None = None,
+              finished_first: bool = True, callback: StepCallback | None = None, trace: SearchTree | None = None,
               trace_width: int = 3) -> BatchResults:
     """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
     hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).

@@ -32,7 +32,7 @@ from beamsearch.core.penalties import LengthPenalty, score
 from beamsearch.core.select import StepScores, accumulate
 from beamsearch.strategies import Selection
 
-__all__ = ["STATUS", "STOP_REASONS", "StepRecord", "Trace", "Tracer", "tracer"]
+__all__ = ["STATUS", "STOP_REASONS", "StepRecord", "SearchTree", "Tracer", "tracer"]
 
 STATUS = ("root", "kept", "pruned", "finished", "unfinished")
 """Node / candidate status names, indexed by the int8 codes below."""
@@ -114,8 +114,9 @@ class StepRecord:
         return {int(i): STOP_REASONS[self.stop_reason[i]] for i in np.flatnonzero(self.stop_reason)}
 
 
-class Trace:
-    """The tree a search explored; pass ``trace=Trace()`` to a search and it is filled.
+class SearchTree:
+    """The tree a search explored: the data of :class:`beamsearch.viz.Trace` (which adds the
+    notebook's picture); pass ``trace=Trace()`` to a search and it is filled.
 
     After the search every attribute below is a numpy array over the ``n`` nodes, in the order
     the nodes were made (roots first, then step by step in :class:`StepRecord` order).
@@ -167,11 +168,6 @@ class Trace:
         """int64: the nodes of input ``input``'s results, best first."""
         nodes = np.flatnonzero((self.rank >= 0) & (self.input == input))
         return nodes[np.argsort(self.rank[nodes], kind="stable")]
-
-    def _repr_html_(self) -> str:
-        from beamsearch.viz import to_html
-
-        return to_html(self)
 
     # ---- filled by the Tracer --------------------------------------------------------------------
 
@@ -234,12 +230,12 @@ class Tracer:
             the eos ids): each row's top ``keep + width`` are read before the strategy selects,
             so a row that kept more shows fewer pruned ones (those shown are still its best).
         callback: None, or ``callback(record) -> None | inputs to stop``.
-        trace: None, or the :class:`Trace` to fill.
+        trace: None, or the :class:`SearchTree` to fill.
         prompts: per input its prompt, or None.
     """
 
     def __init__(self, n_inputs: int, penalty: LengthPenalty, alpha: float, width: int, keep: int,
-                 callback: Callable[[StepRecord], Any] | None, trace: Trace | None,
+                 callback: Callable[[StepRecord], Any] | None, trace: SearchTree | None,
                  prompts: Sequence[Sequence[int]] | None = None) -> None:
         self.n, self.penalty, self.alpha, self.width, self.keep = n_inputs, penalty, alpha, width, keep
         self.callback, self.trace = callback, trace
@@ -359,7 +355,7 @@ def tracer(callback: Any, trace: Any, trace_width: Any, n_inputs: int, penalty: 
     make its tracer: None when there is neither a callback nor a trace."""
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable (record -> None or inputs to stop); got {callback!r:.80}")
-    if trace is not None and not isinstance(trace, Trace):
+    if trace is not None and not isinstance(trace, SearchTree):
         raise TypeError(f"trace must be a beamsearch.viz.Trace (or None); got {trace!r:.80}")
     if trace is not None and trace._used:
         raise ValueError("trace already holds a search; pass a new Trace() to each search")

@@ -21,7 +21,7 @@ from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.penalties import length_power
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.core.results import build
-from beamsearch.core.trace import Trace, tracer
+from beamsearch.core.trace import SearchTree, tracer
 from beamsearch.processors import LogitsProcessor
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.narrowing import NarrowingBeam
@@ -39,7 +39,7 @@ def beam_search(
     length_penalty: float = 1.0,
     *,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
 ) -> list[Hypothesis]:
     """Beam search for one input (SPEC section 4).
@@ -82,7 +82,7 @@ def beam_search_each(
     length_penalty: float = 1.0,
     *,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
 ) -> list[list[Hypothesis]]:
     """:func:`beam_search` for ``n_inputs`` inputs at once: one model call per step for the live
@@ -118,7 +118,7 @@ def beam_search_each(
 
 
 def greedy_decode(step_fn: StepFn, init_state: Any, bos: int, eos: int, max_len: int, *,
-                  callback: StepCallback | None = None, trace: Trace | None = None,
+                  callback: StepCallback | None = None, trace: SearchTree | None = None,
                   trace_width: int = 3) -> Hypothesis:
     """Greedy decoding: the argmax of each step (ties to the lowest id) until eos or ``max_len``.
 
@@ -158,7 +158,7 @@ def beam_search_batch(
     stop_sequences: Sequence[Sequence[int]] = (),
     prefix: Sequence[Sequence[int]] | None = None,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
 ) -> BatchResults:
     """Batched beam search over many inputs at once (SPEC sections 6 and 10).

@@ -20,7 +20,7 @@ from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.plan import Options, Plan, StepCallback, mode_options, pad_id, run_plan
-from beamsearch.core.trace import Trace
+from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
                                                Trackers)
@@ -62,7 +62,7 @@ def constrained_beam_search(
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
     **controls: Any,
 ) -> BatchResults:

@@ -11,7 +11,7 @@ from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.diverse import DiverseBeam
-from beamsearch.core.trace import Trace
+from beamsearch.core.trace import SearchTree
 
 __all__ = ["diverse_beam_search", "diverse_plan"]
 
@@ -29,7 +29,7 @@ def diverse_beam_search(
     return_token_logprobs: bool = False,
     early_stop: bool = True,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
     **controls: Any,
 ) -> BatchResults:

@@ -11,7 +11,7 @@ from beamsearch.core import validate as check
 from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
-from beamsearch.core.trace import Trace
+from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.stochastic import StochasticBeam, StochasticState
 
 __all__ = ["StochasticPlan", "StochasticResults", "stochastic_beam_search", "stochastic_plan"]
@@ -72,7 +72,7 @@ def stochastic_beam_search(
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
     callback: StepCallback | None = None,
-    trace: Trace | None = None,
+    trace: SearchTree | None = None,
     trace_width: int = 3,
     **controls: Any,
 ) -> StochasticResults:
