@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.backends import backend_of, first_foreign_leaf
 from beamsearch.modes.constrained import constrained_plan
@@ -212,7 +213,7 @@ class Stream(Iterator[Decoded]):
             fields = _fields(item, self._mode.keys)
             plan = self._plan([fields], np.array([index]))
             if vocab is not None:
-                check.token_ids_below(plan.opts.controls.vocab_checks, vocab)
+                model_checks.token_ids_below(plan.opts.controls.vocab_checks, vocab)
             width = self._width(plan)
         except (TypeError, ValueError) as error:
             return Decoded(index, [], error)
@@ -276,9 +277,9 @@ class Stream(Iterator[Decoded]):
                     raise RuntimeError(f"decode_stream: {len(waiting)} inputs wait with nothing in flight "
                                        f"(rows reserved {reserved}, inputs held {len(held)}); this is a bug")
                 return
-            logits, new_state = check.step_output(self._step_fn(state, index(tokens)))
+            logits, new_state = model_checks.step_output(self._step_fn(state, index(tokens)))
             x = backend_of(logits).compute(logits)
-            check.logits_shape(x, tokens.shape[0], vocab)
+            model_checks.logits_shape(x, tokens.shape[0], vocab)
             stats.calls, stats.rows = stats.calls + 1, stats.rows + tokens.shape[0]
             stats.mixed_calls += len(cohorts) > 1
             if vocab is None:  # the first call: the inputs' ids can be checked against V only now
@@ -316,7 +317,7 @@ class Stream(Iterator[Decoded]):
         """A cohort for the inputs ``group`` and their first rows, from ``make_state``."""
         plan = self._plan([i.fields for i in group], np.array([i.index for i in group]))
         init = self._make_state([i.item for i in group])
-        check.state_rows(init, len(group), "make_state(items)")
+        model_checks.state_rows(init, len(group), "make_state(items)")
         self.stats.cohorts += 1
         return _Cohort(group, plan), init
 
@@ -336,7 +337,7 @@ class Stream(Iterator[Decoded]):
             bad = []
             for i in cohort.inputs:  # setup of the first call: a few ids per input
                 try:
-                    check.token_ids_below(i.plan.opts.controls.vocab_checks, vocab)
+                    model_checks.token_ids_below(i.plan.opts.controls.vocab_checks, vocab)
                 except ValueError as error:
                     bad.append(Decoded(i.index, [], error))
             if bad:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from beamsearch.core import validate as check
+from beamsearch.core import model_checks
 from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
 from beamsearch.controls import Controls
@@ -79,12 +79,12 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         An :class:`Outcome`.
     """
     n = first_tokens.shape[0]
-    check.state_rows(init_state, n)
+    model_checks.state_rows(init_state, n)
     search = Search(n, strategy, controls, observer)
     index = indexer(first_foreign_leaf(init_state))
     state, y_prev = init_state, index(first_tokens)
     for _ in range(int(controls.max_steps.max())):
-        logits, new_state = check.step_output(step_fn(state, y_prev))
+        logits, new_state = model_checks.step_output(step_fn(state, y_prev))
         rows = search.beam.size
         parent = search.advance(logits)
         beam = search.beam
@@ -170,7 +170,7 @@ def start_beam(n: int, controls: Controls) -> Beam:
 def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
                vocab: int | None, scratch: Any = None) -> tuple[StepScores, Any]:
     """Check the model's output ``(logits, new_state)`` and score it (:func:`score_logits`)."""
-    logits, new_state = check.step_output(out)
+    logits, new_state = model_checks.step_output(out)
     return score_logits(logits, beam, step, controls, trail, vocab, scratch), new_state
 
 
@@ -185,9 +185,9 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     """
     backend = backend_of(logits)
     x = backend.compute(logits)
-    check.logits_shape(x, beam.size, vocab)
+    model_checks.logits_shape(x, beam.size, vocab)
     if vocab is None:
-        check.token_ids_below(controls.vocab_checks, int(x.shape[1]))
+        model_checks.token_ids_below(controls.vocab_checks, int(x.shape[1]))
     processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
     if processors or masks:
@@ -203,7 +203,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     bad = np.isnan(backend.column(logp, 0))  # a NaN/+inf/no-finite row comes out all NaN
     if bad.any():
         rows = np.flatnonzero(bad)
-        check.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
+        model_checks.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
         logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
     for mask in masks:
         logp = mask(logp, ctx)

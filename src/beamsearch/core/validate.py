@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, Sequence
 
 import numpy as np
 
-from beamsearch.backends import backend_of
+from beamsearch.core.model_checks import CheckedProcessor
 
 MAX_SIZE = 2**62
 """The largest size, count or length taken (``beam_size``, ``max_steps``, ``top_k``, ...): the
@@ -148,141 +147,6 @@ def keywords(mode: str, given: Any, takes: Sequence[str], required: Sequence[str
 
 # ---- what the model returns (checked at each call) and the state it starts from ----------------
 
-def step_output(out: Any) -> tuple[Any, Any]:
-    """``(logits, new_state)`` from what the step function returned, or a clear TypeError."""
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError("step_fn must return a pair (logits, new_state); got "
-                        f"{describe(out)}" + (" (only logits?)" if hasattr(out, "shape") else ""))
-    logits, new_state = out
-    if hasattr(logits, "shape") or isinstance(logits, (list, tuple)):
-        if backend_of(logits).numeric(logits):
-            return logits, new_state
-    if hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state):
-        raise TypeError("step_fn must return (logits, new_state) in that order; got "
-                        f"({describe(logits)}, {describe(new_state)}): swapped?")
-    raise TypeError(f"step_fn returned logits {describe(logits)}; expected a real-valued array [k, V]")
-
-
-def describe(obj: Any) -> str:
-    shape = getattr(obj, "shape", None)
-    text = type(obj).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")
-    return text if shape is not None or obj is None else f"{text} {obj!r:.60}"
-
-
-def logits_shape(x: Any, k: int, vocab: int | None) -> None:
-    shape = tuple(x.shape)
-    if len(shape) != 2:
-        raise ValueError(f"logits must be 2-D [k, V]; got shape {shape}")
-    if shape[0] != k:
-        raise ValueError(f"logits must be [k, V] with k={k} rows passed; got shape {shape}")
-    if vocab is not None and shape[1] != vocab:
-        raise ValueError(f"logits V changed between calls: was {vocab}, got shape {shape} "
-                         "(does step_fn return (logits, new_state) in that order?)")
-    if shape[1] == 0:
-        raise ValueError(f"logits must have V >= 1 columns; got shape {shape}")
-
-
-def token_ids_below(checks: Sequence[tuple[str, Any]], vocab: int) -> None:
-    """Every token id the caller gave must be in ``[0, V)``; checked once V is known."""
-    for name, ids in checks:
-        if _all_below(ids, vocab):
-            continue
-        for j, value in flat_ids(ids):
-            if not 0 <= value < vocab:
-                where = name if j is None else f"{name}{j}"
-                raise ValueError(f"{where} must be in [0, V) with V={vocab}; got {value}")
-
-
-def _all_below(ids: Any, vocab: int) -> bool:
-    """Whether every id of a (nested) list of Python ints is in ``[0, V)``, without a call per id
-    (False for anything else: :func:`token_ids_below` then looks at each id)."""
-    if type(ids) is int:
-        return 0 <= ids < vocab
-    if not isinstance(ids, (list, tuple)):
-        return False
-    if all(type(t) is int for t in ids):
-        return not ids or (min(ids) >= 0 and max(ids) < vocab)
-    return all(_all_below(item, vocab) for item in ids)
-
-
-def flat_ids(ids: Any, path: str = "") -> list[tuple[str | None, int]]:
-    if isinstance(ids, (int, np.integer)):
-        return [(path or None, int(ids))]
-    out: list[tuple[str | None, int]] = []
-    for j, item in enumerate(ids):
-        out.extend(flat_ids(item, f"{path}[{j}]"))
-    return out
-
-
-def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any], ctx: Any) -> None:
-    """Rows whose log-softmax came out NaN: raise for a row the model returned with NaN, +inf or
-    no finite entry, or that a processor made NaN or +inf (naming the first that did); return for
-    rows that processing left with no finite entry (the engine masks those). Processors are
-    row-wise, so a flagged row is re-processed alone to tell which."""
-    shape = tuple(raw.shape)
-    for row in rows.tolist():
-        raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
-        values = backend.to_numpy(raw_row)
-        where = ""
-        if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
-            assert ctx is not None and processors, "a valid row cannot give NaN without processing"
-            x, one = backend.copy(raw_row), ctx.rows(np.array([row]))
-            where, bad = " after logits_processors", False
-            for processor in processors:  # the last to turn the row NaN or +inf is named
-                x = processor(x, one)
-                values = backend.to_numpy(x)
-                now = bool(np.isnan(values).any() or (values == np.inf).any())
-                if now and not bad:
-                    where = f" after {processor_label(processor)}"
-                bad = now
-        if np.isnan(values).any():
-            raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
-        if (values == np.inf).any():
-            raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
-        if not where:
-            raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
-
-
-_KEYWORDS = {"MinNewTokens": ("min_new_tokens", "m"), "Temperature": ("temperature", "temperature"),
-             "TopK": ("top_k", "k"), "NoRepeatNGram": ("no_repeat_ngram_size", "n")}
-"""The processors a search builds from its own keywords: class name -> (keyword, attribute)."""
-
-
-def processor_label(processor: Any) -> str:
-    """What a processor of the search is called in messages: the caller's by
-    ``logits_processors[i]`` and its repr, one built from a keyword by that keyword and value."""
-    if isinstance(processor, CheckedProcessor):
-        return processor.name
-    keyword, attribute = _KEYWORDS.get(type(processor).__name__, (None, None))
-    if keyword is None:
-        return repr(processor)
-    return f"{keyword}={getattr(processor, attribute)!r}"
-
-
-def state_rows(state: Any, n: int, name: str = "init_state") -> None:
-    """Every array leaf of ``state`` found in tuples, lists and dicts must have ``n`` rows on axis
-    0 (registered types such as caches are not opened)."""
-    for path, leaf in array_leaves(state, name):
-        shape = tuple(leaf.shape)
-        if len(shape) >= 1 and shape[0] != n:
-            raise ValueError(f"init_state must have {n} row{'s' if n != 1 else ''} (one per input) on "
-                             f"axis 0 of every array leaf; {path} has shape {shape}")
-
-
-def array_leaves(state: Any, path: str) -> list[tuple[str, Any]]:
-    if isinstance(state, dict):
-        return [x for key, v in state.items() for x in array_leaves(v, f"{path}[{key!r}]")]
-    if isinstance(state, (tuple, list)):
-        return [x for j, v in enumerate(state) for x in array_leaves(v, f"{path}[{j}]")]
-    shape = getattr(state, "shape", None)
-    if shape is None or isinstance(state, type):
-        return []
-    try:
-        len(shape)
-    except TypeError:
-        return []
-    return [(path, state)]
-
 
 # ---- the decoding controls (SPEC section 10) --------------------------------------------------
 
@@ -390,70 +254,6 @@ def processors(value: Any) -> list[CheckedProcessor]:
         if not callable(processor):
             raise TypeError(f"logits_processors[{i}] must be callable; got {processor!r}")
     return [CheckedProcessor(i, processor) for i, processor in enumerate(out)]
-
-
-class CheckedProcessor:
-    """A caller's processor ``logits_processors[i]`` as the search runs it: what it returns is
-    checked (:func:`processed`), and its errors and token ids are named after it.
-
-    Attributes:
-        processor: the caller's callable.
-        name: ``"logits_processors[i] (...)"`` with its repr (a function's qualified name), for
-            messages.
-        needs_history, last_step: the processor's own (see :mod:`beamsearch.processors`).
-    """
-
-    __slots__ = ("processor", "name", "needs_history", "last_step")
-
-    def __init__(self, index: int, processor: Any) -> None:
-        self.processor = processor
-        self.name = f"logits_processors[{index}] ({_shown(processor)})"
-        self.needs_history = bool(getattr(processor, "needs_history", False))
-        self.last_step = getattr(processor, "last_step", None)
-
-    def __call__(self, logits: Any, ctx: Any) -> Any:
-        return processed(self.name, self.processor(logits, ctx), logits)
-
-    @property
-    def vocab_checks(self) -> tuple[tuple[str, Any], ...]:
-        """``(name, ids)`` pairs of the token ids the processor declares (its ``vocab_checks``
-        attribute: ``(argument, ids)`` pairs), for the ``[0, V)`` check at the first call."""
-        return tuple((f"{self.name} {argument}", ids) for argument, ids in getattr(self.processor, "vocab_checks", ()))
-
-
-def _shown(processor: Any) -> str:
-    """A function by its qualified name, anything else by its repr (cut to 100 characters)."""
-    if inspect.isfunction(processor) or inspect.ismethod(processor):
-        return f"function {processor.__qualname__}"
-    text = repr(processor)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def processed(name: str, out: Any, given: Any) -> Any:
-    """``out``, what processor ``name`` returned for the logits ``given [k, V]``, when it is an
-    array of the same library, shape, dtype and device; else a TypeError (ValueError for a shape
-    or device) saying what it returned and what was expected."""
-    if out is given:
-        return out
-    expected = f"{_kind(given)} like the logits it was given"
-    if type(out) is not type(given):
-        hint = " (did it write into the logits and not return them?)" if out is None else ""
-        raise TypeError(f"{name} returned {'None' if out is None else describe(out)}; expected {expected}{hint}")
-    if tuple(out.shape) != tuple(given.shape):
-        raise ValueError(f"{name} returned shape {tuple(out.shape)}; expected {expected}")
-    if out.dtype != given.dtype:
-        raise TypeError(f"{name} returned dtype {out.dtype}; expected {expected}")
-    if getattr(out, "device", None) != getattr(given, "device", None):
-        raise ValueError(f"{name} returned an array on device {out.device}; expected {expected}")
-    return out
-
-
-def _kind(x: Any) -> str:
-    """``"a <library> <dtype> <type> of shape (k, V)"`` (``on <device>`` for torch)."""
-    device = getattr(x, "device", None)
-    where = f" on {device}" if device is not None and not isinstance(x, np.ndarray) else ""
-    dtype = str(x.dtype).removeprefix("torch.")
-    return f"a {type(x).__module__.split('.')[0]} {dtype} {type(x).__name__} of shape {tuple(x.shape)}{where}"
 
 
 # ---- the ready processors' arguments -----------------------------------------------------------

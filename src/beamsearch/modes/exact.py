@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.backends import first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
@@ -140,7 +141,7 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
     n = len(opts.prompts)
     if n == 0:
         return ExactResults(pad_token_id=pad)
-    check.state_rows(init_state, n)
+    model_checks.state_rows(init_state, n)
     meter = _Meter(n)
     # the seed search consumes its state (a registered cache may be extended and reordered in
     # place, as the Hugging Face adapter's is): the branch and bound starts from a copy
