@@ -251,3 +251,10 @@ def test_structure_finds_private_names_across_modules(monkeypatch, tmp_path):
                      "src/beamsearch/b.py:3: uses the private name _f of beamsearch.a",
                      "src/beamsearch/other.py: imports beamsearch.pkg._inner, a private module of another package",
                      "src/beamsearch/zoo/m.py: the zoo imports beamsearch.a; it uses the public API only"]
+
+
+def test_a_package_whose_name_starts_like_the_owner_is_another_package(monkeypatch, tmp_path):
+    found = breaches(monkeypatch, tmp_path, {
+        "__init__.py": "", "pkg/__init__.py": "", "pkg/_inner.py": "y = 1\n",
+        "pkgx/__init__.py": "", "pkgx/user.py": "from beamsearch.pkg._inner import y\n"})
+    assert found == ["src/beamsearch/pkgx/user.py: imports beamsearch.pkg._inner, a private module of another package"]

@@ -196,8 +196,10 @@ def privacy(mods: dict[str, Module]) -> Iterator[str]:
                 if private(n):
                     yield f"{rel(m.path)}: imports the private name {n} of {owner}"
             parts = owner.split(".")
+            home = package_of(m.name, m.path)
             for i, part in enumerate(parts[1:], start=1):
-                if private(part) and not package_of(m.name, m.path).startswith(".".join(parts[:i])):
+                owner_package = ".".join(parts[:i])
+                if private(part) and not (home == owner_package or home.startswith(owner_package + ".")):
                     yield f"{rel(m.path)}: imports {owner}, a private module of another package"
                     break
             if m.name.startswith("beamsearch.zoo") and not (owner == "beamsearch" or owner.startswith("beamsearch.zoo")

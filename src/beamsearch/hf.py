@@ -1045,19 +1045,19 @@ def _refuse_unsupported(cfg: GenerationConfig) -> None:
 
 
 def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool,
-             default_length: int | None = None) -> tuple[list[int], int]:
+             default_new: int | None = None) -> tuple[list[int], int]:
     """(max_steps per input, min_new_tokens). ``max_new_tokens`` wins over ``max_length``, which
     counts the prompt (a causal LM's, per input; an encoder-decoder's decoder start token).
-    ``default_length``: the new tokens of every input when no ``max_length`` was set (see
+    ``default_new``: the new tokens of every input when no ``max_length`` was set (see
     :func:`_default_length`)."""
     base = [1] * len(rows) if encoder_decoder else [len(r) for r in rows]
     if cfg.max_new_tokens is not None:
         steps = [check.at_least("max_new_tokens", cfg.max_new_tokens, 1)] * len(rows)
-    elif default_length is not None:
-        if default_length < 1:
+    elif default_new is not None:
+        if default_new < 1:
             raise ValueError("the prompts fill the model's max_position_embeddings: no new token fits; "
                              "set max_new_tokens")
-        steps = [default_length] * len(rows)
+        steps = [default_new] * len(rows)
     else:
         steps = [check.integer("max_length", cfg.max_length) - b for b in base]
         short = [i for i, s in enumerate(steps) if s < 1]

@@ -39,7 +39,7 @@ def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Seque
     every search mode shares (same names, defaults and meaning), checked before any model call.
     A search mode takes them as ``**controls`` and passes them here."""
     return options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
-                    length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
+                   length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
 
 
 SHARED_CONTROLS = tuple(inspect.signature(batch_options).parameters)[1:]
