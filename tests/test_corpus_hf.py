@@ -88,7 +88,9 @@ def test_hf_decode_equals_each_line_alone(kind, gpt2_dir, bart_dir, tmp_path):
     assert records[3]["error"] == "words outside the tokenizer's vocabulary"
     for r in (records[0], records[1], records[4], records[5]):
         got = [(h["text"], h["tokens"], h["logprob"], h["score"], h["finished"]) for h in r["nbest"]]
-        want = alone(folder, r["input"], beam=3, n_best=2, max_steps=6, no_repeat_ngram_size=2)
+        # no --alpha / --length-penalty: the model's generation config's, transformers' power 1.0
+        want = alone(folder, r["input"], beam=3, n_best=2, max_steps=6, no_repeat_ngram_size=2,
+                     length_penalty="power", alpha=1.0)
         assert [g[:2] + (g[4],) for g in got] == [w[:2] + (w[4],) for w in want]
         # logprobs: the batch of 2 (fixed batches of max_rows // beam lines, padded) against one line
         # alone; float sums of padded attention differ in the last bits
@@ -103,7 +105,7 @@ def test_hf_decode_max_steps_from_token_length(gpt2_dir, tmp_path):
                  "--max-steps", "len+1", "--token-logprobs"]) == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
     for r, steps in zip(records, [3, 2]):
-        want = alone(gpt2_dir, r["input"], beam=2, n_best=1, max_steps=steps)
+        want = alone(gpt2_dir, r["input"], beam=2, n_best=1, max_steps=steps, length_penalty="power", alpha=1.0)
         assert r["nbest"][0]["tokens"] == want[0][1] and len(r["nbest"][0]["tokens"]) <= steps
         assert abs(sum(r["nbest"][0]["token_logprobs"]) - r["nbest"][0]["logprob"]) < 1e-6
 
@@ -135,3 +137,134 @@ def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
         assert all(len(w[1]) >= 2 for w in want)
         assert [(h.tokens, h.finished) for h in got[i]] == [(w[1], w[4]) for w in want]
         assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want))
+
+
+# ---- the folder's generation config: decode's defaults (flags override it) --------------------------------------
+
+
+def save_with_generation(folder, **settings):
+    """The tiny GPT-2 of ``gpt2_dir`` (same seed, so the same weights), its generation config set
+    to ``settings``, saved with save_pretrained (generation_config.json) and the tokenizer."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=len(SPECIAL + WORDS), n_positions=128, n_embd=16, n_layer=2, n_head=2,
+                                     bos_token_id=2, eos_token_id=3, pad_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    for name, value in settings.items():
+        setattr(model.generation_config, name, value)
+    model.save_pretrained(folder)
+    save_tokenizer(folder)
+    return folder
+
+
+GENERATION = {"num_beams": 3, "length_penalty": 1.0, "max_new_tokens": 12, "no_repeat_ngram_size": 2}
+
+
+@pytest.fixture(scope="module")
+def gpt2_generation_dir(tmp_path_factory):
+    return save_with_generation(tmp_path_factory.mktemp("gpt2gen"), **GENERATION)
+
+
+def generated(folder, text, **overrides):
+    """Oracle: ``hf.generate`` on the line alone, the model loaded as from_pretrained loads it (its
+    saved generation config), as (tokens, finished, logprob)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    out = hf.generate(model, [tok(text, add_special_tokens=False)["input_ids"]], **overrides)
+    return [(h.tokens, h.finished, h.logprob) for h in out.hypotheses[0]], out.settings
+
+
+def decoded(folder, tmp_path, *flags, lines=LINES):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code = main(["decode", "--model", f"hf:{folder}", "--input", str(src), "--output", str(out), *flags])
+    assert code == 0
+    return [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+
+
+def same_as_generate(records, folder, **overrides):
+    for r in records:
+        want, settings = generated(folder, r["input"], **overrides)
+        got = [(h["tokens"], h["finished"], h["logprob"]) for h in r["nbest"]]
+        assert [g[:2] for g in got] == [w[:2] for w in want], r["input"]
+        # lines decoded together, padded, against one line alone: float sums differ in the last bits
+        assert all(abs(g[2] - w[2]) < 1e-4 for g, w in zip(got, want))
+    return settings
+
+
+def test_hf_decode_defaults_are_the_saved_generation_config(gpt2_generation_dir, tmp_path):
+    """num_beams 3, power length penalty 1.0, max_new_tokens 12, no_repeat_ngram_size 2 from
+    generation_config.json, with no search flag: each line's outputs are hf.generate's."""
+    records = decoded(gpt2_generation_dir, tmp_path)
+    settings = same_as_generate(records, gpt2_generation_dir)
+    assert settings["beam_size"] == 3 and settings["max_steps"] == [12] and settings["no_repeat_ngram_size"] == 2
+    # the config's settings are in force: a longer output than eos alone, at most 12 tokens, no 2-gram twice
+    assert any(len(h["tokens"]) > 1 for r in records for h in r["nbest"])
+    for h in (h for r in records for h in r["nbest"]):
+        assert len(h["tokens"]) <= 12
+        grams = list(zip(h["tokens"], h["tokens"][1:]))
+        assert len(grams) == len(set(grams))
+
+
+def test_hf_decode_flags_override_the_generation_config(gpt2_generation_dir, tmp_path):
+    records = decoded(gpt2_generation_dir, tmp_path, "--beam", "2", "--max-steps", "5", "--no-repeat-ngram", "0")
+    same_as_generate(records, gpt2_generation_dir, num_beams=2, max_new_tokens=5, no_repeat_ngram_size=0)
+    assert all(len(h["tokens"]) <= 5 for r in records for h in r["nbest"])
+
+
+def test_hf_decode_num_beams_1_is_greedy_as_generate(gpt2_dir, tmp_path):
+    """The plain fixture's config leaves num_beams at transformers' 1: generate decodes greedily,
+    and so does decode (a beam of one may return a finished candidate greedy never takes)."""
+    records = decoded(gpt2_dir, tmp_path, "--max-steps", "8")
+    same_as_generate(records, gpt2_dir, max_new_tokens=8)
+    records = decoded(gpt2_dir, tmp_path, "--max-steps", "8", "--beam", "1", "--mode", "greedy")
+    same_as_generate(records, gpt2_dir, max_new_tokens=8)
+
+
+def test_hf_decode_names_the_settings_it_does_not_apply(tmp_path, capsys):
+    folder = save_with_generation(tmp_path / "m", num_beams=2, repetition_penalty=1.3)
+    decoded(folder, tmp_path, "--max-steps", "3", lines=["dog ran"])
+    capsys.readouterr()
+    decoded(folder, tmp_path, "--max-steps", "3", lines=["dog ran"])  # the folder saved: stderr is decode's alone
+    err = capsys.readouterr().err
+    assert err == (f"beamsearch: note: the generation config of hf:{folder} sets repetition_penalty=1.3, which "
+                   "decode does not apply\n")
+
+
+def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_path, monkeypatch, capsys):
+    """A run interrupted after its first records; the folder's generation config is then changed:
+    --resume is refused, naming the resolved option that differs."""
+    from beamsearch import corpus
+
+    folder = save_with_generation(tmp_path / "m", **GENERATION)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    argv = ["decode", "--model", f"hf:{folder}", "--input", str(src), "--output", str(out), "--max-rows", "3"]
+    step, calls = corpus._HFModel.step, []
+
+    def interrupted(self, state, y_prev):
+        calls.append(1)
+        if len(calls) > 30:
+            raise KeyboardInterrupt
+        return step(self, state, y_prev)
+
+    monkeypatch.setattr(corpus._HFModel, "step", interrupted)
+    assert main(argv) == 130
+    monkeypatch.setattr(corpus._HFModel, "step", step)
+    assert corpus.partial_path(out).read_text().count("\n") >= 2  # the header and a record at least
+    save_with_generation(folder, **dict(GENERATION, num_beams=2))
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "was written with other options (" in err and "--beam=3 there, 2 here" in err, err
+    save_with_generation(folder, **GENERATION)
+    assert main(argv + ["--resume"]) == 0  # the same config resumes
+    same_as_generate([json.loads(x) for x in out.read_text().splitlines()], folder)
+
+
+def test_hf_decode_help_says_where_defaults_come_from(capsys):
+    assert main(["decode", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, setting in [("--beam", "num_beams"), ("--n-best", "num_return_sequences"), ("--alpha", "length_penalty"),
+                          ("--no-repeat-ngram", "no_repeat_ngram_size"), ("--min-new-tokens", "min_new_tokens"),
+                          ("--max-steps", "max_new_tokens")]:
+        assert flag in text and f"generation config's {setting}" in text, flag

@@ -326,7 +326,7 @@ def test_stream_errors_are_raised_before_any_model_call():
     with pytest.raises(ValueError, match="max_rows must be >= 1; got 0"):
         call(max_rows=0)
     with pytest.raises(ValueError, match="mode must be one of"):
-        call(mode="greedy")
+        call(mode="sampling")
     with pytest.raises(ValueError, match="prefix is per input"):
         call(prefix=[[1]] * len(PROMPTS))
     with pytest.raises(TypeError, match="does not take callback"):
@@ -704,3 +704,41 @@ def test_min_join_waits_for_room_even_with_one_row_per_input():
     assert len(made) > 2 and all(n >= 3 for n in made[:-1])
     want = alone("beam", PROMPTS, dict(beam_size=1), "numpy")
     assert all(got[i] == want[i][0] for i in range(len(PROMPTS)))
+
+
+def greedy_alone(model, item):
+    """Oracle for mode "greedy": a plain loop over one input: at each step the argmax of the
+    log-softmax (the prefix forced), until eos or its max_steps."""
+    f = fields(item)
+    state, y = model.init_state([f["prompt"]]), f["prompt"][-1]
+    forced, tokens, logprob = list(f.get("prefix", [])), [], 0.0
+    for t in range(f.get("max_steps", MAX_STEPS)):
+        logits, state = model.step(state, np.array([y]))
+        row = np.asarray(logits, dtype=np.float64)[0]
+        lp = row - (row.max() + np.log(np.exp(row - row.max()).sum()))
+        y = forced[t] if t < len(forced) else int(np.argmax(lp))
+        tokens.append(y)
+        logprob += lp[y]
+        if y == EOS:
+            break
+    return tokens, tokens[-1] == EOS, logprob
+
+
+def test_greedy_mode_gives_each_input_its_greedy_decoding():
+    """decode_stream(mode="greedy"): one row per input, each input what the plain greedy loop gives
+    it (a beam of one differs: it may return a finished candidate greedy never takes), inputs
+    joining as others stop; beam_size is refused in the mode's words."""
+    model = SequenceModel(TABLE)
+    items = with_prefix_and_limits(PROMPTS)
+    s = decode_stream(model.step, make_state_for(model), items, max_rows=3, mode="greedy", eos_token_id=EOS,
+                      max_steps=MAX_STEPS, alpha=0.0)
+    got = {d.index: d.hypotheses for d in s}
+    assert sorted(got) == list(range(len(items))) and s.stats.mixed_calls > 0
+    for i, item in enumerate(items):
+        tokens, finished, logprob = greedy_alone(SequenceModel(TABLE), item)
+        (h,) = got[i]
+        assert (h.tokens, h.finished) == (tokens, finished)
+        assert abs(h.logprob - logprob) < 1e-9 and abs(h.score - logprob) < 1e-9  # alpha 0: score = logprob
+    with pytest.raises(TypeError, match=r"greedy does not take beam_size \(greedy decoding has one row per input\)"):
+        decode_stream(model.step, make_state_for(model), PROMPTS, max_rows=3, mode="greedy", beam_size=2,
+                      eos_token_id=EOS, max_steps=MAX_STEPS)

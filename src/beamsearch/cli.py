@@ -251,15 +251,64 @@ def decode_command(args: argparse.Namespace) -> int:
         raise _CliError("beamsearch: interrupted", 130) from None
 
 
+_DECODE_DEFAULTS = {"beam": 5, "n_best": 1, "alpha": 0.6, "length_penalty": None, "no_repeat_ngram": 0,
+                    "min_new_tokens": 0}
+"""decode's search flags without a value: a zoo or checkpoint model's defaults (length_penalty
+None: decode_records' gnmt); an hf: model's come from its generation config."""
+
+_GENERATION_KEYWORDS = {"beam": "beam_size", "n_best": "n_best", "alpha": "alpha", "length_penalty": "length_penalty",
+                        "no_repeat_ngram": "no_repeat_ngram_size", "min_new_tokens": "min_new_tokens"}
+"""decode's flags (as args names) -> the keywords of :func:`beamsearch.hf.search_settings`."""
+
+
+def _search_defaults(args: argparse.Namespace) -> None:
+    """Fill decode's search flags that were not given: for ``--model hf:DIR``, what the folder's
+    saved generation config asks for, mapped as :func:`beamsearch.hf.generate` maps it (its
+    ``max_new_tokens`` is the ``--max-steps`` default), with one line on stderr naming the
+    settings it sets that decode does not apply; for other models, decode's own defaults."""
+    defaults = dict(_DECODE_DEFAULTS)
+    folder = pathlib.Path(args.model[3:]) if args.model.startswith("hf:") else None
+    if folder is not None and folder.is_dir():
+        from beamsearch import hf
+
+        try:
+            cfg = hf.saved_generation_config(folder)
+            settings = hf.search_settings(cfg)
+        except (ValueError, TypeError, OSError) as e:
+            raise _CliError(f"beamsearch: error: --model {args.model}: its generation config: {e}", 2) from None
+        defaults = {flag: settings[keyword] for flag, keyword in _GENERATION_KEYWORDS.items()}
+        if (args.beam if args.beam is not None else settings["beam_size"]) == 1:
+            defaults["alpha"] = 0.0  # generate's greedy has no length penalty (a beam of one with alpha 0 is greedy)
+        if args.max_steps is None and settings["max_new_tokens"] is not None:
+            args.max_steps = str(settings["max_new_tokens"])
+        other = hf.other_settings(cfg)
+        if other:
+            shown = ", ".join(f"{k}={v!r}" for k, v in other.items())
+            print(f"beamsearch: note: the generation config of {args.model} sets {shown}, which decode does not "
+                  "apply", file=sys.stderr)
+    if args.mode == "greedy":
+        for flag in ("beam", "n_best"):
+            if getattr(args, flag) not in (None, 1):
+                raise _CliError(f"beamsearch: error: --{flag.replace('_', '-')} does not apply to --mode greedy "
+                                f"(one output per line); got {getattr(args, flag)}", 2)
+        defaults.update(beam=1, alpha=0.0 if args.alpha is None else args.alpha)
+    for flag, value in defaults.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, value)
+    if folder is not None and args.mode == "beam" and args.beam == 1:
+        args.mode = "greedy"  # as generate decodes num_beams=1
+
+
 def _decode(args: argparse.Namespace) -> int:
     from beamsearch import corpus
 
+    _search_defaults(args)
     _positive(args, "--beam", "--n-best", "--max-rows", "--threads")
     max_steps = _max_steps(args.max_steps)
     rows = args.k if args.mode == "stochastic" and args.k is not None else args.beam
     if args.mode == "exact":
         rows = max(args.beam, args.n_best)  # the seed search's rows per line
-    if args.mode not in ("stochastic", "exact") and args.n_best > args.beam:
+    if args.mode not in ("stochastic", "exact", "greedy") and args.n_best > args.beam:
         raise _CliError(f"beamsearch: error: --n-best must be <= --beam={args.beam}; got {args.n_best}", 2)
     if args.max_rows < rows:
         what = {"stochastic": f"--k={args.k}", "exact": f"max(--beam, --n-best)={rows}"}.get(args.mode,
@@ -588,28 +637,38 @@ def _parser() -> _Parser:
     p.add_argument("--model", required=True, metavar="NAME|DIR",
                    help=f"a zoo model ({', '.join(MODELS)}), a checkpoint folder as `train --out DIR` writes it, or "
                         "hf:DIR, a local transformers folder (model and tokenizer, save_pretrained; causal LM "
-                        f"or encoder-decoder, decoded with refill; at most {HF_MAX_STEPS} tokens unless "
-                        "--max-steps N)")
+                        f"or encoder-decoder, decoded with refill; the search flags not given come from its saved "
+                        f"generation config, as generate reads it; at most {HF_MAX_STEPS} tokens unless "
+                        "max_new_tokens or --max-steps N)")
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
                    help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and constraints")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
-    p.add_argument("--beam", type=int, default=5, help="beam size")
-    p.add_argument("--n-best", type=int, default=1, help="outputs per input")
-    p.add_argument("--alpha", type=float, default=0.6, help="length-penalty strength")
+    hf_default = "hf: its generation config's"
+    p.add_argument("--beam", type=int, default=None,
+                   help=f"beam size (default 5; {hf_default} num_beams, transformers' default 1)")
+    p.add_argument("--n-best", type=int, default=None,
+                   help=f"outputs per input (default 1; {hf_default} num_return_sequences)")
+    p.add_argument("--alpha", type=float, default=None,
+                   help=f"length-penalty strength (default 0.6; {hf_default} length_penalty, transformers' "
+                        "default 1.0; 0 with num_beams 1)")
     p.add_argument("--length-penalty", choices=("gnmt", "power"), default=None,
-                   help="gnmt: ((5 + len) / 6) ** alpha (default); power: len ** alpha")
+                   help="gnmt: ((5 + len) / 6) ** alpha (default); power: len ** alpha (hf: default, as generate)")
     p.add_argument("--max-steps", default=None, metavar="N|A*len+B",
                    help="most tokens per output: N, or per line from its source length (characters; tokens for "
-                        "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit)")
+                        "hf:), e.g. 2*len+10, capped at the model's limit (default: the model's limit; hf: its "
+                        f"generation config's max_new_tokens, else {HF_MAX_STEPS})")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="most decoder tokens the rows of one model call may hold, padding included: lines join "
                         "when (rows in flight + theirs) x (the widest prompt + max steps among them) fits; a line "
                         "whose own rows need more gets an error record")
-    p.add_argument("--mode", choices=("beam", "constrained", "diverse", "stochastic", "exact"), default="beam",
-                   help="beam search; constrained beam search (--constraint, or each JSON line's constraints); "
+    p.add_argument("--mode", choices=("beam", "greedy", "constrained", "diverse", "stochastic", "exact"),
+                   default="beam",
+                   help="beam search (an hf: model with --beam 1, or num_beams 1 in its generation config, decodes "
+                        "greedily, as generate does); greedy decoding (one row per line); constrained beam search "
+                        "(--constraint, or each JSON line's constraints); "
                         "diverse beam search (--groups, --diversity-penalty); stochastic beam search (--k samples "
                         "per line without replacement, --seed); exact search (the --n-best highest-scoring outputs "
                         "by branch and bound, seeded by a beam of --beam, --node-budget; records add proven and "
@@ -628,9 +687,11 @@ def _parser() -> _Parser:
     p.add_argument("--k", type=int, default=None, help="stochastic: samples per line")
     p.add_argument("--seed", type=int, default=None, help="stochastic: the seed (line i gets the noise of "
                                                           "input i of one search over all lines)")
-    p.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
-                   help="no n-gram of N tokens twice in an output (0: off)")
-    p.add_argument("--min-new-tokens", type=int, default=0, metavar="M", help="no end token before M tokens")
+    p.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
+                   help=f"no n-gram of N tokens twice in an output (0: off; the default, {hf_default} "
+                        "no_repeat_ngram_size)")
+    p.add_argument("--min-new-tokens", type=int, default=None, metavar="M",
+                   help=f"no end token before M tokens (default 0; {hf_default} min_new_tokens)")
     p.add_argument("--temperature", type=float, default=1.0, metavar="T", help="logits divided by T before scoring")
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="only each row's K best tokens extend it")
     p.add_argument("--stop-sequence", action="append", default=[], metavar="TEXT",

@@ -287,7 +287,7 @@ NO_OUTPUT = ("no output could be produced: every continuation has probability 0 
              "search's rules (the prefix, constraints, no-repeat n-grams, minimum length)")
 """The error of a line whose search ends with no output at all."""
 
-MODES = ("beam", "constrained", "diverse", "stochastic", "exact")
+MODES = ("beam", "greedy", "constrained", "diverse", "stochastic", "exact")
 """The search modes of :func:`decode_records`: those of :func:`beamsearch.refill.decode_stream`,
 and ``exact`` (:func:`beamsearch.exact_search`, in fixed batches)."""
 
@@ -306,7 +306,9 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     Args:
         model: a :class:`CorpusModel`.
         lines: :class:`Line` values (read lazily, as there is room in the batch).
-        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"constrained"``
+        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per
+            line: what ``generate`` does for ``num_beams=1``; ``beam`` does not apply, ``n_best``
+            is 1, ``alpha`` and ``length_penalty`` only scale the score), ``"constrained"``
             (:func:`~beamsearch.constrained_beam_search` with ``constraints``, or each line's own,
             and ``ordered``), ``"diverse"``
             (``diverse_beam_search`` with ``groups`` and ``diversity_penalty``) or
@@ -361,7 +363,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                               ordered=ordered, node_budget=node_budget, token_logprobs=token_logprobs)
     every_line = search.pop("constraints", None)  # constrained: the lines without their own
     rows = {"stochastic": "k", "exact": "seed_beam"}.get(mode, "beam_size")
-    rows = search[rows] if mode != "exact" else max(search["seed_beam"], search["n_best"])  # the seed's rows
+    rows = 1 if mode == "greedy" else search[rows] if mode != "exact" else max(search["seed_beam"], search["n_best"])
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
     judge = getattr(model, "verdicts", None)
@@ -553,6 +555,10 @@ def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, a
             raise ValueError("length_penalty does not apply to mode 'stochastic' (samples are not length-scored); "
                              f"got length_penalty={length_penalty!r}")
         return {**search, "k": check.at_least("k", k, 1), "seed": seed}
+    if mode == "greedy":
+        if n_best != 1:
+            raise ValueError(f"n_best does not apply to mode 'greedy' (one output per line); got n_best={n_best!r}")
+        return {**search, "alpha": alpha, "length_penalty": length_penalty}
     if mode == "exact":
         if token_logprobs:
             raise ValueError("token_logprobs does not apply to mode 'exact'; got token_logprobs=True")
@@ -1089,11 +1095,19 @@ class _HFModel:
 
         from beamsearch import hf
 
+        from transformers.utils import logging as hf_logging
+
         self._hf, self._torch = hf, torch
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         self.encoder_decoder = bool(config.is_encoder_decoder)
         auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
-        self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # decode's stderr holds its own lines (progress, notes, errors)
+        try:
+            self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         self.refill = hf.joinable(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.max_steps = check.at_least("max_steps", max_steps, 1)

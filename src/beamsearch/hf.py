@@ -41,13 +41,13 @@ from transformers.modeling_outputs import BaseModelOutput
 from beamsearch.core import validate as check
 from beamsearch.backends import NEG_INF
 from beamsearch.core.hypothesis import BatchResults
-from beamsearch.core.plan import batch_options, run_batch
-from beamsearch.modes.beam import beam_search_batch
+from beamsearch.core.plan import run_plan
+from beamsearch.modes.beam import beam_search_batch, greedy_plan
 from beamsearch.core.state import concat_state, pad_axis, select_state
-from beamsearch.strategies.narrowing import NarrowingBeam
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
-__all__ = ["Generation", "Prepared", "causal_lm", "generate", "joinable", "position_limit", "seq2seq_lm"]
+__all__ = ["SEARCH_SETTINGS", "Generation", "Prepared", "causal_lm", "generate", "joinable", "other_settings",
+           "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]
 
 
 def _inference(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1133,14 +1133,12 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     encoder_decoder = bool(model.config.is_encoder_decoder)
     eos, extra = _eos(model, cfg.eos_token_id)
     eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
-    beams = check.at_least("num_beams", cfg.num_beams, 1)
-    n_best = check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1)
+    common = search_settings(cfg)
+    beams, n_best = common["beam_size"], common["n_best"]
     if n_best > beams:
         raise ValueError(f"num_return_sequences={n_best} must be at most num_beams={beams}")
-    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
-    if alpha < 0:
-        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
-                         "supported")
+    if beams == 1:
+        common["alpha"] = 0.0
     new = None
     if default_length and cfg.max_new_tokens is None:
         width = 1 if encoder_decoder else max((len(r) for r in rows), default=0)
@@ -1148,11 +1146,74 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
         total = cfg.max_length + width
         new = (total if limit is None else min(total, limit)) - width
     steps, m = _lengths(cfg, rows, encoder_decoder, new)
-    return {"beam_size": beams, "n_best": n_best, "max_steps": steps, "alpha": alpha if beams > 1 else 0.0,
-            "length_penalty": "power", "eos_token_id": eos, "min_new_tokens": m,
-            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
+    del common["max_new_tokens"]
+    return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
             "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder),
             "stop_sequences": _stop_sequences(cfg, tokenizer)}
+
+
+def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The search a ``GenerationConfig`` asks for (its unset fields at ``generate``'s defaults),
+    in the settings that are the same for every input: the one mapping from ``generate``'s settings to the search's keywords, which
+    :func:`generate` builds on and ``beamsearch decode --model hf:DIR`` takes its defaults from.
+
+    Returns:
+        ``{"beam_size": num_beams, "n_best": num_return_sequences (1 when unset),
+        "length_penalty": "power", "alpha": length_penalty, "no_repeat_ngram_size": (0 when
+        unset), "min_new_tokens": (0 when unset), "max_new_tokens": int or None (unset)}``.
+        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: search
+        with ``alpha=0.0`` then (a beam of one with ``alpha`` 0 is greedy decoding).
+
+    Raises:
+        ValueError / TypeError: a setting out of range, named with its value (a negative
+            ``length_penalty``, ``num_beams=0``, ...).
+    """
+    cfg = copy.deepcopy(generation_config)
+    cfg.update(**_defaults(), defaults_only=True)  # its unset fields: generate's defaults
+    beams = check.at_least("num_beams", cfg.num_beams, 1)
+    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
+    if alpha < 0:
+        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
+                         "supported")
+    new = None if cfg.max_new_tokens is None else check.at_least("max_new_tokens", cfg.max_new_tokens, 1)
+    return {"beam_size": beams, "n_best": check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1),
+            "length_penalty": "power", "alpha": alpha,
+            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
+            "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
+
+
+# the settings search_settings maps, and those of a generation config that change no search
+SEARCH_SETTINGS = ("num_beams", "num_return_sequences", "length_penalty", "no_repeat_ngram_size", "min_new_tokens",
+                   "max_new_tokens")
+_NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
+               "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
+               "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")
+
+
+def other_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The settings ``generation_config`` sets away from ``transformers``' defaults that
+    :func:`search_settings` does not map and that change a search (``max_length``,
+    ``repetition_penalty``, ``forced_eos_token_id``, ``do_sample``, ...): what ``beamsearch decode
+    --model hf:DIR`` names on stderr as not applied. Token ids and output flags are not listed;
+    nor is ``early_stopping`` (the search's early stop is exact)."""
+    return {k: v for k, v in sorted(generation_config.to_diff_dict().items())
+            if k not in SEARCH_SETTINGS and k not in _NOT_SEARCH}
+
+
+def saved_generation_config(directory: Any) -> GenerationConfig:
+    """The generation config ``from_pretrained`` gives the model saved in ``directory``: its
+    ``generation_config.json``, else the one made from its ``config.json`` (nothing is
+    downloaded; the weights are not read).
+
+    Raises:
+        OSError: ``directory`` holds neither file.
+    """
+    from transformers import AutoConfig
+
+    try:
+        return GenerationConfig.from_pretrained(directory, local_files_only=True)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(directory, local_files_only=True))
 
 
 def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
@@ -1221,9 +1282,7 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
     pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
     if beams == 1:  # greedy: the argmax of each step until an eos (SPEC section 4 with one row)
         search.pop("n_best")
-        opts = batch_options(dec.prompts, **search)
-        hypotheses = run_batch(dec.step, dec.init_state, opts, NarrowingBeam(1), n_best=1, finished_first=False,
-                               pad_token_id=pad)
+        hypotheses = run_plan(dec.step, dec.init_state, greedy_plan(dec.prompts, pad_token_id=pad, **search))
     else:
         hypotheses = beam_search_batch(dec.step, dec.init_state, dec.prompts, beam_size=beams, early_stop=True,
                                        pad_token_id=pad, **search)

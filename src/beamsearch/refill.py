@@ -33,7 +33,7 @@ from beamsearch.modes.diverse import diverse_plan
 from beamsearch.core.engine import Search, StepFn, indexer, reorder
 from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.plan import Plan
-from beamsearch.modes.beam import beam_plan
+from beamsearch.modes.beam import beam_plan, greedy_plan
 from beamsearch.core.state import concat_state
 from beamsearch.modes.stochastic import base_seed, stochastic_plan
 
@@ -113,12 +113,14 @@ _PER_INPUT = frozenset({"prefix", "constraints"})
 
 MODES = {
     "beam": _Mode(beam_plan, frozenset({"prefix"})),
+    "greedy": _Mode(greedy_plan, frozenset({"prefix"})),
     "constrained": _Mode(constrained_plan, frozenset({"prefix", "constraints"})),
     "diverse": _Mode(diverse_plan, frozenset({"prefix"})),
     "stochastic": _Mode(stochastic_plan, frozenset({"seed"}), frozenset({"seed", "rng"})),
 }
 """``mode`` name -> the batch function whose keywords ``decode_stream`` takes: ``beam`` is
-``beam_search_batch``, ``constrained`` ``constrained_beam_search``, ``diverse``
+``beam_search_batch``, ``greedy`` greedy decoding (:func:`beamsearch.modes.beam.greedy_plan`: what
+``generate`` does for ``num_beams=1``), ``constrained`` ``constrained_beam_search``, ``diverse``
 ``diverse_beam_search``, ``stochastic`` ``stochastic_beam_search``."""
 
 
@@ -432,7 +434,8 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
             in flight). Each cohort costs the search a fixed overhead per step (its own scoring and
             selection), so joining a few at a time can be faster than keeping every call full;
             1 joins each input as soon as it fits. Results never depend on it.
-        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"constrained"``,
+        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per
+            input, :func:`beamsearch.modes.beam.greedy_plan`), ``"constrained"``,
             ``"diverse"`` or ``"stochastic"`` (the ``*_beam_search`` functions).
         **search: the mode function's keywords (``max_steps`` is required: the default of the
             inputs that give none), except ``callback``/``trace``/``trace_width`` and the per-input

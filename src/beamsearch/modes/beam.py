@@ -26,7 +26,7 @@ from beamsearch.processors import LogitsProcessor
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.narrowing import NarrowingBeam
 
-__all__ = ["beam_plan", "beam_search", "beam_search_batch", "beam_search_each", "greedy_decode"]
+__all__ = ["beam_plan", "beam_search", "beam_search_batch", "beam_search_each", "greedy_decode", "greedy_plan"]
 
 
 def beam_search(
@@ -224,4 +224,20 @@ def beam_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int =
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=pad_id(pad_token_id),
+                token_logprobs=return_token_logprobs)
+
+
+def greedy_plan(prompts: Sequence[Sequence[int]], *, pad_token_id: int | None = None,
+                return_token_logprobs: bool = False, **controls: Any) -> Plan:
+    """The :class:`Plan` of greedy decoding over a batch: one row per input, which takes its best
+    extension at every step until it ends (SPEC section 4 with one row), the rule ``generate``
+    runs for ``num_beams=1`` (:func:`beamsearch.hf.generate`, ``beamsearch decode --mode
+    greedy``). Not a beam of one: :func:`beam_search_batch` with ``beam_size=1`` also keeps a
+    finished candidate that is not its row's best extension and may return it. ``**controls``
+    are the shared ones of :func:`beam_search_batch`; ``alpha`` and ``length_penalty`` only
+    scale each result's reported ``score`` (``logprob / lp(len)``; ``alpha=0``: the logprob)."""
+    opts = mode_options("greedy", prompts, controls, {"beam_size": "greedy decoding has one row per input",
+                                                      "n_best": "greedy decoding has one output per input",
+                                                      "early_stop": "greedy decoding ends each row at its eos"})
+    return Plan(opts, NarrowingBeam(1), 1, n_best=1, finished_first=False, pad_token_id=pad_id(pad_token_id),
                 token_logprobs=return_token_logprobs)
