@@ -7,7 +7,7 @@ import math
 import pathlib
 import random
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -60,6 +60,52 @@ def lr_factor(fraction: float, warmup: float = 0.05) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, (fraction - warmup) / (1 - warmup))))
 
 
+def _budget(total_steps: int | None, minutes: float | None, start: float) -> Callable[[int], float]:
+    """``used(steps_done)``: the share of the training budget used so far, 0..1 and on (the steps
+    of ``total_steps`` or the wall-clock time of ``minutes`` since ``start``, whichever is further
+    along; a budget that is None counts 0)."""
+
+    def used(steps_done: int) -> float:
+        by_steps = 0.0 if total_steps is None else steps_done / total_steps
+        by_time = 0.0 if minutes is None else (time.monotonic() - start) / (minutes * 60)
+        return max(by_steps, by_time)
+
+    return used
+
+
+def _run_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module, bar: Any,
+               batch_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]], lr: float,
+               budget_used: Callable[[int], float], steps: int, used: float, last_lr: float
+               ) -> tuple[int, int, float, float, float]:
+    """One epoch of training steps over the batches ``batch_of(i)`` for ``i`` in ``bar`` (a tqdm
+    bar, its postfix set to each batch's loss), each at the learning rate ``lr * lr_factor(used)``;
+    stops at the batch where the budget ends (``budget_used(steps) >= 1``).
+
+    Returns:
+        ``(steps, batches, total, used, last_lr)``: the steps done in all (``steps`` before it plus
+        this epoch's), this epoch's batches and their summed loss, the budget used, the last
+        learning rate set (``last_lr`` when no batch ran).
+    """
+    total, batches = 0.0, 0
+    for i in bar:
+        last_lr = lr * lr_factor(used)
+        for group in optimizer.param_groups:
+            group["lr"] = last_lr
+        sources, inputs, targets = batch_of(i)
+        logits = model(sources, inputs)
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        steps, batches, total = steps + 1, batches + 1, total + loss.item()
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        used = budget_used(steps)
+        if used >= 1.0:
+            break
+    return steps, batches, total, used, last_lr
+
+
 def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int | None = None,
           minutes: float | None = None, threads: int = 1, batch_size: int = 128, lr: float = 2e-3,
           train_size: int = 40_000, progress: bool = True, log: Callable[[str], None] = print) -> dict:
@@ -95,37 +141,20 @@ def train(kind: str, out_dir: str | pathlib.Path, *, seed: int = 0, epochs: int 
     best = {"valid_loss": float("inf")}
     best_state: dict[str, torch.Tensor] = {}
     start = time.monotonic()
+    budget_used = _budget(total_steps, minutes, start)
+    train_set = list(splits["train"])  # shuffled in place each epoch
 
-    def budget_used(steps_done: int) -> float:
-        by_steps = 0.0 if total_steps is None else steps_done / total_steps
-        by_time = 0.0 if minutes is None else (time.monotonic() - start) / (minutes * 60)
-        return max(by_steps, by_time)
+    def batch_of(i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _batch(train_set[i * batch_size : (i + 1) * batch_size], cfg.pad, cfg.bos, cfg.eos)
 
-    train_set = list(splits["train"])
     steps, epoch, used, last_lr = 0, 0, 0.0, 0.0
     while used < 1.0:
         epoch += 1
         model.train()
         rng.shuffle(train_set)
         bar = tqdm(range(steps_per_epoch), desc=f"{kind} epoch {epoch}", disable=not progress, leave=False)
-        total, batches = 0.0, 0
-        for i in bar:
-            last_lr = lr * lr_factor(used)
-            for group in optimizer.param_groups:
-                group["lr"] = last_lr
-            sources, inputs, targets = _batch(train_set[i * batch_size : (i + 1) * batch_size], cfg.pad, cfg.bos,
-                                              cfg.eos)
-            logits = model(sources, inputs)
-            loss = loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            steps, batches, total = steps + 1, batches + 1, total + loss.item()
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            used = budget_used(steps)
-            if used >= 1.0:
-                break
+        steps, batches, total, used, last_lr = _run_epoch(model, optimizer, loss_fn, bar, batch_of, lr, budget_used,
+                                                          steps, used, last_lr)
         model.eval()
         accuracy = exact_match(translator, splits["valid"])
         loss_valid = validation_loss(model, splits["valid"], cfg)

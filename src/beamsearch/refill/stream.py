@@ -1,101 +1,27 @@
-"""Refill (continuous batching): :func:`decode_stream` decodes a stream of inputs with one model
-call per step for the rows of every input in flight, and lets new inputs join as others stop.
-
-Cohorts. Inputs that join at the same model call form a cohort: an ordinary engine search
-(:class:`beamsearch.core.engine.Search` with its own :class:`~beamsearch.core.plan.Plan`: its own
-controls and per-input arrays, strategy state, trail and step counter). Every step the runner
-makes ONE model call: the state is the cohorts' row blocks one after the other (cohort order),
-``y_prev`` their tokens; the logits are cut back into the cohorts' row ranges (slices: views on
-numpy and torch), each cohort scores, selects and advances as a batch of its own would, and the
-state is reordered once, by the cohorts' parents shifted by their block offsets. Joining inputs'
-first rows (``make_state``) are appended with :func:`beamsearch.core.state.concat_state`. An input's
-result is therefore, by construction, the one it gets when decoded alone; every strategy and
-control runs unchanged.
-
-Rows. An input reserves its beam size (the most rows it can hold at a step) from joining to
-stopping, and joins only when that fits ``max_rows``, so no call passes more than ``max_rows``
-rows. The input iterable is read one item at a time, only when there is room for it.
-"""
+"""The stream: :func:`decode_stream` checks its arguments and returns a :class:`Stream`, which reads
+and validates each input alone, makes each cohort's plan and first rows, and runs the loop
+(:class:`~beamsearch.refill.flight.Flight`) one model call per step (the package's docstring,
+:mod:`beamsearch.refill`, tells how)."""
 
 from __future__ import annotations
 
-import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
-from beamsearch.backends import backend_of, first_foreign_leaf
-from beamsearch.modes.constrained import constrained_plan
-from beamsearch.modes.diverse import diverse_plan
-from beamsearch.core.engine import Search, StepFn, indexer, reorder
-from beamsearch.core.hypothesis import Hypothesis
+from beamsearch.core.engine import StepFn
 from beamsearch.core.plan import Plan
 from beamsearch.modes.beam import beam_plan, greedy_plan
-from beamsearch.core.state import concat_state
+from beamsearch.modes.constrained import constrained_plan
+from beamsearch.modes.diverse import diverse_plan
 from beamsearch.modes.stochastic import base_seed, stochastic_plan
+from beamsearch.refill.flight import Cohort, Flight
+from beamsearch.refill.records import Decoded, Input, MakeState, StreamStats
 
-__all__ = ["Decoded", "Stream", "StreamStats", "decode_stream"]
-
-MakeState = Callable[[list[Any]], Any]
-"""``make_state(items) -> state`` with one row per item (the items as the stream gave them)."""
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """One input's result from :func:`decode_stream`.
-
-    Attributes:
-        index: the input's position in the input iterable (0 for the first).
-        hypotheses: its hypotheses, best first, as the mode's batch function returns them for it
-            (empty when ``error`` is set).
-        error: None, or the ``ValueError`` / ``TypeError`` its arguments raised (the input was
-            not decoded; the stream goes on).
-        info: what the mode reports per input beside the hypotheses (stochastic: ``kappa``).
-    """
-
-    index: int
-    hypotheses: list[Hypothesis]
-    error: Exception | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class StreamStats:
-    """Counts of a :class:`Stream` so far.
-
-    Attributes:
-        max_rows: the row budget per model call.
-        calls: model calls made.
-        rows: rows passed, over all calls.
-        mixed_calls: calls whose rows came from more than one cohort (inputs that joined at
-            different calls).
-        cohorts: cohorts started (each a set of inputs joining at one call).
-        inputs: results yielded (errors included).
-        errors: results yielded with an error.
-        max_tokens: the token budget per model call (None: none).
-    """
-
-    max_rows: int
-    calls: int = 0
-    rows: int = 0
-    mixed_calls: int = 0
-    cohorts: int = 0
-    inputs: int = 0
-    errors: int = 0
-    max_tokens: int | None = None
-
-    @property
-    def rows_per_call(self) -> float:
-        """Mean rows per model call (0 before the first)."""
-        return self.rows / self.calls if self.calls else 0.0
-
-    @property
-    def utilisation(self) -> float:
-        """``rows_per_call / max_rows``: how full the calls were, 1 at best."""
-        return self.rows_per_call / self.max_rows
+__all__ = ["MODES", "Stream", "decode_stream", "per_input"]
 
 
 @dataclass(frozen=True)
@@ -122,47 +48,6 @@ MODES = {
 ``beam_search_batch``, ``greedy`` greedy decoding (:func:`beamsearch.modes.beam.greedy_plan`: what
 ``generate`` does for ``num_beams=1``), ``constrained`` ``constrained_beam_search``, ``diverse``
 ``diverse_beam_search``, ``stochastic`` ``stochastic_beam_search``."""
-
-
-@dataclass(frozen=True)
-class _Input:
-    """An input read from the stream and validated alone: its index, its fields (``prompt`` and
-    the per-input keys it gave) and the item as given (what ``make_state`` gets)."""
-
-    index: int
-    fields: dict[str, Any]
-    item: Any
-    plan: Plan
-    width: int  # the most positions one of its rows can hold: prompt + max_steps
-
-
-class _Cohort:
-    """Inputs that joined at one call: one engine search over their rows.
-
-    Attributes:
-        inputs: the inputs, in row order.
-        plan: their plan; ``search``: its search.
-        alive: bool ``[n]``: inputs not yet yielded.
-        dropped: set before the first step when an input's token ids are outside ``[0, V)``.
-    """
-
-    def __init__(self, inputs: list[_Input], plan: Plan) -> None:
-        self.inputs, self.plan = inputs, plan
-        self.search = Search(len(inputs), plan.strategy, plan.opts.controls)
-        self.alive = np.ones(len(inputs), bool)
-        self.dropped = False
-
-    def stopped(self) -> list[Decoded]:
-        """The results of the inputs that stopped at the last step (no live row left)."""
-        has_rows = np.zeros(self.alive.shape[0], bool)
-        has_rows[self.search.beam.input] = True
-        now = np.flatnonzero(self.alive & ~has_rows)
-        if now.size == 0:
-            return []
-        self.alive &= has_rows
-        outcome = self.search.outcome()
-        hyps, info = self.plan.hypotheses(outcome, now), self.plan.info(outcome, now)
-        return [Decoded(self.inputs[i].index, h, None, d) for i, h, d in zip(now.tolist(), hyps, info)]
 
 
 class Stream(Iterator[Decoded]):
@@ -209,7 +94,7 @@ class Stream(Iterator[Decoded]):
                 kwargs["seed"], kwargs["positions"] = self._seed, index
         return self._mode.plan([f["prompt"] for f in fields], **kwargs)
 
-    def _read(self, index: int, item: Any, vocab: int | None) -> _Input | Decoded:
+    def _read(self, index: int, item: Any, vocab: int | None) -> Input | Decoded:
         """Validate one item alone (and its token ids, once V is known): an input, or an error."""
         try:
             fields = _fields(item, self._mode.keys)
@@ -219,7 +104,7 @@ class Stream(Iterator[Decoded]):
             width = self._width(plan)
         except (TypeError, ValueError) as error:
             return Decoded(index, [], error)
-        return _Input(index, fields, item, plan, width)
+        return Input(index, fields, item, plan, width)
 
     def _width(self, plan: Plan) -> int:
         """The most positions one row of an input can hold, prompt + max_steps. Raises when its
@@ -231,133 +116,25 @@ class Stream(Iterator[Decoded]):
         return prompt + steps
 
     def _decode(self, inputs: Iterator[Any]) -> Iterator[Decoded]:
-        stats, rows = self.stats, self._rows
-        waiting: collections.deque[_Input] = collections.deque()  # read, valid, not yet joined
-        cohorts: list[_Cohort] = []
-        state, tokens, index, vocab = None, np.zeros(0, np.int64), None, None
-        reserved, position, exhausted, failure = 0, 0, False, None
-        held: dict[int, int] = {}  # stream position -> width (prompt + max_steps), of the inputs in flight
-        budget = self._max_tokens
+        """The loop: each step, the inputs that fit join, then one model call for every row in
+        flight (:class:`~beamsearch.refill.flight.Flight` holds its state and does its phases)."""
+        flight = Flight(self.stats, self._rows, self._join_rows, self._max_tokens)
         while True:
-            joining = []
-            room = stats.max_rows - reserved
-            if cohorts and room < self._join_rows:
-                room = 0  # wait for min_join inputs' room
-            while room >= rows:  # read lazily: one item at a time, only when it fits
-                if not waiting:
-                    if exhausted:
-                        break
-                    try:
-                        item = next(inputs, _END)
-                    except Exception as error:  # the iterable's own error: raised once the inputs in flight are out
-                        item, failure = _END, error
-                    if item is _END:
-                        exhausted = True
-                        break
-                    read = self._read(position, item, vocab)
-                    position += 1
-                    if isinstance(read, Decoded):
-                        yield self._count(read)
-                        continue
-                    waiting.append(read)
-                if budget is not None and (reserved + rows) * max([waiting[0].width, *held.values()]) > budget:
-                    break  # in stream order: the next input waits until the padded rows fit
-                joining.append(waiting.popleft())
-                reserved, room = reserved + rows, room - rows
-                held[joining[-1].index] = joining[-1].width
-            for group in _groups(joining):
-                cohort, init = self._join(group)
-                cohorts.append(cohort)
-                state = init if state is None else concat_state([state, init])
-                tokens = np.concatenate([tokens, [p[-1] for p in cohort.plan.opts.prompts]]).astype(np.int64)
-                if index is None:
-                    index = indexer(first_foreign_leaf(state))
-            if not cohorts:
-                if failure is not None:
-                    raise failure
-                if waiting:  # nothing in flight holds rows or tokens: the next input always fits
-                    raise RuntimeError(f"decode_stream: {len(waiting)} inputs wait with nothing in flight "
-                                       f"(rows reserved {reserved}, inputs held {len(held)}); this is a bug")
+            joining = yield from flight.admit(inputs, self._read)
+            flight.join(joining, self._join)
+            if not flight.cohorts:
+                flight.end()
                 return
-            logits, new_state = model_checks.step_output(self._step_fn(state, index(tokens)))
-            x = backend_of(logits).compute(logits)
-            model_checks.logits_shape(x, tokens.shape[0], vocab)
-            stats.calls, stats.rows = stats.calls + 1, stats.rows + tokens.shape[0]
-            stats.mixed_calls += len(cohorts) > 1
-            if vocab is None:  # the first call: the inputs' ids can be checked against V only now
-                vocab = int(x.shape[1])
-                errors, left = self._check_ids(cohorts, vocab, waiting)
-                reserved -= len(left) * rows
-                for i in left:
-                    del held[i]
-                for error in errors:
-                    yield self._count(error)
-            parents, next_tokens, live, offset = [], [], [], 0
-            for cohort in cohorts:
-                k = cohort.search.beam.size
-                if cohort.dropped:  # its rows are left out of the reorder
-                    offset += k
-                    continue
-                parent = cohort.search.advance(x[offset : offset + k])  # --> [k'], rows of its block
-                for result in cohort.stopped():
-                    reserved -= rows
-                    del held[result.index]
-                    yield self._count(result)
-                if cohort.search.beam.size:
-                    parents.append(parent + offset)
-                    next_tokens.append(cohort.search.beam.token)
-                    live.append(cohort)
-                offset += k
-            cohorts = live
-            if cohorts:
-                state = reorder(new_state, np.concatenate(parents), offset, index)
-                tokens = np.concatenate(next_tokens)
-            else:
-                state, tokens = None, np.zeros(0, np.int64)
+            x, new_state = yield from flight.call(self._step_fn)
+            yield from flight.retire(x, new_state)
 
-    def _join(self, group: list[_Input]) -> tuple[_Cohort, Any]:
+    def _join(self, group: list[Input]) -> tuple[Cohort, Any]:
         """A cohort for the inputs ``group`` and their first rows, from ``make_state``."""
         plan = self._plan([i.fields for i in group], np.array([i.index for i in group]))
         init = self._make_state([i.item for i in group])
         model_checks.state_rows(init, len(group), "make_state(items)")
         self.stats.cohorts += 1
-        return _Cohort(group, plan), init
-
-    def _check_ids(self, cohorts: list[_Cohort], vocab: int, waiting: collections.deque[_Input]
-                   ) -> tuple[list[Decoded], list[int]]:
-        """At the first call: each input's token ids against ``[0, V)``. A cohort with a bad
-        input is dropped before its first step (its rows are left out of the reorder): the bad
-        inputs' errors are returned, the others go back to the front of ``waiting`` and join the
-        next call as a new cohort (``make_state`` is called for them again).
-
-        Returns:
-            The errors, and the stream positions of the inputs that left the dropped cohorts
-            (their rows and tokens are released).
-        """
-        errors, again, left = [], [], []
-        for cohort in cohorts:
-            bad = []
-            for i in cohort.inputs:  # setup of the first call: a few ids per input
-                try:
-                    model_checks.token_ids_below(i.plan.opts.controls.vocab_checks, vocab)
-                except ValueError as error:
-                    bad.append(Decoded(i.index, [], error))
-            if bad:
-                cohort.dropped = True
-                errors += bad
-                failed = {d.index for d in bad}
-                again += [i for i in cohort.inputs if i.index not in failed]
-                left += [i.index for i in cohort.inputs]
-        waiting.extendleft(reversed(again))
-        return errors, left
-
-    def _count(self, result: Decoded) -> Decoded:
-        self.stats.inputs += 1
-        self.stats.errors += result.error is not None
-        return result
-
-
-_END = object()
+        return Cohort(group, plan), init
 
 
 def per_input(search: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
@@ -386,18 +163,6 @@ def _fields(item: Any, keys: frozenset[str]) -> dict[str, Any]:
             raise ValueError(f"input dict needs a 'prompt' (token ids); got the keys {sorted(item)}")
         return dict(item)
     return {"prompt": item}
-
-
-def _groups(joining: list[_Input]) -> list[list[_Input]]:
-    """The inputs joining at one call, as cohorts: one, or (stochastic) one of the inputs with
-    their own seed and one of those using the stream's seed (their noise entropies differ in
-    width), each in stream order."""
-    if not joining:
-        return []
-    own = [i for i in joining if "seed" in i.fields]
-    if not own or len(own) == len(joining):
-        return [joining]
-    return [[i for i in joining if "seed" not in i.fields], own]
 
 
 def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], *, max_rows: int,
