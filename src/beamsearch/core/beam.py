@@ -39,6 +39,13 @@ class Beam:
     def size(self) -> int:
         return int(self.input.shape[0])
 
+    def take(self, idx: np.ndarray) -> Beam:
+        """The rows ``idx`` (int64 ``[k']``, positions in this beam), in that order."""
+        tags = None if self.tags is None else {name: a[idx] for name, a in self.tags.items()}
+        return Beam(self.input[idx], self.logprob[idx], self.token[idx],
+                    None if self.history is None else self.history[idx],
+                    None if self.recent is None else self.recent[idx], tags)
+
 
 @dataclass(frozen=True)
 class Candidates:
@@ -70,6 +77,18 @@ class Candidates:
     def empty() -> Candidates:
         return Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
 
+    @staticmethod
+    def join(parts: list[Candidates]) -> Candidates:
+        """The parts (each ``[j_p]``, ``parent`` already in one numbering) one after the other:
+        ``[sum j_p]``. Tags are joined name by name when every part has them, else None."""
+        if not parts:
+            return Candidates.empty()
+        tags = None
+        if all(p.tags is not None for p in parts):
+            tags = {name: np.concatenate([p.tags[name] for p in parts]) for name in parts[0].tags}  # type: ignore[index]
+        return Candidates(np.concatenate([p.parent for p in parts]), np.concatenate([p.token for p in parts]),
+                          np.concatenate([p.logprob for p in parts]), tags)
+
 
 @dataclass(frozen=True)
 class Ended:
@@ -98,8 +117,7 @@ class Ended:
         """The hypotheses ``(beam, chosen, step, finished)`` recorded at each step, in order:
         ``chosen`` extends rows of ``beam`` at ``step``. Built once, at the end of the search."""
         if not parts:
-            z = np.zeros(0, np.int64)
-            return Ended(z, np.zeros(0), z, z, np.zeros(0), z, np.zeros(0, bool))
+            return Ended.empty()
         parent = np.concatenate([c.parent for _, c, _, _ in parts])
         logprob = np.concatenate([c.logprob for _, c, _, _ in parts])
         with np.errstate(invalid="ignore"):  # a scored target may be -inf: its token's share is NaN
@@ -116,6 +134,20 @@ class Ended:
 
     def take(self, idx: np.ndarray) -> Ended:
         return Ended(*(getattr(self, f)[idx] for f in Ended.__dataclass_fields__))
+
+    @staticmethod
+    def empty() -> Ended:
+        """No hypothesis: every field ``[0]``."""
+        z = np.zeros(0, np.int64)
+        return Ended(z, np.zeros(0), z, z, np.zeros(0), z, np.zeros(0, bool))
+
+    @staticmethod
+    def join(parts: list[Ended]) -> Ended:
+        """The parts (each ``[h_p]``) one after the other, ``[sum h_p]``: production order kept
+        when the parts are in it (``Ended.concat`` builds a part from a step's records)."""
+        if not parts:
+            return Ended.empty()
+        return Ended(*(np.concatenate([getattr(p, f) for p in parts]) for f in Ended.__dataclass_fields__))
 
 
 class Trail:

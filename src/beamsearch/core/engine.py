@@ -239,12 +239,19 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
         done.append((beam, selection.ended, step, selection.ended_finished))
     if retire.any():
         done.append((beam, live.take(retire), step, False))
-        live, inputs = live.take(~retire), inputs[~retire]
+        live = live.take(~retire)
+    return extend(beam, live, trail), live.parent, done
+
+
+def extend(beam: Beam, live: Candidates, trail: Trail) -> Beam:
+    """The rows of the next call: ``live`` (``[k']`` extensions of ``beam``'s rows), their
+    back-pointers added to ``trail``, each row one token longer (its history and recent tokens
+    too) and its strategy tags kept."""
     parent = live.parent
     with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
-    return Beam(inputs, live.logprob, live.token, extend_history(beam, live),
-                extend_recent(beam.recent, live), live.tags), parent, done
+    return Beam(beam.input[parent], live.logprob, live.token, extend_history(beam, live),
+                extend_recent(beam.recent, live), live.tags)
 
 
 def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: Controls) -> np.ndarray:

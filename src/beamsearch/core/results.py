@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from beamsearch.core.beam import Ended
 from beamsearch.core.engine import Outcome
 from beamsearch.core.hypothesis import Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.penalties import LengthPenalty, score
+from beamsearch.core.select import positions
 
-__all__ = ["build"]
+__all__ = ["build", "ranking"]
 
 
 def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float, *, n_best: int | None,
@@ -25,16 +27,7 @@ def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float,
         token_logprobs: build :class:`TokenLogprobHypothesis` objects.
     """
     ended = outcome.ended
-    scores = score(ended.logprob, ended.step, penalty, alpha)  # --> [h]
-    order = np.arange(scores.shape[0])
-    unfinished = (~ended.finished).astype(np.int64)
-    if finished_first:
-        rank = np.lexsort((order, -scores, unfinished, ended.input))
-    else:
-        rank = np.lexsort((order, unfinished, -scores, ended.input))
-    if n_best is not None:
-        rank = rank[_first_n_best(ended.input[rank], unfinished[rank], ended.finished, ended.input,
-                                  n_inputs, n_best)]
+    rank, scores = ranking(ended, n_inputs, penalty, alpha, n_best=n_best, finished_first=finished_first)
     chosen = ended.take(rank)
     tokens, per_token = outcome.trail.paths(chosen)
     counts = np.bincount(chosen.input, minlength=n_inputs)
@@ -48,12 +41,35 @@ def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float,
     return out
 
 
+def ranking(ended: Ended, n_inputs: int, penalty: LengthPenalty, alpha: float, *, n_best: int | None,
+            finished_first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The order of :func:`build`'s results (its ``n_best`` and ``finished_first`` rules).
+
+    Args:
+        ended: ``[h]`` hypotheses in production order (ties keep it), of ``n_inputs`` inputs.
+
+    Returns:
+        int64 ``[h']``: the positions in ``ended`` of each input's results, best first,
+        input-major (inputs ascending); and float64 ``[h]``: every hypothesis's score.
+    """
+    scores = score(ended.logprob, ended.step, penalty, alpha)  # --> [h]
+    order = np.arange(scores.shape[0])
+    unfinished = (~ended.finished).astype(np.int64)
+    if finished_first:
+        rank = np.lexsort((order, -scores, unfinished, ended.input))
+    else:
+        rank = np.lexsort((order, unfinished, -scores, ended.input))
+    if n_best is not None:
+        rank = rank[_first_n_best(ended.input[rank], unfinished[rank], ended.finished, ended.input,
+                                  n_inputs, n_best)]
+    return rank, scores
+
+
 def _first_n_best(inputs: np.ndarray, unfinished: np.ndarray, finished: np.ndarray, all_inputs: np.ndarray,
                   n_inputs: int, n_best: int) -> np.ndarray:
     """bool mask over rows sorted by (input, unfinished, score): the first n_best of each input."""
     group = inputs * 2 + unfinished  # --> [h]: one group per (input, kind), sorted
-    start = np.searchsorted(group, group)  # first row of each row's group
-    pos = np.arange(group.shape[0]) - start  # position within its group
+    pos = positions(group)  # position within its group
     n_fin = np.bincount(all_inputs[finished], minlength=n_inputs)  # --> [N]
     room = np.where(unfinished == 1, n_best - np.minimum(n_fin[inputs], n_best), n_best)
     return pos < room

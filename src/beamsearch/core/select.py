@@ -201,3 +201,26 @@ def runs(sorted_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     length[:-1] = start[1:] - start[:-1]
     length[-1] = k - start[-1]
     return start, length
+
+
+def positions(sorted_ids: np.ndarray) -> np.ndarray:
+    """int64 ``[k]``: each entry's position within its run of equal values in a sorted int array
+    ``[k]`` (0 for the first of a run)."""
+    return np.arange(sorted_ids.shape[0]) - np.searchsorted(sorted_ids, sorted_ids)
+
+
+def ranked_per_input(key: np.ndarray, inputs: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries ``among`` ranked within their input, highest ``key`` first, ties to the lower
+    index.
+
+    Args:
+        key: float ``[j]``: what entries are ranked by.
+        inputs: int64 ``[j]``: each entry's input.
+        among: int64 ``[m]``: the entries to rank (indices into ``key`` and ``inputs``).
+
+    Returns:
+        int64 ``[m]`` each: the entries in that order, input-major (inputs ascending), and each
+        one's rank within its input (0 for its best).
+    """
+    order = among[np.lexsort((among, -key[among], inputs[among]))]
+    return order, positions(inputs[order])

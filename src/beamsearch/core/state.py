@@ -176,6 +176,14 @@ concat_state.dispatch = _concat_as.dispatch  # type: ignore[attr-defined]
 concat_state.registry = _concat_as.registry  # type: ignore[attr-defined]
 
 
+def copy_if_shared(state: Any) -> Any:
+    """``state``, or a copy of it (``concat_state`` of the one state) when it holds a leaf of a
+    type registered with ``select_state`` (:func:`has_registered_leaf`): such a leaf (a KV cache
+    object) may be reordered and extended in place by the search and the model, so a state read
+    more than once is copied first. Plain arrays are never changed in place: no copy."""
+    return concat_state([state]) if has_registered_leaf(state) else state
+
+
 def _same_structure(states: list, what: str) -> None:
     """Every state has the class and length of ``states[0]``."""
     first = states[0]

@@ -48,13 +48,15 @@ from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.backends import first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
-from beamsearch.core.engine import StepFn, extend_history, extend_recent, indexer, run, score_step, start_beam
+from beamsearch.core.engine import (Outcome, StepFn, extend, indexer, reorder, run, score_step,
+                                    start_beam)
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.penalties import score
 from beamsearch.core.plan import mode_options, pad_id
+from beamsearch.core.results import build, ranking
 from beamsearch.modes.beam import beam_plan
-from beamsearch.core.select import StepScores, accumulate, split_terminals
-from beamsearch.core.state import concat_state, has_registered_leaf, select_state
+from beamsearch.core.select import StepScores, accumulate, positions, ranked_per_input, split_terminals
+from beamsearch.core.state import concat_state, copy_if_shared
 from beamsearch.strategies import Selection
 
 __all__ = ["ExactResults", "exact_search"]
@@ -145,9 +147,9 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
     meter = _Meter(n)
     # the seed search consumes its state (a registered cache may be extended and reordered in
     # place, as the Hugging Face adapter's is): the branch and bound starts from a copy
-    search_state = _copy_if_shared(init_state)
+    search_state = copy_if_shared(init_state)
     seed = _seed(meter.wrap(step_fn), init_state, opts, max(seed_beam, n_best), n_best, node_budget, meter, controls)
-    incumbent = np.array([_nth_finished([h.score for h in hyps if h.finished], n_best) for hyps in seed])
+    incumbent = np.array([_nth_score([h.score for h in hyps if h.finished], n_best) for hyps in seed])
     bb = _BranchAndBound(step_fn, opts, n_best, node_budget, batch_rows, meter)
     found, proven = bb.run(search_state, incumbent)
     merged = [_merge(s, f, n_best) for s, f in zip(seed, found)]
@@ -243,33 +245,33 @@ class _BranchAndBound:
         """
         n = self.limit.shape[0]
         proven = np.ones(n, bool)
-        best = _no_outputs()
+        best = Ended.empty()
         incumbent = seed_incumbent
         index = indexer(first_foreign_leaf(init_state))
         vocab = None
         roots = Candidates(np.arange(n), np.zeros(n, np.int64), np.zeros(n))  # bound 0: kept unless incumbent >= 0
         keep = self._admit(roots, np.arange(n), incumbent, proven)
         first = replace(start_beam(n, self.controls), token=np.array([p[-1] for p in self.prompts], np.int64))
-        beam, state, size, parent = _rows(first, keep), init_state, n, keep
+        beam, state, size, parent = first.take(keep), init_state, n, keep
         for step in range(1, int(self.limit.max()) + 1):
             if beam.size == 0:
                 break
             cap = self._cap(beam, step)
             states, ended, children, vocab = self._expand(state, size, parent, beam, step, index, vocab, cap)
             at_limit = self.limit[beam.input[children.parent]] <= step  # these are outputs, not prefixes
-            outputs = [best, _ended(beam, ended, step, True), _ended(beam, children.take(at_limit), step, False)]
-            best = _best(_concat(outputs), self.n_best, self.penalty, self.alpha)
-            incumbent = np.maximum(seed_incumbent, _nth_finished_each(best, n, self.n_best, self.penalty, self.alpha))
+            outputs = Ended.concat([(beam, ended, step, True), (beam, children.take(at_limit), step, False)])
+            best = Ended.join([best, outputs])
+            best = best.take(ranking(best, n, self.penalty, self.alpha, n_best=self.n_best, finished_first=True)[0])
+            incumbent = np.maximum(seed_incumbent, self._nth_finished(best))
             children = children.take(~at_limit)
             keep = self._admit(children, beam.input[children.parent], incumbent, proven)
             children = children.take(keep)
             if children.size == 0:
                 break
-            self.trail.add(children.token, children.parent, children.logprob - beam.logprob[children.parent])
             state, size, parent = concat_state(states), beam.size, children.parent
-            beam = Beam(beam.input[children.parent], children.logprob, children.token,
-                        extend_history(beam, children), extend_recent(beam.recent, children))
-        return self._hypotheses(best, n), proven
+            beam = extend(beam, children, self.trail)
+        outcome = Outcome(best, self.trail)
+        return build(outcome, n, self.penalty, self.alpha, n_best=None, finished_first=True), proven
 
     def _cap(self, beam: Beam, step: int) -> np.ndarray:
         """int64 ``[N]``: how many of this step's non-terminal extensions of each input can still
@@ -302,11 +304,11 @@ class _BranchAndBound:
         scratch = None
         starts = range(0, beam.size, self.batch_rows)
         for start in starts:
-            part = _rows(beam, np.arange(start, min(start + self.batch_rows, beam.size)))
+            part = beam.take(np.arange(start, min(start + self.batch_rows, beam.size)))
             self.meter.count(part.input)
             # every call but the last gathers from a copy: the call consumes the state it is given
-            source = state if start == starts[-1] else _copy_if_shared(state)
-            out = self.step_fn(_gather(source, size, parent[start : start + part.size], index), index(part.token))
+            source = state if start == starts[-1] else copy_if_shared(state)
+            out = self.step_fn(reorder(source, parent[start : start + part.size], size, index), index(part.token))
             scores, new_state = score_step(out, part, step, self.controls, _Offset(self.trail, start), vocab, scratch)
             vocab = scores.vocab
             terminal, logp = split_terminals(scores)  # terminal entries of logp are now -inf
@@ -316,12 +318,12 @@ class _BranchAndBound:
             children.append(Candidates(rows + start, tokens, accumulate(scores, rows, host[rows, tokens])))
             held += children[-1].size
             if held > most:
-                children = [self._shortlist(_concat_candidates(children), beam.input, cap)]
+                children = [self._shortlist(Candidates.join(children), beam.input, cap)]
                 held = children[0].size
             ended.append(Candidates(terminal.parent + start, terminal.token, terminal.logprob))
             states.append(new_state)
             scratch = logp  # read out already: the next call's buffer
-        return states, _concat_candidates(ended), _concat_candidates(children), vocab
+        return states, Candidates.join(ended), Candidates.join(children), vocab
 
     def _admit(self, prefixes: Candidates, inputs: np.ndarray, incumbent: np.ndarray, proven: np.ndarray) -> np.ndarray:
         """The prefixes to expand at the next step: those whose bound beats their input's
@@ -341,7 +343,7 @@ class _BranchAndBound:
         # precision, so an extension can exceed its prefix's logprob by that much rounding.
         slack = 2.0 * float(self.limit.max()) * self.eps * np.abs(incumbent[inputs])
         beats = np.flatnonzero(bound > incumbent[inputs] - slack)
-        order, position = _ranked(bound, inputs, beats)
+        order, position = ranked_per_input(bound, inputs, beats)
         ranked = inputs[order]
         room = self.node_budget - self.meter.rows[ranked]
         proven[np.unique(ranked[position >= room])] = False
@@ -352,17 +354,15 @@ class _BranchAndBound:
         production order (``row_input``: int64 ``[k]``, the input of each row they extend)."""
         inputs = row_input[children.parent]
         bound = score(children.logprob, self.limit[inputs], self.penalty, self.alpha)  # --> [j]
-        order, position = _ranked(bound, inputs, np.arange(children.size))
+        order, position = ranked_per_input(bound, inputs, np.arange(children.size))
         return children.take(np.sort(order[position < cap[inputs[order]]]))
 
-    def _hypotheses(self, best: Ended, n: int) -> list[list[Hypothesis]]:
-        """The kept outputs as :class:`Hypothesis` objects, per input, best first."""
-        tokens, _ = self.trail.paths(best)
-        scores = score(best.logprob, best.step, self.penalty, self.alpha)
-        out: list[list[Hypothesis]] = [[] for _ in range(n)]
-        for j in range(best.input.shape[0]):  # once per result, not per step
-            out[int(best.input[j])].append(Hypothesis(tokens[j, : best.step[j]].tolist(), float(best.logprob[j]),
-                                                      float(scores[j]), bool(best.finished[j])))
+    def _nth_finished(self, best: Ended) -> np.ndarray:
+        """float64 ``[N]``: the ``n_best``-th finished score of each input in ``best`` (ranked as
+        :func:`~beamsearch.core.results.ranking` leaves it), -inf where it has fewer finished."""
+        out = np.full(self.limit.shape[0], -np.inf)
+        last = np.flatnonzero((positions(best.input) == self.n_best - 1) & best.finished)  # finished sort first
+        out[best.input[last]] = score(best.logprob[last], best.step[last], self.penalty, self.alpha)
         return out
 
 
@@ -377,78 +377,7 @@ class _Offset:
         return self.trail.generated(rows + self.start, step)
 
 
-def _copy_if_shared(state: Any) -> Any:
-    """``state``, or a copy of it (``concat_state`` of the one state) when it holds a leaf of a
-    type registered with ``select_state``: such a leaf (a KV cache object) may be reordered and
-    extended in place by the search and the model, so a state read more than once is copied
-    first. Plain arrays are never changed in place: no copy."""
-    return concat_state([state]) if has_registered_leaf(state) else state
-
-
-def _rows(beam: Beam, idx: np.ndarray) -> Beam:
-    """The rows ``idx`` of a beam."""
-    return Beam(beam.input[idx], beam.logprob[idx], beam.token[idx],
-                None if beam.history is None else beam.history[idx],
-                None if beam.recent is None else beam.recent[idx])
-
-
-def _gather(state: Any, size: int, rows: np.ndarray, index: Callable[[np.ndarray], Any]) -> Any:
-    """``select_state(state, rows)``, skipped when ``rows`` is every one of the ``size`` rows in order."""
-    if rows.shape[0] == size and (rows == np.arange(size)).all():
-        return state
-    return select_state(state, index(rows))
-
-
-def _ranked(key: np.ndarray, inputs: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The entries ``among`` (int64 indices into ``key`` and ``inputs``, ``[j]`` each) per input,
-    highest ``key`` first (ties: lower index first), and each one's rank within its input."""
-    order = among[np.lexsort((among, -key[among], inputs[among]))]
-    ranked = inputs[order]
-    return order, np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)
-
-
-def _ended(beam: Beam, chosen: Candidates, step: int, finished: bool) -> Ended:
-    """Outputs ending at ``step``: ``chosen`` extends rows of ``beam``."""
-    h = chosen.size
-    return Ended(beam.input[chosen.parent], chosen.logprob, np.full(h, step, np.int64), chosen.token,
-                 chosen.logprob - beam.logprob[chosen.parent], chosen.parent, np.full(h, finished))
-
-
-def _no_outputs() -> Ended:
-    z = np.zeros(0, np.int64)
-    return Ended(z, np.zeros(0), z, z, np.zeros(0), z, np.zeros(0, bool))
-
-
-def _concat(parts: list[Ended]) -> Ended:
-    return Ended(*(np.concatenate([getattr(p, f) for p in parts]) for f in Ended.__dataclass_fields__))
-
-
-def _concat_candidates(parts: list[Candidates]) -> Candidates:
-    return Candidates(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("parent", "token", "logprob")))
-
-
-def _best(outputs: Ended, n_best: int, penalty: Any, alpha: float) -> Ended:
-    """Per input, its ``n_best`` best outputs (finished first, then by score; ties keep the
-    order of ``outputs``), sorted that way, input-major."""
-    s = score(outputs.logprob, outputs.step, penalty, alpha)
-    order = np.lexsort((np.arange(s.shape[0]), -s, ~outputs.finished, outputs.input))
-    ranked = outputs.input[order]
-    position = np.arange(order.shape[0]) - np.searchsorted(ranked, ranked)
-    return outputs.take(order[position < n_best])
-
-
-def _nth_finished_each(best: Ended, n: int, n_best: int, penalty: Any, alpha: float) -> np.ndarray:
-    """float64 ``[N]``: the ``n_best``-th finished score of each input in ``best`` (as
-    :func:`_best` leaves it), -inf where it has fewer finished outputs."""
-    out = np.full(n, -np.inf)
-    ranked = best.input
-    position = np.arange(ranked.shape[0]) - np.searchsorted(ranked, ranked)
-    last = np.flatnonzero((position == n_best - 1) & best.finished)  # finished sort first: all n_best are
-    out[ranked[last]] = score(best.logprob[last], best.step[last], penalty, alpha)
-    return out
-
-
-def _nth_finished(scores: list[float], n_best: int) -> float:
+def _nth_score(scores: list[float], n_best: int) -> float:
     """The ``n_best``-th of the finished scores (given best first), -inf if fewer."""
     return scores[n_best - 1] if len(scores) >= n_best else -np.inf
 
