@@ -278,7 +278,7 @@ def _search_defaults(args: argparse.Namespace) -> None:
             raise _CliError(f"beamsearch: error: --model {args.model}: its generation config: {e}", 2) from None
         defaults = {flag: settings[keyword] for flag, keyword in _GENERATION_KEYWORDS.items()}
         if (args.beam if args.beam is not None else settings["beam_size"]) == 1:
-            defaults["alpha"] = 0.0  # generate's greedy has no length penalty (a beam of one with alpha 0 is greedy)
+            defaults["alpha"] = 0.0  # generate's greedy has no length penalty
         if args.max_steps is None and settings["max_new_tokens"] is not None:
             args.max_steps = str(settings["max_new_tokens"])
         other = hf.other_settings(cfg)
@@ -291,7 +291,7 @@ def _search_defaults(args: argparse.Namespace) -> None:
             if getattr(args, flag) not in (None, 1):
                 raise _CliError(f"beamsearch: error: --{flag.replace('_', '-')} does not apply to --mode greedy "
                                 f"(one output per line); got {getattr(args, flag)}", 2)
-        defaults.update(beam=1, alpha=0.0 if args.alpha is None else args.alpha)
+        defaults.update(beam=1, alpha=0.0)
     for flag, value in defaults.items():
         if getattr(args, flag) is None:
             setattr(args, flag, value)

@@ -362,8 +362,10 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
                               diversity_penalty=diversity_penalty, k=k, seed=seed, constraints=constraints,
                               ordered=ordered, node_budget=node_budget, token_logprobs=token_logprobs)
     every_line = search.pop("constraints", None)  # constrained: the lines without their own
-    rows = {"stochastic": "k", "exact": "seed_beam"}.get(mode, "beam_size")
-    rows = 1 if mode == "greedy" else search[rows] if mode != "exact" else max(search["seed_beam"], search["n_best"])
+    if mode == "exact":
+        rows = max(search["seed_beam"], search["n_best"])  # the seed search's rows
+    else:
+        rows = 1 if mode == "greedy" else search["k" if mode == "stochastic" else "beam_size"]
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
     judge = getattr(model, "verdicts", None)
@@ -1093,9 +1095,9 @@ class _HFModel:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from beamsearch import hf
-
         from transformers.utils import logging as hf_logging
+
+        from beamsearch import hf
 
         self._hf, self._torch = hf, torch
         config = AutoConfig.from_pretrained(directory, local_files_only=True)

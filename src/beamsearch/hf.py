@@ -1154,15 +1154,17 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
 
 def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
     """The search a ``GenerationConfig`` asks for (its unset fields at ``generate``'s defaults),
-    in the settings that are the same for every input: the one mapping from ``generate``'s settings to the search's keywords, which
-    :func:`generate` builds on and ``beamsearch decode --model hf:DIR`` takes its defaults from.
+    in the settings that are the same for every input: the one mapping from ``generate``'s
+    settings to the search's keywords, which :func:`generate` builds on and ``beamsearch decode
+    --model hf:DIR`` takes its defaults from.
 
     Returns:
         ``{"beam_size": num_beams, "n_best": num_return_sequences (1 when unset),
         "length_penalty": "power", "alpha": length_penalty, "no_repeat_ngram_size": (0 when
         unset), "min_new_tokens": (0 when unset), "max_new_tokens": int or None (unset)}``.
-        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: search
-        with ``alpha=0.0`` then (a beam of one with ``alpha`` 0 is greedy decoding).
+        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: decode
+        with :func:`beamsearch.modes.beam.greedy_plan` and ``alpha=0.0`` then (a beam of one is
+        not greedy decoding: it may return a finished candidate that is not its row's best).
 
     Raises:
         ValueError / TypeError: a setting out of range, named with its value (a negative

@@ -23,7 +23,7 @@ from beamsearch.core.trace import SearchTree, StepRecord, tracer
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
 __all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "batch_options", "mode_options", "options",
-           "pad_id", "run_batch", "run_plan"]
+           "pad_id", "run_plan"]
 
 StepCallback = Callable[[StepRecord], Any]
 """``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
@@ -130,20 +130,6 @@ def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCall
     if observer is not None:
         observer.finish(results)
     return results
-
-
-def run_batch(step_fn: StepFn, init_state: Any, opts: Options, strategy: Any, *, n_best: int | None,
-              pad_token_id: int | None = None, return_token_logprobs: bool = False,
-              finished_first: bool = True, callback: StepCallback | None = None, trace: SearchTree | None = None,
-              trace_width: int = 3) -> BatchResults:
-    """Run ``strategy`` over the prompts of ``opts`` and build the results: per input, its ended
-    hypotheses sorted by score (stable), finished first, cut to ``n_best`` (a :class:`BatchResults`).
-
-    :func:`run_plan` with a plain :class:`Plan` (for a strategy that has no plan function of its
-    own); the keywords are :class:`Plan`'s and :func:`run_plan`'s."""
-    plan = Plan(opts, strategy, getattr(strategy, "beam_size", 1), n_best=n_best, finished_first=finished_first,
-                pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
 
 
 def pad_id(pad_token_id: Any) -> int | None:
