@@ -227,7 +227,7 @@ def test_every_budget_bounds_the_rows_passed_and_a_proof_is_exact(seed, monkeypa
     # proven result is the brute-force n_best. batch_rows=1 makes many calls per step, so each
     # step's extensions are cut back to what the budget can still expand (``_shortlist``) again
     # and again; the same search without that cut is the plain reference: it must change nothing.
-    from beamsearch.modes.exact import _BranchAndBound
+    from beamsearch.strategies.branch_and_bound import BranchAndBound
 
     vocab, eos, steps = 4, 3, 4
     table = random_table(vocab, 300 + seed, eos=eos, eos_shift=-1.0)
@@ -235,9 +235,9 @@ def test_every_budget_bounds_the_rows_passed_and_a_proof_is_exact(seed, monkeypa
     ranked = enumerate_outputs(table, [0], vocab, eos=eos, max_steps=steps, alpha=0.6)
     full, _ = run_exact(table, [[0]], **kw)
     assert full.proven[0]
-    cut = _BranchAndBound._shortlist
+    cut = BranchAndBound._shortlist
     cuts = []
-    monkeypatch.setattr(_BranchAndBound, "_shortlist", lambda self, *a: cuts.append(1) or cut(self, *a))
+    monkeypatch.setattr(BranchAndBound, "_shortlist", lambda self, *a: cuts.append(1) or cut(self, *a))
     for budget in range(1, int(full.expanded[0]) + 1):
         results, model = run_exact(table, [[0]], node_budget=budget, **kw)
         assert results.expanded[0] == sum(len(c) for c in model.calls) <= budget
@@ -250,7 +250,7 @@ def test_every_budget_bounds_the_rows_passed_and_a_proof_is_exact(seed, monkeypa
         if results.proven[0]:
             assert_exact(results[0], ranked, 2)
         with monkeypatch.context() as uncut:
-            uncut.setattr(_BranchAndBound, "_shortlist", lambda self, children, *a: children)
+            uncut.setattr(BranchAndBound, "_shortlist", lambda self, children, *a: children)
             reference, _ = run_exact(table, [[0]], node_budget=budget, **kw)
         assert (results[0], results.proven[0], results.expanded[0]) == (reference[0], reference.proven[0],
                                                                          reference.expanded[0])

@@ -5,7 +5,6 @@ the :class:`Plan` a search mode makes of them, and :func:`run_plan`, the runner 
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,46 +16,28 @@ from beamsearch.controls.prefix import ForcedPrefix
 from beamsearch.controls.stop_sequences import StopSequences
 from beamsearch.core.engine import Outcome, StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
-from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty
+from beamsearch.core.config import REQUIRED_CONTROLS, SHARED_CONTROLS, DecodingConfig
+from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty, PenaltyFn
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, StepRecord, tracer
 from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
 
-__all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "batch_options", "mode_options", "options",
-           "pad_id", "run_plan"]
+__all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "mode_options", "options", "pad_id", "run_plan"]
 
 StepCallback = Callable[[StepRecord], Any]
 """``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
 
 
-def batch_options(prompts: Sequence[Sequence[int]], *, eos_token_id: int | Sequence[int],
-                  max_steps: int | Sequence[int], alpha: float = 0.6, no_repeat_ngram_size: int = 0,
-                  temperature: float = 1.0, top_k: int | None = None, bos_token_id: int | None = None,
-                  length_penalty: str = "gnmt", logits_processors: Sequence[LogitsProcessor] = (),
-                  min_new_tokens: int = 0, stop_sequences: Sequence[Sequence[int]] = (),
-                  prefix: Sequence[Sequence[int]] | None = None) -> Options:
-    """The validated controls of a batched search: the keywords of :func:`beam_search_batch` that
-    every search mode shares (same names, defaults and meaning), checked before any model call.
-    A search mode takes them as ``**controls`` and passes them here."""
-    return options(prompts, eos_token_id, max_steps, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
-                   length_penalty, logits_processors, min_new_tokens, stop_sequences, prefix)
-
-
-SHARED_CONTROLS = tuple(inspect.signature(batch_options).parameters)[1:]
-"""The keywords of :func:`beam_search_batch` that every search mode takes as ``**controls``."""
-
-_REQUIRED = tuple(name for name, p in inspect.signature(batch_options).parameters.items()
-                  if p.kind is p.KEYWORD_ONLY and p.default is p.empty)
-
-
 def mode_options(mode: str, prompts: Sequence[Sequence[int]], controls: dict[str, Any],
                  refused: dict[str, str] | None = None) -> Options:
-    """:func:`batch_options` of a search mode's ``**controls``, whose names are checked first:
-    a keyword in ``refused`` (name -> why the mode does not take it) or not a shared control at
-    all is a TypeError naming ``mode`` (the public function) and the keyword, as is a missing
-    ``eos_token_id`` or ``max_steps``."""
-    check.keywords(mode, controls, SHARED_CONTROLS, _REQUIRED, refused or {})
-    return batch_options(prompts, **controls)
+    """The validated shared controls of a search mode's ``**controls`` (the fields of
+    :class:`~beamsearch.core.config.DecodingConfig` in :data:`SHARED_CONTROLS`, by the names and
+    with the defaults of :func:`beam_search_batch`), checked before any model call. Their names
+    are checked first: a keyword in ``refused`` (name -> why the mode does not take it) or not a
+    shared control at all is a TypeError naming ``mode`` (the public function) and the keyword,
+    as is a missing ``eos_token_id`` or ``max_steps``."""
+    check.keywords(mode, controls, SHARED_CONTROLS, REQUIRED_CONTROLS, refused or {})
+    return options(prompts, DecodingConfig(**controls))
 
 
 class Plan:
@@ -68,7 +49,7 @@ class Plan:
     for a stream (where each cohort of inputs joining together has its own plan).
 
     Attributes:
-        opts: the validated prompts and controls (:func:`batch_options`).
+        opts: the validated prompts and controls (:func:`options`).
         strategy: the selection rule.
         rows_per_input: the most live rows one input can hold at a step (its beam size).
         n_best: results per input (None: every ended hypothesis).
@@ -137,35 +118,53 @@ def pad_id(pad_token_id: Any) -> int | None:
 
 
 class Options:
-    """The validated arguments of a batched search (or of ``score_sequences``)."""
+    """The validated arguments of a batched search (or of ``score_sequences``).
 
-    def __init__(self, prompts: list[list[int]], controls: Controls, penalty: LengthPenalty, alpha: float) -> None:
-        self.prompts, self.controls, self.penalty, self.alpha = prompts, controls, penalty, alpha
+    Attributes:
+        prompts: the prompts the search starts from (an empty one is ``[bos]``).
+        controls: the engine's :class:`~beamsearch.controls.Controls`.
+        length_penalty: the :class:`~beamsearch.core.penalties.LengthPenalty`; ``penalty`` (its
+            function) and ``alpha`` (its strength) are its parts, as the scoring functions take them.
+    """
+
+    def __init__(self, prompts: list[list[int]], controls: Controls, length_penalty: LengthPenalty) -> None:
+        self.prompts, self.controls, self.length_penalty = prompts, controls, length_penalty
+
+    @property
+    def penalty(self) -> PenaltyFn:
+        return self.length_penalty.function
+
+    @property
+    def alpha(self) -> float:
+        return self.length_penalty.alpha
 
 
-def options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat_ngram_size: Any,
-             temperature: Any, top_k: Any, bos_token_id: Any, length_penalty: Any, logits_processors: Any,
-             min_new_tokens: Any, stop_sequences: Any, prefix: Any = None) -> Options:
+def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = None) -> Options:
     """Validate the rules shared by the search and ``score_sequences`` (SPEC sections 7 and 10,
     before any model call) and assemble the controls in the documented order.
 
     Args:
-        limits: the search's ``max_steps`` as given, or (``score_sequences``) the targets' lengths.
+        prompts: as given to the search.
+        config: the controls (its :data:`SHARED_CONTROLS` fields are read).
+        limits: None (the search: ``config.max_steps``), or (``score_sequences``) the targets'
+            lengths, int64 ``[N]``.
     """
+    c = config
+    eos_token_id, bos_token_id = c.eos_token_id, c.bos_token_id
     eos = check.eos_ids("eos_token_id", eos_token_id)
-    ngram = check.at_least("no_repeat_ngram_size", no_repeat_ngram_size, 0)
-    temperature = check.temperature("temperature", temperature)
-    top_k = None if top_k is None else check.at_least("top_k", top_k, 1)
+    ngram = check.at_least("no_repeat_ngram_size", c.no_repeat_ngram_size, 0)
+    temperature = check.temperature("temperature", c.temperature)
+    top_k = None if c.top_k is None else check.at_least("top_k", c.top_k, 1)
     bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
-    penalty = check.length_penalty(length_penalty, LENGTH_PENALTIES)
-    user = check.processors(logits_processors)
-    m = check.at_least("min_new_tokens", min_new_tokens, 0)
-    stops = check.stop_sequences(stop_sequences, eos)
+    penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
+    user = check.processors(c.logits_processors)
+    m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
+    stops = check.stop_sequences(c.stop_sequences, eos)
     given = check.prompts(prompts)
     ids = check.with_bos(given, bos)
-    steps = limits if isinstance(limits, np.ndarray) else check.max_steps(limits, len(ids))
-    alpha = check.penalty_strength("alpha", alpha, penalty, int(steps.max(initial=1)))
-    forced = check.prefix(prefix, len(ids), eos, steps)
+    steps = limits if limits is not None else check.max_steps(c.max_steps, len(ids))
+    alpha = check.penalty_strength("alpha", c.alpha, penalty, int(steps.max(initial=1)))
+    forced = check.prefix(c.prefix, len(ids), eos, steps)
     processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
     if temperature != 1.0:
         processors.append(Temperature(temperature))
@@ -184,4 +183,4 @@ def options(prompts: Any, eos_token_id: Any, limits: Any, alpha: Any, no_repeat_
     masks = () if forced is None or not any(forced) else (ForcedPrefix.of(forced),)
     controls = Controls(eos, steps, tuple(processors), masks, StopSequences(tuple(stops), m) if stops else None,
                         ids, tuple(checks))
-    return Options(ids, controls, penalty, alpha)
+    return Options(ids, controls, LengthPenalty(c.length_penalty, alpha))

@@ -7,13 +7,13 @@ import numpy as np
 from beamsearch.core.beam import Ended
 from beamsearch.core.engine import Outcome
 from beamsearch.core.hypothesis import Hypothesis, TokenLogprobHypothesis
-from beamsearch.core.penalties import LengthPenalty, score
+from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import positions
 
 __all__ = ["build", "ranking"]
 
 
-def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float, *, n_best: int | None,
+def build(outcome: Outcome, n_inputs: int, penalty: PenaltyFn, alpha: float, *, n_best: int | None,
           finished_first: bool, token_logprobs: bool = False) -> list[list[Hypothesis]]:
     """Per input, its hypotheses best first.
 
@@ -41,7 +41,7 @@ def build(outcome: Outcome, n_inputs: int, penalty: LengthPenalty, alpha: float,
     return out
 
 
-def ranking(ended: Ended, n_inputs: int, penalty: LengthPenalty, alpha: float, *, n_best: int | None,
+def ranking(ended: Ended, n_inputs: int, penalty: PenaltyFn, alpha: float, *, n_best: int | None,
             finished_first: bool) -> tuple[np.ndarray, np.ndarray]:
     """The order of :func:`build`'s results (its ``n_best`` and ``finished_first`` rules).
 

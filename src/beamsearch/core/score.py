@@ -11,6 +11,7 @@ from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.results import build
+from beamsearch.core.config import DecodingConfig
 from beamsearch.core.plan import options
 from beamsearch.strategies.forced import Forced
 from beamsearch.processors import LogitsProcessor
@@ -57,8 +58,11 @@ def score_sequences(
     eos = check.eos_ids("eos_token_id", eos_token_id)
     rows = check.targets(targets, len(prompts) if hasattr(prompts, "__len__") else None, eos)
     lengths = np.array([len(t) for t in rows])
-    opts = options(prompts, eos_token_id, lengths, alpha, no_repeat_ngram_size, temperature, top_k, bos_token_id,
-                    length_penalty, logits_processors, min_new_tokens, stop_sequences)
+    config = DecodingConfig(eos_token_id=eos_token_id, alpha=alpha, length_penalty=length_penalty,
+                            no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k,
+                            bos_token_id=bos_token_id, min_new_tokens=min_new_tokens, stop_sequences=stop_sequences,
+                            logits_processors=logits_processors)
+    opts = options(prompts, config, limits=lengths)
     if not rows:
         return []
     controls = opts.controls

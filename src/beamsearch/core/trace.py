@@ -28,7 +28,7 @@ from beamsearch.core import validate as check
 from beamsearch.core.beam import Candidates, Trail
 from beamsearch.controls import Controls
 from beamsearch.core.engine import retiring
-from beamsearch.core.penalties import LengthPenalty, score
+from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import StepScores, accumulate
 from beamsearch.strategies import Selection
 
@@ -234,7 +234,7 @@ class Tracer:
         prompts: per input its prompt, or None.
     """
 
-    def __init__(self, n_inputs: int, penalty: LengthPenalty, alpha: float, width: int, keep: int,
+    def __init__(self, n_inputs: int, penalty: PenaltyFn, alpha: float, width: int, keep: int,
                  callback: Callable[[StepRecord], Any] | None, trace: SearchTree | None,
                  prompts: Sequence[Sequence[int]] | None = None) -> None:
         self.n, self.penalty, self.alpha, self.width, self.keep = n_inputs, penalty, alpha, width, keep
@@ -349,7 +349,7 @@ class Tracer:
         return stop
 
 
-def tracer(callback: Any, trace: Any, trace_width: Any, n_inputs: int, penalty: LengthPenalty, alpha: float,
+def tracer(callback: Any, trace: Any, trace_width: Any, n_inputs: int, penalty: PenaltyFn, alpha: float,
            keep: int, prompts: Sequence[Sequence[int]] | None = None) -> Tracer | None:
     """Check a search's ``callback``, ``trace`` and ``trace_width`` (before any model call) and
     make its tracer: None when there is neither a callback nor a trace."""

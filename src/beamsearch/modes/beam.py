@@ -18,6 +18,7 @@ from beamsearch.controls import Controls
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
+from beamsearch.core.mode import Mode
 from beamsearch.core.penalties import length_power
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.core.results import build
@@ -26,7 +27,8 @@ from beamsearch.processors import LogitsProcessor
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.narrowing import NarrowingBeam
 
-__all__ = ["beam_plan", "beam_search", "beam_search_batch", "beam_search_each", "greedy_decode", "greedy_plan"]
+__all__ = ["BEAM", "GREEDY", "beam_plan", "beam_search", "beam_search_batch", "beam_search_each", "greedy_decode",
+           "greedy_plan", "greedy_search"]
 
 
 def beam_search(
@@ -236,8 +238,40 @@ def greedy_plan(prompts: Sequence[Sequence[int]], *, pad_token_id: int | None = 
     finished candidate that is not its row's best extension and may return it. ``**controls``
     are the shared ones of :func:`beam_search_batch`; ``alpha`` and ``length_penalty`` only
     scale each result's reported ``score`` (``logprob / lp(len)``; ``alpha=0``: the logprob)."""
-    opts = mode_options("greedy", prompts, controls, {"beam_size": "greedy decoding has one row per input",
-                                                      "n_best": "greedy decoding has one output per input",
-                                                      "early_stop": "greedy decoding ends each row at its eos"})
+    opts = mode_options("greedy", prompts, controls, _GREEDY_REFUSED)
     return Plan(opts, NarrowingBeam(1), 1, n_best=1, finished_first=False, pad_token_id=pad_id(pad_token_id),
                 token_logprobs=return_token_logprobs)
+
+
+def greedy_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], *,
+                  pad_token_id: int | None = None, return_token_logprobs: bool = False,
+                  callback: StepCallback | None = None, trace: SearchTree | None = None, trace_width: int = 3,
+                  **controls: Any) -> BatchResults:
+    """Greedy decoding of a batch (:func:`greedy_plan`'s rule), with the shared controls of
+    :func:`beam_search_batch` (``eos_token_id`` and ``max_steps`` required).
+
+    Args:
+        step_fn, init_state, prompts, pad_token_id, return_token_logprobs, callback, trace,
+            trace_width, **controls: as for :func:`beam_search_batch` (``beam_size``, ``n_best``
+            and ``early_stop`` are refused).
+
+    Returns:
+        A :class:`BatchResults`: one hypothesis per input.
+    """
+    plan = greedy_plan(prompts, pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, **controls)
+    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+
+
+_GREEDY_REFUSED = {"beam_size": "greedy decoding has one row per input",
+                   "n_best": "greedy decoding has one output per input",
+                   "early_stop": "greedy decoding ends each row at its eos"}
+
+BEAM = Mode("beam", "beam search (beam_search_batch)", beam_search_batch, plan=beam_plan,
+            rows=lambda keywords: keywords["beam_size"],
+            sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"))
+"""Beam search, SPEC section 6 (:func:`beam_search_batch`)."""
+
+GREEDY = Mode("greedy", "greedy decoding: one row per input, its best extension at every step (what generate "
+                        "does for num_beams=1)", greedy_search, plan=greedy_plan, rows=lambda keywords: 1,
+              sizes=("return_token_logprobs", "pad_token_id"), refused=_GREEDY_REFUSED, defaults={"alpha": 0.0})
+"""Greedy decoding over a batch (:func:`greedy_plan`); its score is the logprob unless an ``alpha`` is given."""

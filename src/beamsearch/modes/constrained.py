@@ -11,6 +11,8 @@ The strategy is :class:`beamsearch.strategies.constrained.ConstrainedBeam` on th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import dataclasses
 from typing import Any, Sequence
 
@@ -19,13 +21,15 @@ import numpy as np
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
+from beamsearch.core.config import control
+from beamsearch.core.mode import Mode
 from beamsearch.core.plan import Options, Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
                                                Trackers)
 
-__all__ = ["AnyOf", "constrained_beam_search", "constrained_plan"]
+__all__ = ["CONSTRAINED", "AnyOf", "ConstrainedOptions", "constrained_beam_search", "constrained_plan"]
 
 _REFUSED = {
     "early_stop": "it always stops an input once no live row can beat its n_best-th finished output, which is "
@@ -135,7 +139,7 @@ def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[
     if cons:
         _check_fit(trackers, controls.get("prefix"), opts.controls.max_steps)
     checks = opts.controls.vocab_checks + tuple(named)
-    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.penalty, opts.alpha)
+    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.length_penalty)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
     return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
@@ -195,3 +199,20 @@ def _check_fit(trackers: Trackers, prefix: Any, max_steps: np.ndarray) -> None:
         i = int(late[0])
         raise ValueError(f"constraints[{i}] cannot be met within max_steps={int(max_steps[i])}: the shortest "
                          f"output meeting them has {int(shortest[i])} tokens, eos included")
+
+
+@dataclass(frozen=True)
+class ConstrainedOptions:
+    """The options of constrained beam search, beside the shared controls and sizes."""
+
+    constraints: Any = control((), "every output contains TEXT (target tokens); repeatable; a JSON line's own "
+                                   "constraints (texts, or lists of texts for alternatives) replace these",
+                               metavar="TEXT", texts=True, aliases=("--constraint",))
+    ordered: bool = control(False, "the constraints appear in the given order", aliases=("--ordered-constraints",))
+
+
+CONSTRAINED = Mode("constrained", "constrained beam search: every output contains the constraints",
+                   constrained_beam_search, plan=constrained_plan, options=ConstrainedOptions,
+                   rows=lambda keywords: keywords["beam_size"], refused=_REFUSED, per_input={"constraints": []},
+                   sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"))
+"""Constrained beam search (:func:`constrained_beam_search`)."""

@@ -3,17 +3,21 @@ penalty, on the one engine (:mod:`beamsearch.strategies.diverse`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Any, Sequence
 
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
+from beamsearch.core.config import control
+from beamsearch.core.mode import Mode
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.diverse import DiverseBeam
 from beamsearch.core.trace import SearchTree
 
-__all__ = ["diverse_beam_search", "diverse_plan"]
+__all__ = ["DIVERSE", "DiverseOptions", "diverse_beam_search", "diverse_plan"]
 
 
 def diverse_beam_search(
@@ -107,3 +111,19 @@ def diverse_plan(prompts: Sequence[Sequence[int]], *, num_groups: int, diversity
     strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)
     return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=pad_id(pad_token_id),
                 token_logprobs=return_token_logprobs)
+
+
+@dataclass(frozen=True)
+class DiverseOptions:
+    """The options of diverse beam search, beside the shared controls and sizes."""
+
+    num_groups: int | None = control(None, "groups (divides the beam size)", metavar="G", required=True,
+                                     aliases=("--groups",))
+    diversity_penalty: float | None = control(None, "the Hamming diversity penalty", metavar="P", required=True)
+
+
+DIVERSE = Mode("diverse", "diverse beam search: groups of the beam kept apart by a diversity penalty",
+               diverse_beam_search, plan=diverse_plan, options=DiverseOptions,
+               rows=lambda keywords: keywords["beam_size"],
+               sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"))
+"""Diverse beam search (:func:`diverse_beam_search`)."""

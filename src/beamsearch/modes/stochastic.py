@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
+from beamsearch.core.config import control
+from beamsearch.core.mode import Mode
 from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.stochastic import StochasticBeam, StochasticState
 
-__all__ = ["StochasticPlan", "StochasticResults", "stochastic_beam_search", "stochastic_plan"]
+__all__ = ["STOCHASTIC", "StochasticOptions", "StochasticPlan", "StochasticResults", "stochastic_beam_search",
+           "stochastic_plan"]
 
 _REFUSED = {
     "alpha": "samples are ranked by their perturbed score, not by a length-penalized one",
@@ -237,3 +242,36 @@ def _samples(outcome: Outcome, state: StochasticState, n: int, k: int, token_log
         out[int(chosen.input[j])].append(hyp)
     return out
 
+
+
+@dataclass(frozen=True)
+class StochasticOptions:
+    """The options of stochastic beam search, beside the shared controls."""
+
+    k: int | None = control(None, "samples per input, without replacement", metavar="K", required=True)
+    seed: int | None = control(None, "the seed (input i of a stream gets the noise of input i of one search over "
+                                     "all of them)", metavar="S")
+
+
+def _stream_seed(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A stream's one seed s, from its ``seed`` (an int) or ``rng`` (fresh entropy with neither)."""
+    if isinstance(given.get("seed"), (list, tuple, np.ndarray)):
+        raise ValueError("seed of decode_stream is one int; per-input seeds go in the input dicts "
+                         f"({{'prompt': ..., 'seed': ...}}); got seed={given['seed']!r:.60}")
+    return {"seed": base_seed(given.get("rng"), given.get("seed"))}
+
+
+def _cohort_seeds(fields: list[dict[str, Any]], positions: np.ndarray, stream: Mapping[str, Any]) -> dict[str, Any]:
+    """A cohort's noise: each input's own seed where every one gives it (noise from (seed_i,)),
+    else the stream's seed s at the inputs' stream positions (noise from (s, position))."""
+    if fields and all("seed" in f for f in fields):
+        return {"seed": [f["seed"] for f in fields]}
+    return {"seed": stream["seed"], "positions": positions}
+
+
+STOCHASTIC = Mode("stochastic", "stochastic beam search: k samples per input without replacement",
+                  stochastic_beam_search, plan=stochastic_plan, options=StochasticOptions,
+                  rows=lambda keywords: keywords["k"], refused=_REFUSED, per_input={"seed": None},
+                  cohort=_cohort_seeds, start=_stream_seed, stream_only=frozenset({"seed", "rng"}),
+                  sizes=("return_token_logprobs", "pad_token_id"))
+"""Stochastic beam search (:func:`stochastic_beam_search`)."""

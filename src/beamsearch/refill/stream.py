@@ -5,49 +5,25 @@ and validates each input alone, makes each cohort's plan and first rows, and run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn
+from beamsearch.core.mode import Mode
 from beamsearch.core.plan import Plan
-from beamsearch.modes.beam import beam_plan, greedy_plan
-from beamsearch.modes.constrained import constrained_plan
-from beamsearch.modes.diverse import diverse_plan
-from beamsearch.modes.stochastic import base_seed, stochastic_plan
+from beamsearch.modes import registry
 from beamsearch.refill.flight import Cohort, Flight
 from beamsearch.refill.records import Decoded, Input, MakeState, StreamStats
 
 __all__ = ["MODES", "Stream", "decode_stream", "per_input"]
 
 
-@dataclass(frozen=True)
-class _Mode:
-    """A search mode under refill: its plan function and the per-input keys an item may carry
-    (besides ``prompt``, ``max_steps``)."""
-
-    plan: Callable[..., Plan]
-    keys: frozenset[str]
-    stream_only: frozenset[str] = frozenset()  # the mode's keywords consumed by the stream itself
-
-
-_PER_INPUT = frozenset({"prefix", "constraints"})
-"""Keywords that are per input by nature: given in the items, never to the stream."""
-
-MODES = {
-    "beam": _Mode(beam_plan, frozenset({"prefix"})),
-    "greedy": _Mode(greedy_plan, frozenset({"prefix"})),
-    "constrained": _Mode(constrained_plan, frozenset({"prefix", "constraints"})),
-    "diverse": _Mode(diverse_plan, frozenset({"prefix"})),
-    "stochastic": _Mode(stochastic_plan, frozenset({"seed"}), frozenset({"seed", "rng"})),
-}
-"""``mode`` name -> the batch function whose keywords ``decode_stream`` takes: ``beam`` is
-``beam_search_batch``, ``greedy`` greedy decoding (:func:`beamsearch.modes.beam.greedy_plan`: what
-``generate`` does for ``num_beams=1``), ``constrained`` ``constrained_beam_search``, ``diverse``
-``diverse_beam_search``, ``stochastic`` ``stochastic_beam_search``."""
+MODES = {name: spec for name, spec in registry.MODES.items() if spec.plan is not None}
+"""``mode`` name -> its :class:`~beamsearch.core.mode.Mode`: the registered modes that have a
+plan (:mod:`beamsearch.modes.registry`; exact search runs only in whole batches)."""
 
 
 class Stream(Iterator[Decoded]):
@@ -58,11 +34,11 @@ class Stream(Iterator[Decoded]):
     """
 
     def __init__(self, step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], max_rows: int,
-                 min_join: int, mode: _Mode, search: dict[str, Any], seed: int | None,
+                 min_join: int, mode: Mode, search: dict[str, Any], stream: dict[str, Any],
                  max_tokens: int | None = None) -> None:
         self._step_fn, self._make_state, self._mode = step_fn, make_state, mode
         self._max_tokens = max_tokens
-        self._search, self._seed = search, seed
+        self._search, self._stream = search, stream
         self._rows = self._plan([], np.zeros(0, np.int64)).rows_per_input  # validates the keywords
         if self._rows > max_rows:
             raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
@@ -83,21 +59,17 @@ class Stream(Iterator[Decoded]):
 
     def _plan(self, fields: list[dict[str, Any]], index: np.ndarray) -> Plan:
         """The plan of inputs ``fields`` (at stream positions ``index``): the stream's keywords
-        with each input's own ``max_steps``, ``prefix``, ``constraints`` or ``seed``."""
+        with each input's own ``max_steps``, ``prefix`` and the mode's per-input options
+        (:meth:`~beamsearch.core.mode.Mode.cohort_keywords`: constrained's ``constraints``,
+        stochastic's ``seed``)."""
         kwargs = per_input(self._search, fields)
-        if "constraints" in self._mode.keys:
-            kwargs["constraints"] = [f.get("constraints", []) for f in fields]
-        if "seed" in self._mode.keys:
-            if fields and all("seed" in f for f in fields):  # per-input seeds: noise from (seed_i,)
-                kwargs["seed"] = [f["seed"] for f in fields]
-            else:  # the stream's seed s: noise from (s, stream position)
-                kwargs["seed"], kwargs["positions"] = self._seed, index
+        kwargs.update(self._mode.cohort_keywords(fields, index, self._stream))
         return self._mode.plan([f["prompt"] for f in fields], **kwargs)
 
     def _read(self, index: int, item: Any, vocab: int | None) -> Input | Decoded:
         """Validate one item alone (and its token ids, once V is known): an input, or an error."""
         try:
-            fields = _fields(item, self._mode.keys)
+            fields = _fields(item, self._mode.input_keys)
             plan = self._plan([fields], np.array([index]))
             if vocab is not None:
                 model_checks.token_ids_below(plan.opts.controls.vocab_checks, vocab)
@@ -227,22 +199,17 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
         max_tokens = check.at_least("max_tokens", max_tokens, 1)
     min_join = check.at_least("min_join", min_join, 1)
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    kind = MODES[mode]
     for name in ("callback", "trace", "trace_width"):
         if name in search:
             raise TypeError(f"decode_stream does not take {name} (a step record covers one batch); got {name}=")
-    for name in sorted(_PER_INPUT & set(search)):
+    for name in sorted((kind.input_keys - kind.stream_only) & set(search)):
         raise ValueError(f"{name} is per input: give it in each input's dict ({{'prompt': ..., '{name}': ...}}), "
                          f"not to decode_stream; got {name}={search[name]!r:.60}")
     if "positions" in search:
         raise TypeError("decode_stream does not take positions (each input's position in the stream is used)")
-    kind = MODES[mode]
-    seed = None
-    if kind.stream_only:
-        if isinstance(search.get("seed"), (list, tuple, np.ndarray)):
-            raise ValueError("seed of decode_stream is one int; per-input seeds go in the input dicts "
-                             f"({{'prompt': ..., 'seed': ...}}); got seed={search['seed']!r:.60}")
-        seed = base_seed(search.pop("rng", None), search.pop("seed", None))
+    stream = kind.start_stream({name: search.pop(name) for name in sorted(kind.stream_only & set(search))})
     if "max_steps" not in search:
         raise TypeError("decode_stream needs max_steps (an int: the default of inputs that give none)")
-    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, search, seed, max_tokens)
+    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, search, stream, max_tokens)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.core.beam import Candidates
-from beamsearch.core.penalties import LengthPenalty, score
+from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import StepScores, best_per_input, runs, split_terminals
 from beamsearch.strategies import Selection
 
@@ -40,7 +40,7 @@ class BatchBeam:
 
     beam_size: int
     n_best: int
-    penalty: LengthPenalty
+    penalty: PenaltyFn
     alpha: float
     bound_divisor: np.ndarray
     early_stop: bool

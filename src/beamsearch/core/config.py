@@ -1,0 +1,135 @@
+"""The decoding configuration: the one list of the controls every search shares.
+
+:class:`DecodingConfig` is a frozen dataclass whose fields are the shared controls of every
+search mode, by the names and with the defaults of :func:`beamsearch.beam_search_batch`'s
+keywords. Every layer reads its names from here: the search modes take them as ``**controls``
+(:func:`beamsearch.core.plan.mode_options` checks a mode's keywords against
+:data:`SHARED_CONTROLS`), refill and corpus decoding pass them through by these names, and the
+command line's ``decode`` flags, their help and their defaults are generated from the fields
+(``beam_size`` is ``--beam-size``, :func:`flag`); :func:`beamsearch.hf.search_settings` maps a
+``GenerationConfig`` onto them. A search mode's own options are a dataclass of the same kind in its
+module (:mod:`beamsearch.modes.registry`).
+
+Each field's ``metadata["control"]`` is a :class:`Control`: its help text and how the command line
+and corpus decoding read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from beamsearch.core.penalties import LengthPenalty
+
+__all__ = ["Control", "DecodingConfig", "SHARED_CONTROLS", "REQUIRED_CONTROLS", "SEARCH_SIZES", "control",
+           "controls_of", "flag"]
+
+
+@dataclass(frozen=True)
+class Control:
+    """What one option field is to the command line and to corpus decoding.
+
+    Attributes:
+        help: one line for ``--help`` and the docs.
+        metavar: the flag's value name (None: the field's type decides).
+        cli: whether ``beamsearch decode`` has a flag for it (False for what the model or each
+            input gives: eos and bos ids, processors, a prefix).
+        texts: corpus decoding takes it as target texts (each turned into token ids by the
+            model; an item that is a list of texts: one of them); its flag is given once per text.
+        choices: the values it takes, where they are a few names.
+        aliases: older spellings of its flag, still accepted (``--beam`` for ``--beam-size``).
+        required: a search cannot run without it.
+    """
+
+    help: str
+    metavar: str | None = None
+    cli: bool = True
+    texts: bool = False
+    choices: tuple[str, ...] | None = None
+    aliases: tuple[str, ...] = ()
+    required: bool = False
+
+
+def control(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with a :class:`Control` (its ``metadata["control"]``)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("an option's default must be immutable")
+    return field(default=default, metadata={"control": Control(help, **kw)})
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """The shared controls of every search, as :func:`beamsearch.beam_search_batch` takes them
+    (same names, defaults and meaning; see its docstring for the exact semantics and shapes).
+
+    The library functions take these as keywords; a configuration is the same keywords as one
+    value (:meth:`keywords`, :meth:`replace`). Nothing is validated on construction: each search
+    checks its arguments once, at its entry, naming the keyword.
+    """
+
+    eos_token_id: int | Sequence[int] | None = control(
+        None, "the token, or tokens, that finish a hypothesis", cli=False, required=True)
+    max_steps: int | Sequence[int] | None = control(
+        None, "the most tokens generated per output (one int, or one per input)", metavar="N", required=True)
+    beam_size: int = control(5, "beam size: the live rows per input", aliases=("--beam",))
+    n_best: int = control(1, "outputs per input (<= the beam size)")
+    length_penalty: str = control(
+        "gnmt", "the length penalty: gnmt ((5 + len) / 6) ** alpha, or power len ** alpha",
+        choices=tuple(LengthPenalty.KINDS))
+    alpha: float = control(0.6, "the length penalty's strength (>= 0; 0: the logprob)", metavar="A")
+    no_repeat_ngram_size: int = control(0, "no n-gram of N tokens twice in an output (0: off)", metavar="N",
+                                        aliases=("--no-repeat-ngram",))
+    min_new_tokens: int = control(0, "no end token (or stop sequence) before M tokens", metavar="M")
+    temperature: float = control(1.0, "logits divided by T before scoring", metavar="T")
+    top_k: int | None = control(None, "only each row's K best tokens extend it", metavar="K")
+    stop_sequences: Sequence[Any] = control(
+        (), "an output ending with TEXT is finished, as with the end token (repeatable)", metavar="TEXT",
+        texts=True, aliases=("--stop-sequence",))
+    bos_token_id: int | None = control(None, "stands in for an empty prompt", cli=False)
+    logits_processors: Sequence[Any] = control((), "processor(logits, ctx) -> logits, after the built-in ones",
+                                               cli=False)
+    prefix: Sequence[Sequence[int]] | None = control(
+        None, "per input: token ids forced as its first generated tokens (and scored)", cli=False)
+    early_stop: bool = control(True, "stop an input once no live row can beat its n_best-th output (lossless)",
+                               cli=False)
+    return_token_logprobs: bool = control(False, "each output also carries token_logprobs",
+                                          aliases=("--token-logprobs",))
+    pad_token_id: int | None = control(None, "fills the padded result arrays; never changes the search", cli=False)
+
+    @property
+    def penalty(self) -> LengthPenalty:
+        """The length penalty as one value (its kind and strength)."""
+        return LengthPenalty(self.length_penalty, self.alpha)
+
+    def keywords(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        """The fields as keywords (those in ``names``, default all), for a search function."""
+        names = tuple(f.name for f in dataclasses.fields(self)) if names is None else names
+        return {name: getattr(self, name) for name in names}
+
+    def replace(self, **changes: Any) -> DecodingConfig:
+        """A copy with ``changes`` (field names)."""
+        return dataclasses.replace(self, **changes)
+
+
+def controls_of(options: type) -> dict[str, tuple[Any, Control]]:
+    """``name -> (default, Control)`` of an options dataclass (:class:`DecodingConfig`, or a
+    mode's options), in field order."""
+    return {f.name: (f.default, f.metadata["control"]) for f in dataclasses.fields(options)}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an option: ``beam_size`` is ``--beam-size``."""
+    return "--" + name.replace("_", "-")
+
+
+SEARCH_SIZES = ("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id")
+"""The fields that size a search and shape its results rather than process its logits: a mode
+takes those that apply to it beside the shared controls (its plan function's own keywords)."""
+
+SHARED_CONTROLS = tuple(name for name in controls_of(DecodingConfig) if name not in SEARCH_SIZES)
+"""The keywords of :func:`beamsearch.beam_search_batch` that every search mode takes as
+``**controls`` (the rules of SPEC section 10, and the length penalty)."""
+
+REQUIRED_CONTROLS = tuple(name for name, (_, c) in controls_of(DecodingConfig).items() if c.required)
+"""The controls a search cannot run without."""

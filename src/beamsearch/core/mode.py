@@ -1,0 +1,117 @@
+"""What a search mode declares about itself: :class:`Mode`, one value per mode, in its own module.
+
+:mod:`beamsearch.modes.registry` lists them (one line each), and every layer that offers a choice
+of modes reads that list: refill (:func:`beamsearch.refill.decode_stream`), corpus decoding
+(:func:`beamsearch.corpus.decode_records`), the command line (``decode --mode``, its flags and
+``--help``). A mode's own options are a dataclass whose fields carry a
+:class:`~beamsearch.core.config.Control` (as :class:`~beamsearch.core.config.DecodingConfig`'s do),
+so their flags and help come from the mode's module too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from beamsearch.core.config import SEARCH_SIZES, SHARED_CONTROLS, controls_of
+
+__all__ = ["Mode", "NoOptions"]
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a mode that has none beyond the shared controls."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One search mode, as the layers above the engine see it.
+
+    Attributes:
+        name: what ``mode=`` and ``--mode`` call it.
+        summary: one line for ``--help`` and the docs.
+        function: the public batch function (``function(step_fn, init_state, prompts, **keywords)``).
+        options: the dataclass of the mode's own options (each field with a ``Control``).
+        sizes: the fields of :data:`~beamsearch.core.config.SEARCH_SIZES` it takes (``beam_size``,
+            ``n_best``, ...); every shared control not in ``refused`` it takes too.
+        refused: shared control or size -> why the mode does not take it.
+        rows: ``rows(keywords) -> int``: the most rows one input holds at a step, from the
+            keywords it is given (its beam size).
+        plan: ``plan(prompts, **keywords) -> Plan``, the mode run by a runner (refill): None for a
+            mode that runs only whole batches through ``function`` (``batch``).
+        batch: for a mode without a plan: ``batch(step_fn, init_state, prompts, max_rows,
+            **keywords) -> results``, one fixed batch of at most ``max_rows`` rows per call.
+        report: ``report(results, i) -> dict``: what input i's result reports beside its
+            hypotheses (a mode without a plan; a plan reports through ``Plan.info``).
+        per_input: option -> its value for an input that gives none, for the options an input
+            may give for itself (in refill's input dicts, a corpus line's own field); the
+            ``prefix`` is per input in every mode that takes it.
+        cohort: refill: ``cohort(fields, positions, stream) -> keywords`` for a cohort of
+            inputs (their dicts, their positions in the stream) and what ``start`` made of the
+            stream's options; None: each ``per_input`` option as a list, one per input.
+        start: refill: ``start(given) -> stream`` of the ``stream_only`` options given to the
+            stream (stochastic: its one seed), before any input is read.
+        stream_only: the options the stream consumes itself (not passed to each plan).
+        defaults: a shared control's default in this mode where it differs (greedy: ``alpha`` 0).
+    """
+
+    name: str
+    summary: str
+    function: Callable[..., Any]
+    rows: Callable[[Mapping[str, Any]], int]
+    options: type = NoOptions
+    sizes: tuple[str, ...] = ()
+    refused: Mapping[str, str] = field(default_factory=dict)
+    plan: Callable[..., Any] | None = None
+    batch: Callable[..., Any] | None = None
+    report: Callable[[Any, int], dict[str, Any]] | None = None
+    per_input: Mapping[str, Any] = field(default_factory=dict)
+    cohort: Callable[[list[dict[str, Any]], np.ndarray, Mapping[str, Any]], dict[str, Any]] | None = None
+    start: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    stream_only: frozenset[str] = frozenset()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.sizes) - set(SEARCH_SIZES))
+        if unknown:
+            raise ValueError(f"mode {self.name!r}: sizes must be among {SEARCH_SIZES}; got {unknown}")
+        if (self.plan is None) == (self.batch is None):
+            raise ValueError(f"mode {self.name!r} needs a plan or a batch runner (one of them)")
+
+    @property
+    def own(self) -> dict[str, Any]:
+        """The mode's own options: name -> (default, Control)."""
+        return controls_of(self.options)
+
+    def takes(self, name: str) -> bool:
+        """Whether a shared control, size or own option applies to this mode."""
+        if name in self.refused:
+            return False
+        return name in SHARED_CONTROLS or name in self.sizes or name in self.own
+
+    @property
+    def input_keys(self) -> frozenset[str]:
+        """The keys an input of a stream may carry for this mode (besides ``prompt``,
+        ``max_steps`` and ``source``)."""
+        keys = set(self.per_input)
+        if self.takes("prefix"):
+            keys.add("prefix")
+        return frozenset(keys)
+
+    def option_defaults(self) -> dict[str, Any]:
+        """The mode's own options at their defaults."""
+        return {f.name: f.default for f in dataclasses.fields(self.options)}
+
+    def cohort_keywords(self, fields: list[dict[str, Any]], positions: np.ndarray,
+                        stream: Mapping[str, Any]) -> dict[str, Any]:
+        """The per-input keywords of a cohort (see ``cohort``)."""
+        if self.cohort is not None:
+            return self.cohort(fields, positions, stream)
+        return {name: [f.get(name, default) for f in fields] for name, default in self.per_input.items()}
+
+    def start_stream(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """What ``start`` makes of the stream's own options (nothing without ``start``)."""
+        return {} if self.start is None else self.start(given)
