@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from beamsearch import __version__
-from beamsearch.cli import _parser, main
+from beamsearch.cli import main, parser as _parser
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -67,14 +67,14 @@ def test_every_option_has_help_and_its_default_is_shown():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("demo", "--beam", "0"), "--beam must be >= 1; got 0"),
+    (("demo", "--beam-size", "0"), "--beam-size must be >= 1; got 0"),
     (("demo", "--max-len", "-1"), "--max-len must be >= 1; got -1"),
-    (("demo", "--beam", "x"), "invalid int value: 'x'"),
+    (("demo", "--beam-size", "x"), "invalid int value: 'x'"),
     (("nonsense",), "invalid choice"),
     (("--json",), "unrecognized arguments: --json"),
     (("translate", "--model", "gpt", "x"), "invalid choice: 'gpt'"),
-    (("translate", "--beam", "0", "march 3 1987"), "--beam must be >= 1; got 0"),
-    (("translate", "--beam", "2", "--n-best", "3", "march 3 1987"), "--n-best must be <= --beam=2; got 3"),
+    (("translate", "--beam-size", "0", "march 3 1987"), "--beam-size must be >= 1; got 0"),
+    (("translate", "--beam-size", "2", "--n-best", "3", "march 3 1987"), "--n-best must be <= --beam-size=2; got 3"),
     (("translate", "--threads", "0", "march 3 1987"), "--threads must be >= 1; got 0"),
     (("evaluate", "--beams", "1,x"), "--beams must be integers"),
     (("evaluate", "--beams", "0,5"), "--beams must be >= 1"),
@@ -310,7 +310,7 @@ def test_json_lines():
 
 @needs_zoo
 def test_n_best_lists_logprob_and_score():
-    r = run("translate", "--model", "transformer", "--beam", "3", "--n-best", "2", "1987.3.3")
+    r = run("translate", "--model", "transformer", "--beam-size", "3", "--n-best", "2", "1987.3.3")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "1987.3.3" and lines[1].split("\t")[:2] == ["  1", "1987-03-03"] and len(lines) == 3
@@ -439,7 +439,7 @@ VERDICT_TEXTS = ["Feb 30 2021", "hello world", "2100-01-01", "march 3 1987", "ma
 
 
 @needs_zoo
-@pytest.mark.parametrize("options", [(), ("--no-calendar",), ("--model", "transformer", "--beam", "3")])
+@pytest.mark.parametrize("options", [(), ("--no-calendar",), ("--model", "transformer", "--beam-size", "3")])
 def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options):
     """Issue 19 item 4: the same date, or the same reason for no date (a line the model cannot read:
     translate's 'cannot read ...: ' and decode's bare reason), and exit status 1 for both."""

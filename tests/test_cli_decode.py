@@ -36,7 +36,7 @@ def test_mixed_file_one_record_per_line(tmp_path, capsys):
     src.write_bytes(b"first\r\n\nsmile \xf0\x9f\x98\x80\r\n" + long.encode() + b"\nbad \xff\n  \n"
                     + b"x" * 40 + b"\nlast")
     out = tmp_path / "out.jsonl"
-    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam", "3",
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam-size", "3",
                  "--n-best", "2"]) == 1
     records = read(out)
     assert [r["index"] for r in records] == list(range(8))
@@ -46,7 +46,7 @@ def test_mixed_file_one_record_per_line(tmp_path, capsys):
                       3: "41 characters; the model reads at most 40", 4: "line is not UTF-8 (byte 4)",
                       5: "empty text", 6: None, 7: None}
     for i in (0, 6, 7):
-        assert records[i]["nbest"] == alone(records[i]["input"], beam=3, n_best=2)
+        assert records[i]["nbest"] == alone(records[i]["input"], beam_size=3, n_best=2)
         assert set(records[i]["nbest"][0]) == {"text", "tokens", "logprob", "score", "finished"}
     assert capsys.readouterr().err.strip() == "beamsearch: 5 of 8 lines failed (see their error field)"
 
@@ -57,33 +57,33 @@ def test_jsonl_field_max_steps_prefix_and_bad_json(tmp_path):
                    '{"src": "fine"}\n', encoding="utf-8")
     out = tmp_path / "out.jsonl"
     assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--jsonl", "--field", "src",
-                 "--beam", "2", "--max-steps", "9"]) == 1
+                 "--beam-size", "2", "--max-steps", "9"]) == 1
     records = read(out)
     model = corpus.toy_model()
-    assert records[0]["nbest"] == next(decode_records(model, [Line(0, "hello", None, 2)], beam=2, max_steps=9))["nbest"]
+    assert records[0]["nbest"] == next(decode_records(model, [Line(0, "hello", None, 2)], beam_size=2, max_steps=9))["nbest"]
     assert records[1]["nbest"][0]["text"].startswith("fed")
-    assert records[1]["nbest"] == next(decode_records(model, [Line(0, "hello", None, None, "fed")], beam=2,
+    assert records[1]["nbest"] == next(decode_records(model, [Line(0, "hello", None, None, "fed")], beam_size=2,
                                                       max_steps=9))["nbest"]
     assert records[2]["error"].startswith("bad JSON") and records[2]["input"] == "{oops"
     assert records[3]["error"] == "the JSON object has no string field 'src'"
-    assert records[4]["nbest"] == alone("fine", beam=2, max_steps=9)
+    assert records[4]["nbest"] == alone("fine", beam_size=2, max_steps=9)
 
 
 def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     texts = ["one", "a much longer line here", "two", "three", "four", "five"]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts) + "\n")
-    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", "-", "--beam", "2",
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", "-", "--beam-size", "2",
                  "--max-rows", "4"]) == 0
     records = [json.loads(x) for x in capsysbinary.readouterr().out.decode().splitlines()]
     assert [r["index"] for r in records] == list(range(6))
-    assert [r["nbest"] for r in records] == [alone(t, beam=2) for t in texts]
+    assert [r["nbest"] for r in records] == [alone(t, beam_size=2) for t in texts]
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--beam", "0"], "--beam must be >= 1; got 0"),
-    (["--beam", "2", "--n-best", "3"], "--n-best must be <= --beam=2; got 3"),
-    (["--beam", "4", "--max-rows", "3"], "--max-rows must be >= --beam=4; got 3"),
+    (["--beam-size", "0"], "--beam-size must be >= 1; got 0"),
+    (["--beam-size", "2", "--n-best", "3"], "--n-best must be <= --beam-size=2; got 3"),
+    (["--beam-size", "4", "--max-rows", "3"], "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1; got 0"),
     (["--max-steps", "13"], "--max-steps must be in [1, 12] (the model's limit); got 13"),
     (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
@@ -94,7 +94,7 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     (["--input", "/nonexistent/in.txt"], "cannot read --input /nonexistent/in.txt"),
     (["--temperature", "inf"], "--temperature must be > 0 and finite; got inf"),
     (["--top-k", str(2**63)], f"--top-k must be <= 2**62 (sizes are counted in int64); got {2**63}"),
-    (["--mode", "exact", "--no-repeat-ngram", str(2**63)], "--no-repeat-ngram must be <= 2**62"),
+    (["--mode", "exact", "--no-repeat-ngram-size", str(2**63)], "--no-repeat-ngram-size must be <= 2**62"),
 ])
 def test_usage_errors_exit_2_on_one_line(tmp_path, capsys, argv, message):
     src = tmp_path / "in.txt"
@@ -133,7 +133,7 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_output(tmp
 
     def command(out, *extra):
         return [sys.executable, "-m", "beamsearch", "decode", "--model", "_toy:0.004", "--input", str(src),
-                "--output", str(out), "--beam", "3", "--max-rows", "6", *extra]
+                "--output", str(out), "--beam-size", "3", "--max-rows", "6", *extra]
 
     reference = tmp_path / "reference.jsonl"
     started = time.monotonic()
@@ -172,12 +172,12 @@ def test_zoo_seq2seq_end_to_end(tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\r\n".join(texts) + "\r\n")
     out = tmp_path / "out.jsonl"
-    assert main(["decode", "--model", "seq2seq", "--input", str(src), "--output", str(out), "--beam", "3",
+    assert main(["decode", "--model", "seq2seq", "--input", str(src), "--output", str(out), "--beam-size", "3",
                  "--max-rows", "6"]) == 1
     records = read(out)
     assert records[1] == {"index": 1, "input": "", "error": "empty text"}
     good = [t for t in texts if t]
-    fixed = Translator.load("seq2seq").beam(good, beam=3)
+    fixed = Translator.load("seq2seq").beam(good, beam_size=3)
     assert [records[i]["nbest"][0]["text"] for i in (0, 2, 3, 4)] == [f[0].text for f in fixed]
 
 
@@ -189,14 +189,14 @@ def test_decode_trace_draws_the_chosen_lines_search(tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("first\nsecond line\nthird\n")
     out, page = tmp_path / "out.jsonl", tmp_path / "tree.html"
-    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam", "3",
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam-size", "3",
                  "--trace", str(page), "--trace-input", "1"]) == 0
     html = page.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "<script src" not in html and "second line" in html
     assert "<title>line 2 (index 1): &#x27;second line&#x27;, beam 3</title>" in html
     assert ">line 2 (index 1): &lt;bos&gt;</text>" in html and ">input 0" not in html
     record = read(out)[1]
-    tree, greedy = corpus.trace_line(corpus.toy_model(), "second line", beam=3)
+    tree, greedy = corpus.trace_line(corpus.toy_model(), "second line", beam_size=3)
     assert tree.tokens(tree.best(0)) == record["nbest"][0]["tokens"]
     assert record["nbest"][0]["tokens"][-1] == 2 and "&lt;eos&gt; 0." in html  # the finished edge's label
     assert len(greedy.results(0)) == 1 and to_svg(tree).count("<g") > 0
@@ -243,12 +243,48 @@ def run_decode(tmp_path, texts, *argv):
     return code, read(out)
 
 
+def test_decode_flags_are_the_library_names_and_the_old_spellings_still_work(tmp_path):
+    """Every search flag is a DecodingConfig field or a registered mode's option, spelled as its
+    keyword (beam_size is --beam-size), with the field's default in its help; the older
+    spellings decode the same records as the new ones."""
+    import dataclasses
+
+    from beamsearch.core.config import DecodingConfig
+    from beamsearch.modes.registry import MODES
+
+    from beamsearch.cli import parser
+
+    decode = next(a for a in parser()._actions if a.dest == "command").choices["decode"]
+    actions = {a.dest: a for a in decode._actions}
+    fields = [f for f in dataclasses.fields(DecodingConfig) if f.metadata["control"].cli]
+    fields += [f for m in MODES.values() for f in dataclasses.fields(m.options)]
+    assert {"beam_size", "n_best", "num_groups", "k", "node_budget", "constraints"} <= {f.name for f in fields}
+    for f in fields:
+        action = actions[f.name]
+        assert action.option_strings[0] == "--" + f.name.replace("_", "-"), f.name
+        assert f.metadata["control"].help in action.help, f.name
+        if f.default not in (None, (), False):
+            assert f"(default {f.default})" in action.help, f.name
+    pairs = [(["--beam", "3", "--no-repeat-ngram", "2", "--stop-sequence", "ab", "--token-logprobs"],
+              ["--beam-size", "3", "--no-repeat-ngram-size", "2", "--stop-sequences", "ab", "--return-token-logprobs"]),
+             (["--mode", "diverse", "--beam", "4", "--groups", "2", "--diversity-penalty", "1"],
+              ["--mode", "diverse", "--beam-size", "4", "--num-groups", "2", "--diversity-penalty", "1"]),
+             (["--mode", "constrained", "--constraint", "ab", "--constraint", "e", "--ordered-constraints"],
+              ["--mode", "constrained", "--constraints", "ab", "--constraints", "e", "--ordered"])]
+    for i, (old, new) in enumerate(pairs):
+        (tmp_path / f"old{i}").mkdir()
+        (tmp_path / f"new{i}").mkdir()
+        code_old, old_records = run_decode(tmp_path / f"old{i}", OPTION_TEXTS, "--max-steps", "8", *old)
+        code_new, new_records = run_decode(tmp_path / f"new{i}", OPTION_TEXTS, "--max-steps", "8", *new)
+        assert code_old == code_new == 0 and old_records == new_records and len(new_records) == len(OPTION_TEXTS)
+
+
 def test_decode_beam_options_equal_beam_search_batch_alone(tmp_path):
     from beamsearch import beam_search_batch
 
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "3", "--n-best", "2", "--max-rows", "6",
-                               "--no-repeat-ngram", "2", "--min-new-tokens", "3", "--stop-sequence", "ab",
-                               "--stop-sequence", "fc", "--token-logprobs", "--max-steps", "10")
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam-size", "3", "--n-best", "2", "--max-rows", "6",
+                               "--no-repeat-ngram-size", "2", "--min-new-tokens", "3", "--stop-sequences", "ab",
+                               "--stop-sequences", "fc", "--return-token-logprobs", "--max-steps", "10")
     assert code == 0
     model = corpus.toy_model()
     for r in records:
@@ -265,13 +301,13 @@ def test_decode_max_steps_from_the_source_length(tmp_path):
     # "beam search" 11 -> 6, zz 2 -> 2
     from beamsearch import beam_search_batch
 
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "2", "--max-steps", "0.5*len+1")
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam-size", "2", "--max-steps", "0.5*len+1")
     assert code == 0
     for r, steps in zip(records, [3, 12, 1, 6, 2]):
         assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=2, max_steps=steps, alpha=0.6)
         assert len(r["nbest"][0]["tokens"]) <= steps
     # 1*len-3: hello -> 2, x -> -2 (an error record for that line alone)
-    code, records = run_decode(tmp_path, ["hello", "x"], "--beam", "2", "--max-steps", "len-3")
+    code, records = run_decode(tmp_path, ["hello", "x"], "--beam-size", "2", "--max-steps", "len-3")
     assert code == 1
     assert records[0]["nbest"] == toy_alone(beam_search_batch, "hello", beam_size=2, max_steps=2)
     assert records[1]["error"] == "max_steps 1*len-3 is -2 for this line (length 1); it must be >= 1"
@@ -280,7 +316,7 @@ def test_decode_max_steps_from_the_source_length(tmp_path):
 def test_decode_diverse_mode_equals_diverse_beam_search_alone(tmp_path):
     from beamsearch import diverse_beam_search
 
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "diverse", "--beam", "4", "--groups", "2",
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "diverse", "--beam-size", "4", "--num-groups", "2",
                                "--diversity-penalty", "1.5", "--n-best", "3", "--max-rows", "8")
     assert code == 0
     for r in records:
@@ -307,30 +343,31 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--max-steps", "2*lenn"], "--max-steps must be an integer or A*len+B (e.g. 2*len+10); got '2*lenn'"),
-    (["--groups", "2"], "--groups is an option of mode 'diverse', not of mode 'beam'; got --groups=2"),
-    (["--mode", "diverse", "--groups", "2"],
-     "mode 'diverse' needs --groups and --diversity-penalty; got --groups=2, --diversity-penalty=None"),
-    (["--mode", "diverse", "--beam", "3", "--groups", "2", "--diversity-penalty", "1"],
-     "--groups must divide --beam=3; got --groups=2"),
-    (["--mode", "stochastic"], "mode 'stochastic' needs --k (samples per line); got --k=None"),
-    (["--mode", "stochastic", "--k", "4", "--max-rows", "3"], "--max-rows must be >= --k=4; got 3"),
-    (["--no-repeat-ngram", "-1"], "--no-repeat-ngram"),
+    (["--num-groups", "2"], "--num-groups is an option of mode 'diverse', not of mode 'beam'; got --num-groups=2"),
+    (["--mode", "diverse", "--num-groups", "2"],
+     "mode 'diverse' needs --num-groups and --diversity-penalty; got --num-groups=2, --diversity-penalty=None"),
+    (["--mode", "diverse", "--beam-size", "3", "--num-groups", "2", "--diversity-penalty", "1"],
+     "--num-groups must divide --beam-size=3; got --num-groups=2"),
+    (["--mode", "stochastic"], "mode 'stochastic' needs --k; got --k=None"),
+    (["--mode", "stochastic", "--k", "4", "--max-rows", "3"], "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
+    (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size"),
     (["--min-new-tokens", "-2"], "--min-new-tokens"),
-    (["--stop-sequence", "xyz"], "--stop-sequence: 'xyz': characters outside the target vocabulary: 'xyz'"),
-    (["--constraint", "ab"], "--constraint is an option of mode 'constrained', not of mode 'beam'; got "
-                             "--constraint=['ab']"),
-    (["--mode", "constrained", "--constraint", "xyz"],
-     "--constraint: 'xyz': characters outside the target vocabulary: 'xyz'"),
-    (["--ordered-constraints"], "--ordered-constraints is an option of mode 'constrained', not of mode 'beam'"),
+    (["--stop-sequences", "xyz"], "--stop-sequences: 'xyz': characters outside the target vocabulary: 'xyz'"),
+    (["--constraints", "ab"], "--constraints is an option of mode 'constrained', not of mode 'beam'; got "
+                             "--constraints=['ab']"),
+    (["--mode", "constrained", "--constraints", "xyz"],
+     "--constraints: 'xyz': characters outside the target vocabulary: 'xyz'"),
+    (["--ordered"], "--ordered is an option of mode 'constrained', not of mode 'beam'; got --ordered=True"),
     (["--mode", "stochastic", "--k", "2", "--length-penalty", "power"],
-     "--length-penalty does not apply to mode 'stochastic'"),
+     "--mode stochastic does not take --length-penalty (samples are ranked by their perturbed score"),
     (["--top-k", "0"], "--top-k must be >= 1; got 0"),
     (["--node-budget", "5"], "--node-budget is an option of mode 'exact', not of mode 'beam'"),
     (["--mode", "exact", "--node-budget", "0"], "--node-budget must be >= 1; got 0"),
-    (["--mode", "exact", "--token-logprobs"], "--token-logprobs does not apply to mode 'exact'"),
+    (["--mode", "exact", "--return-token-logprobs"], "--mode exact does not take --return-token-logprobs"),
     (["--mode", "exact", "--max-tokens", "100"], "--max-tokens does not apply to mode 'exact'"),
-    (["--mode", "exact", "--beam", "2", "--n-best", "6", "--max-rows", "4"],
-     "--max-rows must be >= max(--beam, --n-best)=6; got 4"),
+    (["--mode", "exact", "--seed-beam", "2", "--n-best", "6", "--max-rows", "4"],
+     "--max-rows=4 is smaller than the rows of one line (6); raise --max-rows"),
+    (["--mode", "exact", "--beam-size", "2"], "--mode exact does not take --beam-size (it expands every prefix"),
     (["--temperature", "0"], "--temperature"),
 ])
 def test_decode_search_option_usage_errors(tmp_path, capsys, argv, message):
@@ -348,25 +385,25 @@ def test_decode_token_budget(tmp_path, capsys):
     first is an error record and the second decodes as alone; under 39 both decode as alone."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"src": "hello"}\n{"src": "short", "max_steps": 2}\n{"src": "world"}\n', encoding="utf-8")
-    base = ["decode", "--model", "_toy", "--input", str(src), "--jsonl", "--field", "src", "--beam", "3"]
+    base = ["decode", "--model", "_toy", "--input", str(src), "--jsonl", "--field", "src", "--beam-size", "3"]
     out = tmp_path / "tight.jsonl"
     assert main(base + ["--output", str(out), "--max-tokens", "20"]) == 1
     records = read(out)
     need = "the input needs 39 tokens (3 rows x (prompt 1 + max_steps 12)), more than max_tokens=20"
     assert [r.get("error") for r in records] == [need, None, need]
-    assert records[1]["nbest"] == alone("short", beam=3, max_steps=2)
+    assert records[1]["nbest"] == alone("short", beam_size=3, max_steps=2)
     assert "2 of 3 lines failed" in capsys.readouterr().err
     out = tmp_path / "fits.jsonl"
     assert main(base + ["--output", str(out), "--max-tokens", "39"]) == 0
     records = read(out)
-    assert [r["nbest"] for r in records] == [alone("hello", beam=3), alone("short", beam=3, max_steps=2),
-                                           alone("world", beam=3)]
+    assert [r["nbest"] for r in records] == [alone("hello", beam_size=3), alone("short", beam_size=3, max_steps=2),
+                                           alone("world", beam_size=3)]
 
 
 def test_decode_length_penalty_temperature_and_top_k_equal_beam_search_batch_alone(tmp_path):
     from beamsearch import beam_search_batch
 
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam", "3", "--n-best", "2", "--length-penalty", "power",
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam-size", "3", "--n-best", "2", "--length-penalty", "power",
                                "--alpha", "1.0", "--temperature", "0.7", "--top-k", "3", "--max-steps", "9")
     assert code == 0
     for r in records:
@@ -389,7 +426,7 @@ def test_decode_constrained_mode_equals_constrained_beam_search_alone(tmp_path):
         '{"text": "a much longer line of text"}',
     ]) + "\n", encoding="utf-8")
     code = main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--jsonl",
-                 "--mode", "constrained", "--constraint", "ab", "--constraint", "e", "--beam", "3", "--n-best", "2"])
+                 "--mode", "constrained", "--constraints", "ab", "--constraints", "e", "--beam-size", "3", "--n-best", "2"])
     assert code == 1
     records = read(out)
     ab, e = model.tokens("ab"), model.tokens("e")
@@ -415,11 +452,11 @@ def test_a_line_with_constraints_outside_constrained_mode_is_an_error_record(tmp
 
 
 def test_decode_exact_mode_equals_exact_search_alone(tmp_path):
-    """Each record is exact_search's on the line alone (the seed beam is --beam), with its proof
-    flag and cost; --n-best may exceed --beam; a tiny --node-budget leaves lines unproven."""
+    """Each record is exact_search's on the line alone (its --seed-beam), with its proof
+    flag and cost; --n-best may exceed the seed beam; a tiny --node-budget leaves lines unproven."""
     from beamsearch import exact_search
 
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--n-best", "3",
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--seed-beam", "2", "--n-best", "3",
                                "--max-steps", "6", "--max-rows", "8", "--length-penalty", "power", "--alpha", "1")
     assert code == 0
     model = corpus.toy_model()
@@ -431,13 +468,13 @@ def test_decode_exact_mode_equals_exact_search_alone(tmp_path):
                                "score": h.score, "finished": h.finished} for h in alone[0]]
         assert r["proven"] is True and r["proven"] == bool(alone.proven[0])
         assert r["expanded"] == int(alone.expanded[0]) > 0
-    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--max-steps", "6",
+    code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--seed-beam", "2", "--max-steps", "6",
                                "--node-budget", "3")
     assert code == 0 and not all(r["proven"] for r in records)
 
 
 def test_decode_exact_mode_never_passes_more_than_max_rows(monkeypatch, tmp_path):
-    """The seed search of a line holds max(beam, n_best) rows: lines are batched by that."""
+    """The seed search of a line holds max(seed_beam, n_best) rows: lines are batched by that."""
     seen = []
     step = corpus._ToyModel.step
 
@@ -446,6 +483,6 @@ def test_decode_exact_mode_never_passes_more_than_max_rows(monkeypatch, tmp_path
         return step(self, state, y_prev)
 
     monkeypatch.setattr(corpus._ToyModel, "step", counting)
-    code, _ = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--beam", "2", "--n-best", "6",
+    code, _ = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--seed-beam", "2", "--n-best", "6",
                          "--max-rows", "12", "--max-steps", "4")
     assert code == 0 and seen and max(seen) <= 12

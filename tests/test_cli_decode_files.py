@@ -27,7 +27,7 @@ TEXTS = [f"line {i} " + "ab" * (i % 7) for i in range(60)] + ["", "bad \u00e9"]
 
 def command(src, out, *extra, model="_toy:0.03"):
     return [sys.executable, "-m", "beamsearch", "decode", "--model", model, "--input", str(src), "--output",
-            str(out), "--beam", "3", "--max-rows", "6", *extra]
+            str(out), "--beam-size", "3", "--max-rows", "6", *extra]
 
 
 @pytest.fixture
@@ -175,16 +175,16 @@ def test_refusals_name_what_differs_and_leave_the_side_file_as_it_was(tmp_path, 
     src, expected = corpus_file
     out = tmp_path / "out.jsonl"
     before = killed_run(src, out)
-    base = ["decode", "--model", "_toy:0.03", "--input", str(src), "--output", str(out), "--beam", "3",
+    base = ["decode", "--model", "_toy:0.03", "--input", str(src), "--output", str(out), "--beam-size", "3",
             "--max-rows", "6"]
     other = tmp_path / "other.txt"
     other.write_text("\n".join(["changed"] + TEXTS[1:]) + "\n", encoding="utf-8")
     for argv, message in [
         ([], f"--output '{out}': {partial_path(out)} holds the records of an unfinished run; continue it with "
              "--resume, or remove that file to start again"),
-        (["--resume", "--beam", "4"], "was written with other options (--beam=3 there, 4 here)"),
+        (["--resume", "--beam-size", "4"], "was written with other options (--beam-size=3 there, 4 here)"),
         (["--resume", "--alpha", "1"], "was written with other options (--alpha=0.6 there, 1.0 here)"),
-        (["--resume", "--no-repeat-ngram", "2"], "(--no-repeat-ngram=0 there, 2 here)"),
+        (["--resume", "--no-repeat-ngram-size", "2"], "(--no-repeat-ngram-size=0 there, 2 here)"),
         (["--resume", "--model", "_toy"], "(--model='_toy:0.03' there, '_toy' here)"),
         (["--resume", "--input", str(other)], "--resume: " + str(partial_path(out)) + " was written for another "
                                               "input: line 1 (index 0) is 'line 0 ' there, 'changed' here"),
@@ -252,7 +252,7 @@ def test_every_bad_json_line_is_its_own_error_record(tmp_path, output):
                     + b"9" * 5000 + b"}\n" + b"[" * 100_000 + b'\n{"text": "hello", "prefix": "aa"}\n'
                     + b'{"text": "world"}\n')
     out = tmp_path / "out.jsonl"
-    run = subprocess.run(command(src, out if output == "file" else "-", "--jsonl", "--no-repeat-ngram", "1",
+    run = subprocess.run(command(src, out if output == "file" else "-", "--jsonl", "--no-repeat-ngram-size", "1",
                                  model="_toy"), env=ENV, capture_output=True)
     assert run.returncode == 1 and run.stderr.decode() == "beamsearch: 4 of 6 lines failed (see their error field)\n"
     data = out.read_bytes() if output == "file" else run.stdout
@@ -264,8 +264,8 @@ def test_every_bad_json_line_is_its_own_error_record(tmp_path, output):
         corpus.NO_OUTPUT, None]
     assert records[1]["input"] == "\ud800" and b'"input": "\\ud800"' in data
     for i, text in ((0, "hello"), (5, "world")):
-        assert records[i]["nbest"] == next(decode_records(corpus.toy_model(), [Line(0, text)], beam=3,
-                                                          no_repeat_ngram=1))["nbest"]
+        assert records[i]["nbest"] == next(decode_records(corpus.toy_model(), [Line(0, text)], beam_size=3,
+                                                          no_repeat_ngram_size=1))["nbest"]
 
 
 # ---- memory ------------------------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ def test_a_100000_line_corpus_to_a_file_stays_under_100_mb(tmp_path):
     probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=False); "
              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     decode = [sys.executable, "-m", "beamsearch", "decode", "--model", "_toy", "--input", str(src), "--output",
-              str(out), "--beam", "1", "--max-steps", "2"]
+              str(out), "--beam-size", "1", "--max-steps", "2"]
     run = subprocess.run([sys.executable, "-c", probe, *decode], env=ENV, capture_output=True, text=True)
     peak_mb = int(run.stdout) / 1024
     print(f"peak RSS {peak_mb:.1f} MB for {n} lines")
@@ -289,6 +289,6 @@ def test_a_100000_line_corpus_to_a_file_stays_under_100_mb(tmp_path):
         indices = [json.loads(line)["index"] for line in f]
     assert indices == list(range(n)) and not partial_path(out).exists()
     last = json.loads(out.read_bytes().splitlines()[-1])
-    assert last["nbest"] == next(decode_records(corpus.toy_model(), [Line(0, f"line {n - 1} ab")], beam=1,
+    assert last["nbest"] == next(decode_records(corpus.toy_model(), [Line(0, f"line {n - 1} ab")], beam_size=1,
                                                 max_steps=2))["nbest"]
     assert peak_mb < 100

@@ -107,7 +107,7 @@ def test_every_way_a_json_line_can_be_bad_is_its_own_error():
     assert lines[7] == Line(7, "[[[[")  # brackets inside strings are no nesting
     assert lines[8].error.startswith("constraints must be a list whose items are non-empty texts") and \
         len(lines[8].error) < 200
-    records = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, beam=2)}
+    records = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, beam_size=2)}
     assert records[5]["error"].startswith("max_steps must be <= 12 (the model's limit); got 1111")
     assert len(records[5]["error"]) < 120  # the number shortened
     assert records[7]["nbest"] == alone(corpus.toy_model(), "[[[[", 2, 1, 12)
@@ -121,7 +121,7 @@ def test_every_way_a_json_line_can_be_bad_is_its_own_error():
 def test_records_equal_each_line_decoded_alone(backend, max_rows):
     model = toy(backend)
     lines = [Line(i, t) for i, t in enumerate(TEXTS)]
-    records = list(decode_records(model, lines, beam=3, n_best=2, max_rows=max_rows))
+    records = list(decode_records(model, lines, beam_size=3, n_best=2, max_rows=max_rows))
     assert sorted(r["index"] for r in records) == list(range(len(TEXTS)))
     for r in records:
         expect = alone(model, TEXTS[r["index"]], 3, 2, model.max_steps)
@@ -136,7 +136,7 @@ def test_records_equal_each_line_decoded_alone(backend, max_rows):
 def test_per_line_max_steps_and_prefix(backend):
     model = toy(backend)
     lines = [Line(0, "hello", None, 2, None), Line(1, "hello", None, None, "ab"), Line(2, "world", None, 4, "c")]
-    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4, max_steps=9)}
+    records = {r["index"]: r for r in decode_records(model, lines, beam_size=2, max_rows=4, max_steps=9)}
     assert records[0]["nbest"] == alone(model, "hello", 2, 1, 2)
     assert records[1]["nbest"] == alone(model, "hello", 2, 1, 9, prefix="ab")
     assert records[1]["nbest"][0]["text"].startswith("ab")
@@ -148,8 +148,8 @@ def test_batch_independence():
     """A line's record is the same alone and among other lines, whatever joins beside it (floats
     bit for bit: the toy model computes each row alone, tests/approx.py)."""
     model = corpus.toy_model()
-    each = [next(decode_records(model, [Line(i, t)], beam=3, max_rows=3)) for i, t in enumerate(TEXTS)]
-    together = sorted(decode_records(model, [Line(i, t) for i, t in enumerate(TEXTS)], beam=3, max_rows=9),
+    each = [next(decode_records(model, [Line(i, t)], beam_size=3, max_rows=3)) for i, t in enumerate(TEXTS)]
+    together = sorted(decode_records(model, [Line(i, t) for i, t in enumerate(TEXTS)], beam_size=3, max_rows=9),
                       key=lambda r: r["index"])
     assert together == each
 
@@ -158,7 +158,7 @@ def test_bad_lines_become_error_records_and_the_run_goes_on():
     model = corpus.toy_model()
     lines = [Line(0, "good"), Line(1, ""), Line(2, "emoji 😀"), Line(3, "x" * 41), Line(4, "{bad", "bad JSON: x"),
              Line(5, "ok", None, 99, None), Line(6, "ok", None, None, "xyz"), Line(7, "fine")]
-    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4)}
+    records = {r["index"]: r for r in decode_records(model, lines, beam_size=2, max_rows=4)}
     assert sorted(records) == list(range(8))
     assert records[1]["error"] == "empty text"
     assert records[2]["error"] == "characters outside the vocabulary: '😀'"
@@ -181,7 +181,7 @@ def test_a_model_whose_check_raises_fails_that_line_alone():
 
     model.problem = fragile
     lines = [Line(0, "hello"), Line(1, "boom"), Line(2, "world")]
-    records = {r["index"]: r for r in decode_records(model, lines, beam=2, max_rows=4)}
+    records = {r["index"]: r for r in decode_records(model, lines, beam_size=2, max_rows=4)}
     assert records[1] == {"index": 1, "input": "boom",
                           "error": "the model cannot read this line: RuntimeError: the tokenizer broke"}
     for i in (0, 2):
@@ -195,7 +195,8 @@ def test_a_search_with_no_output_is_an_error_record(mode):
     banned). A prefix "ab" is allowed and decodes as alone."""
     model = corpus.toy_model()
     lines = [Line(0, "hello", None, None, "aa"), Line(1, "hello", None, None, "ab")]
-    records = {r["index"]: r for r in decode_records(model, lines, beam=2, no_repeat_ngram=1, mode=mode)}
+    beam = {"seed_beam": 2} if mode == "exact" else {"beam_size": 2}  # exact's seed search has its own beam
+    records = {r["index"]: r for r in decode_records(model, lines, no_repeat_ngram_size=1, mode=mode, **beam)}
     assert records[0] == {"index": 0, "input": "hello", "error": corpus.NO_OUTPUT}
     assert records[1]["nbest"][0]["tokens"][:2] == model.tokens("ab")
     if mode == "beam":
@@ -206,7 +207,7 @@ def test_a_search_with_no_output_is_an_error_record(mode):
 
 
 def test_all_lines_bad():
-    records = list(decode_records(corpus.toy_model(), [Line(0, ""), Line(1, " ")], beam=2))
+    records = list(decode_records(corpus.toy_model(), [Line(0, ""), Line(1, " ")], beam_size=2))
     assert records == [{"index": 0, "input": "", "error": "empty text"},
                        {"index": 1, "input": " ", "error": "empty text"}]
 
@@ -214,9 +215,9 @@ def test_all_lines_bad():
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_steps": 0}, "max_steps must be an integer in [1, 12]"),
     ({"max_steps": 13}, "got 13"),
-    ({"beam": 0}, "beam must be"),
-    ({"beam": 2, "n_best": 3}, "n_best"),
-    ({"beam": 3, "max_rows": 2}, "max_rows=2"),
+    ({"beam_size": 0}, "beam_size must be"),
+    ({"beam_size": 2, "n_best": 3}, "n_best"),
+    ({"beam_size": 3, "max_rows": 2}, "max_rows=2"),
 ])
 def test_bad_search_arguments_before_any_model_call(kwargs, message):
     model = corpus.toy_model()
@@ -234,10 +235,10 @@ def test_decode_corpus_writes_input_order_and_removes_the_side_file(tmp_path):
     model = corpus.toy_model()
     out = tmp_path / "out.jsonl"
     lines = [Line(i, t) for i, t in enumerate(TEXTS + [""])]
-    assert decode_corpus(model, lines, str(out), beam=3, max_rows=6) == (len(TEXTS) + 1, 1)
+    assert decode_corpus(model, lines, str(out), beam_size=3, max_rows=6) == (len(TEXTS) + 1, 1)
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["index"] for r in records] == list(range(len(TEXTS) + 1))
-    assert records[:-1] == sorted(decode_records(model, lines[:-1], beam=3, max_rows=3), key=lambda r: r["index"])
+    assert records[:-1] == sorted(decode_records(model, lines[:-1], beam_size=3, max_rows=3), key=lambda r: r["index"])
     assert not partial_path(out).exists() and not (tmp_path / "out.jsonl.tmp").exists()
 
 
@@ -270,9 +271,9 @@ def _interrupted_run(out, calls, lines=None, **search):
 
 
 def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
-    _, lines, reference, expected = _finished_run(tmp_path, beam=3, max_rows=6)
+    _, lines, reference, expected = _finished_run(tmp_path, beam_size=3, max_rows=6)
     out = tmp_path / "resumed.jsonl"
-    stopped = _interrupted_run(out, 9, beam=3, max_rows=6)
+    stopped = _interrupted_run(out, 9, beam_size=3, max_rows=6)
     side = partial_path(out)
     done = load_partial(side)
     assert stopped.records == len(done) > 0 and stopped.path == side and side.read_bytes().endswith(b"\n")
@@ -286,23 +287,23 @@ def test_resume_skips_done_lines_and_mends_a_torn_record(tmp_path):
         return make_state(items)
 
     model.make_state = noting
-    decode_corpus(model, lines, str(out), resume=True, beam=3, max_rows=6)
+    decode_corpus(model, lines, str(out), resume=True, beam_size=3, max_rows=6)
     assert out.read_bytes() == expected
     assert sorted(decoded) == sorted(t for i, t in enumerate(TEXTS) if i not in done)
     assert not side.exists() and not corpus.sibling(out, ".lock").exists()
 
 
 def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
-    model, lines, out, expected = _finished_run(tmp_path, beam=2, max_rows=4)
+    model, lines, out, expected = _finished_run(tmp_path, beam_size=2, max_rows=4)
     model.step = lambda state, y: pytest.fail("no line is left to decode")
-    assert decode_corpus(model, lines, str(out), resume=True, beam=2, max_rows=4) == (len(TEXTS), 0)
+    assert decode_corpus(model, lines, str(out), resume=True, beam_size=2, max_rows=4) == (len(TEXTS), 0)
     assert out.read_bytes() == expected
     other = [Line(i, t + "!") for i, t in enumerate(TEXTS)]
     with pytest.raises(corpus.OutputError, match=r"is finished \(it has no side file\), and not of this input: its "
                                                  r"record 1 is not that of line 1 \(index 0\)"):
-        decode_corpus(model, other, str(out), resume=True, beam=2, max_rows=4)
+        decode_corpus(model, other, str(out), resume=True, beam_size=2, max_rows=4)
     with pytest.raises(corpus.OutputError, match="of more lines than this input's 3"):
-        decode_corpus(model, lines[:3], str(out), resume=True, beam=2, max_rows=4)
+        decode_corpus(model, lines[:3], str(out), resume=True, beam_size=2, max_rows=4)
     assert out.read_bytes() == expected
 
 
@@ -315,44 +316,44 @@ def _refused(side, match, run):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"beam": 4}, "beam=3 there, 4 here"),
+    ({"beam_size": 4}, "beam_size=3 there, 4 here"),
     ({"alpha": 1.0}, "alpha=0.6 there, 1.0 here"),
-    ({"no_repeat_ngram": 2}, "no_repeat_ngram=0 there, 2 here"),
+    ({"no_repeat_ngram_size": 2}, "no_repeat_ngram_size=0 there, 2 here"),
     ({"max_steps": corpus.LengthRule(1.0, 2.0)}, r"max_steps=12 there, 'LengthRule\(a=1.0, b=2.0\)' here"),
     ({"stop_sequences": ["ab"]}, r"stop_sequences=\[\] there, \['ab'\] here"),
 ])
 def test_resume_with_other_options_is_refused_before_anything_is_written(tmp_path, change, message):
     out = tmp_path / "out.jsonl"
-    _interrupted_run(out, 9, beam=3, max_rows=6)
+    _interrupted_run(out, 9, beam_size=3, max_rows=6)
     with open(partial_path(out), "ab") as f:
         f.write(b'{"index": 3, "inp')  # a torn tail is not cut by a refused resume either
     lines = [Line(i, t) for i, t in enumerate(TEXTS)]
     model = corpus.toy_model()
     model.step = lambda state, y: pytest.fail("a refused resume calls no model")
     _refused(partial_path(out), "resume: .* was written with other options \\(" + message,
-             lambda: decode_corpus(model, lines, str(out), resume=True, **{"beam": 3, "max_rows": 6, **change}))
+             lambda: decode_corpus(model, lines, str(out), resume=True, **{"beam_size": 3, "max_rows": 6, **change}))
     # max_rows is how lines are batched, not what they get: the resume goes on, equal to a clean run
-    decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam=3, max_rows=9)
+    decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam_size=3, max_rows=9)
     clean = tmp_path / "clean.jsonl"
-    decode_corpus(corpus.toy_model(), lines, str(clean), beam=3, max_rows=6)
+    decode_corpus(corpus.toy_model(), lines, str(clean), beam_size=3, max_rows=6)
     assert out.read_bytes() == clean.read_bytes()
 
 
 def test_resume_with_another_input_is_refused_before_anything_is_written(tmp_path):
     out = tmp_path / "out.jsonl"
     texts = [f"line {i}" for i in range(30)]
-    _interrupted_run(out, 12, [Line(i, t) for i, t in enumerate(texts)], beam=2, max_rows=8)
+    _interrupted_run(out, 12, [Line(i, t) for i, t in enumerate(texts)], beam_size=2, max_rows=8)
     side = partial_path(out)
     done = load_partial(side)
     header, *rest = [json.loads(x) for x in side.read_bytes().splitlines()]
     covered = max(x["read"]["lines"] for x in rest if "read" in x)
-    assert header["options"]["beam"] == 2 and 0 < len(done) < covered < len(texts)
+    assert header["options"]["beam_size"] == 2 and 0 < len(done) < covered < len(texts)
     model = corpus.toy_model()
     model.step = lambda state, y: pytest.fail("a refused resume calls no model")
 
     def resume(texts):
         return lambda: decode_corpus(model, [Line(i, t) for i, t in enumerate(texts)], str(out), resume=True,
-                                     beam=2, max_rows=8)
+                                     beam_size=2, max_rows=8)
 
     first = min(done)  # a line with a record: named, with both texts
     changed = texts[:first] + ["other"] + texts[first + 1:]
@@ -364,10 +365,10 @@ def test_resume_with_another_input_is_refused_before_anything_is_written(tmp_pat
     _refused(side, f"written for another input: of at least {covered} lines; this one has {covered - 1}",
              resume(texts[:covered - 1]))
     # the side file is not poisoned: the right input resumes to the clean run's output
-    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(out), resume=True, beam=2,
+    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(out), resume=True, beam_size=2,
                   max_rows=8)
     clean = tmp_path / "clean.jsonl"
-    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(clean), beam=2, max_rows=8)
+    decode_corpus(corpus.toy_model(), [Line(i, t) for i, t in enumerate(texts)], str(clean), beam_size=2, max_rows=8)
     assert out.read_bytes() == clean.read_bytes()
 
 
@@ -390,23 +391,23 @@ def test_a_seeded_stochastic_run_is_not_resumed_into_other_samples(tmp_path):
 
 def test_a_side_file_without_resume_is_refused_not_emptied(tmp_path):
     out = tmp_path / "out.jsonl"
-    _interrupted_run(out, 9, beam=3, max_rows=6)
+    _interrupted_run(out, 9, beam_size=3, max_rows=6)
     lines = [Line(i, t) for i, t in enumerate(TEXTS)]
     _refused(partial_path(out), r"output .*: .*out.jsonl.partial holds the records of an unfinished run; continue "
                                 "it with resume, or remove that file to start again",
-             lambda: decode_corpus(corpus.toy_model(), lines, str(out), beam=3, max_rows=6))
+             lambda: decode_corpus(corpus.toy_model(), lines, str(out), beam_size=3, max_rows=6))
 
 
 def test_damaged_side_files_are_refused(tmp_path):
     out = tmp_path / "out.jsonl"
-    _interrupted_run(out, 9, beam=3, max_rows=6)
+    _interrupted_run(out, 9, beam_size=3, max_rows=6)
     side = partial_path(out)
     whole = side.read_bytes()
     header, first, *rest = whole.splitlines(keepends=True)
     lines = [Line(i, t) for i, t in enumerate(TEXTS)]
 
     def resume():
-        decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam=3, max_rows=6)
+        decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam_size=3, max_rows=6)
 
     record = next(x for x in [first, *rest] if b'"index"' in x)
     for damaged, message in [(header + first + b"\0" * 40 + b"\n" + b"".join(rest), "line 3 is not a record"),
@@ -427,10 +428,10 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
         assert lock == corpus.sibling(out, ".lock") and f"pid {os.getpid()} on " in lock.read_text()
         with pytest.raises(corpus.OutputError, match=rf"output '.*out.jsonl' is being written by another run \(pid "
                                                      rf"{os.getpid()} on .*; wait for it to end"):
-            decode_corpus(corpus.toy_model(), lines, str(out), beam=2)
+            decode_corpus(corpus.toy_model(), lines, str(out), beam_size=2)
         assert not out.exists() and not partial_path(out).exists()
     assert not corpus.sibling(out, ".lock").exists()
-    assert decode_corpus(corpus.toy_model(), lines, str(out), beam=2) == (len(TEXTS), 0)
+    assert decode_corpus(corpus.toy_model(), lines, str(out), beam_size=2) == (len(TEXTS), 0)
 
 
 def test_an_output_folder_or_missing_folder_is_refused(tmp_path):
@@ -451,7 +452,7 @@ def test_a_lone_surrogate_is_an_error_record_written_as_valid_utf8(tmp_path):
     assert lines[1].error.startswith("prefix has a lone surrogate (\\udfff at character 1)")
     assert lines[2].text == "smile \U0001F600" and lines[2].error is None  # a pair is one character
     out = tmp_path / "out.jsonl"
-    assert decode_corpus(corpus.toy_model(), lines, str(out), beam=2) == (4, 3)
+    assert decode_corpus(corpus.toy_model(), lines, str(out), beam_size=2) == (4, 3)
     records = [json.loads(x) for x in out.read_bytes().decode("utf-8").splitlines()]  # strict UTF-8
     assert records[0] == {"index": 0, "input": "\ud800", "error": lines[0].error}
     assert b'"input": "\\ud800"' in out.read_bytes()
@@ -485,11 +486,11 @@ def test_zoo_refill_equals_the_fixed_batch_translator(name):
     from beamsearch.zoo.translator import Translator
 
     torch.set_num_threads(1)
-    fixed = Translator.load(name).beam(ZOO_TEXTS, beam=3, n_best=2)
+    fixed = Translator.load(name).beam(ZOO_TEXTS, beam_size=3, n_best=2)
     model = corpus.zoo_model(name)
     model.verdicts = None  # the searches alone (the verdict: tests/test_cli.py, decode agrees with translate)
     records = {r["index"]: r for r in decode_records(model, [Line(i, t) for i, t in enumerate(ZOO_TEXTS)],
-                                                    beam=3, n_best=2, max_rows=9)}
+                                                    beam_size=3, n_best=2, max_rows=9)}
     for i, outputs in enumerate(fixed):
         got = records[i]["nbest"]
         assert [h["tokens"] for h in got] == [o.hypothesis.tokens for o in outputs], ZOO_TEXTS[i]

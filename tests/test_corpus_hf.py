@@ -61,7 +61,7 @@ def bart_dir(tmp_path_factory):
 LINES = ["the cat sat on a mat", "dog ran", "a", "then the dog slept by the door and the cat ran far away"]
 
 
-def alone(folder, text, *, beam, n_best, max_steps, **controls):
+def alone(folder, text, *, beam_size, n_best, max_steps, **controls):
     """One line through beamsearch.hf and beam_search_batch alone (a batch of one)."""
     tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
     config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
@@ -69,7 +69,7 @@ def alone(folder, text, *, beam, n_best, max_steps, **controls):
     model = auto.from_pretrained(folder, local_files_only=True).eval()
     ids = tok(text, add_special_tokens=False)["input_ids"]
     dec = (hf.seq2seq_lm if config.is_encoder_decoder else hf.causal_lm)(model, [ids], max_new_tokens=max_steps)
-    hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, beam_size=beam,
+    hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, beam_size=beam_size,
                              n_best=n_best, max_steps=max_steps, **controls)[0]
     return [(tok.decode(h.tokens, skip_special_tokens=True), h.tokens, h.logprob, h.score, h.finished) for h in hyps]
 
@@ -79,8 +79,8 @@ def test_hf_decode_equals_each_line_alone(kind, gpt2_dir, bart_dir, tmp_path):
     folder = gpt2_dir if kind == "gpt2" else bart_dir
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\r\n".join(LINES[:2] + ["", "the unicorn sat"] + LINES[2:]) + "\n", encoding="utf-8")
-    code = main(["decode", "--model", f"hf:{folder}", "--input", str(src), "--output", str(out), "--beam", "3",
-                 "--n-best", "2", "--max-steps", "6", "--max-rows", "6", "--no-repeat-ngram", "2"])
+    code = main(["decode", "--model", f"hf:{folder}", "--input", str(src), "--output", str(out), "--beam-size", "3",
+                 "--n-best", "2", "--max-steps", "6", "--max-rows", "6", "--no-repeat-ngram-size", "2"])
     assert code == 1  # the empty line and the unknown word
     records = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert [r["index"] for r in records] == list(range(6))
@@ -89,7 +89,7 @@ def test_hf_decode_equals_each_line_alone(kind, gpt2_dir, bart_dir, tmp_path):
     for r in (records[0], records[1], records[4], records[5]):
         got = [(h["text"], h["tokens"], h["logprob"], h["score"], h["finished"]) for h in r["nbest"]]
         # no --alpha / --length-penalty: the model's generation config's, transformers' power 1.0
-        want = alone(folder, r["input"], beam=3, n_best=2, max_steps=6, no_repeat_ngram_size=2,
+        want = alone(folder, r["input"], beam_size=3, n_best=2, max_steps=6, no_repeat_ngram_size=2,
                      length_penalty="power", alpha=1.0)
         assert [g[:2] + (g[4],) for g in got] == [w[:2] + (w[4],) for w in want]
         # logprobs: the batch of 2 (fixed batches of max_rows // beam lines, padded) against one line
@@ -101,11 +101,11 @@ def test_hf_decode_max_steps_from_token_length(gpt2_dir, tmp_path):
     # "len" is the line's token count: floor(1 * len + 1): "dog ran" 2 -> 3, "a" 1 -> 2
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("dog ran\na\n")
-    assert main(["decode", "--model", f"hf:{gpt2_dir}", "--input", str(src), "--output", str(out), "--beam", "2",
-                 "--max-steps", "len+1", "--token-logprobs"]) == 0
+    assert main(["decode", "--model", f"hf:{gpt2_dir}", "--input", str(src), "--output", str(out), "--beam-size", "2",
+                 "--max-steps", "len+1", "--return-token-logprobs"]) == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
     for r, steps in zip(records, [3, 2]):
-        want = alone(gpt2_dir, r["input"], beam=2, n_best=1, max_steps=steps, length_penalty="power", alpha=1.0)
+        want = alone(gpt2_dir, r["input"], beam_size=2, n_best=1, max_steps=steps, length_penalty="power", alpha=1.0)
         assert r["nbest"][0]["tokens"] == want[0][1] and len(r["nbest"][0]["tokens"]) <= steps
         assert abs(sum(r["nbest"][0]["token_logprobs"]) - r["nbest"][0]["logprob"]) < 1e-6
 
@@ -133,7 +133,7 @@ def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
     got = {d.index: d.hypotheses for d in stream}
     assert stream.stats.mixed_calls > 0
     for i, (text, s) in enumerate(zip(LINES, steps)):
-        want = alone(gpt2_dir, text, beam=2, n_best=2, max_steps=s, min_new_tokens=2)
+        want = alone(gpt2_dir, text, beam_size=2, n_best=2, max_steps=s, min_new_tokens=2)
         assert all(len(w[1]) >= 2 for w in want)
         assert [(h.tokens, h.finished) for h in got[i]] == [(w[1], w[4]) for w in want]
         assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want))
@@ -206,7 +206,7 @@ def test_hf_decode_defaults_are_the_saved_generation_config(gpt2_generation_dir,
 
 
 def test_hf_decode_flags_override_the_generation_config(gpt2_generation_dir, tmp_path):
-    records = decoded(gpt2_generation_dir, tmp_path, "--beam", "2", "--max-steps", "5", "--no-repeat-ngram", "0")
+    records = decoded(gpt2_generation_dir, tmp_path, "--beam-size", "2", "--max-steps", "5", "--no-repeat-ngram-size", "0")
     same_as_generate(records, gpt2_generation_dir, num_beams=2, max_new_tokens=5, no_repeat_ngram_size=0)
     assert all(len(h["tokens"]) <= 5 for r in records for h in r["nbest"])
 
@@ -216,7 +216,7 @@ def test_hf_decode_num_beams_1_is_greedy_as_generate(gpt2_dir, tmp_path):
     and so does decode (a beam of one may return a finished candidate greedy never takes)."""
     records = decoded(gpt2_dir, tmp_path, "--max-steps", "8")
     same_as_generate(records, gpt2_dir, max_new_tokens=8)
-    records = decoded(gpt2_dir, tmp_path, "--max-steps", "8", "--beam", "1", "--mode", "greedy")
+    records = decoded(gpt2_dir, tmp_path, "--max-steps", "8", "--beam-size", "1", "--mode", "greedy")
     same_as_generate(records, gpt2_dir, max_new_tokens=8)
 
 
@@ -255,7 +255,7 @@ def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_pat
     capsys.readouterr()
     assert main(argv + ["--resume"]) == 2
     err = capsys.readouterr().err
-    assert "was written with other options (" in err and "--beam=3 there, 2 here" in err, err
+    assert "was written with other options (" in err and "--beam-size=3 there, 2 here" in err, err
     save_with_generation(folder, **GENERATION)
     assert main(argv + ["--resume"]) == 0  # the same config resumes
     same_as_generate([json.loads(x) for x in out.read_text().splitlines()], folder)
@@ -264,7 +264,7 @@ def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_pat
 def test_hf_decode_help_says_where_defaults_come_from(capsys):
     assert main(["decode", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for flag, setting in [("--beam", "num_beams"), ("--n-best", "num_return_sequences"), ("--alpha", "length_penalty"),
-                          ("--no-repeat-ngram", "no_repeat_ngram_size"), ("--min-new-tokens", "min_new_tokens"),
+    for flag, setting in [("--beam-size", "num_beams"), ("--n-best", "num_return_sequences"), ("--alpha", "length_penalty"),
+                          ("--no-repeat-ngram-size", "no_repeat_ngram_size"), ("--min-new-tokens", "min_new_tokens"),
                           ("--max-steps", "max_new_tokens")]:
         assert flag in text and f"generation config's {setting}" in text, flag

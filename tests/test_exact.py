@@ -268,7 +268,7 @@ def test_decode_exact_mode_expanded_never_passes_the_node_budget(tmp_path):
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\n".join(texts) + "\n")
     r = subprocess.run([sys.executable, "-m", "beamsearch", "decode", "--model", "_toy", "--input", str(src),
-                        "--output", str(out), "--mode", "exact", "--node-budget", "5", "--beam", "4",
+                        "--output", str(out), "--mode", "exact", "--node-budget", "5", "--seed-beam", "4",
                         "--max-rows", "8", "--max-steps", "6", "--alpha", "0.6"], capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]

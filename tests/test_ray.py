@@ -49,7 +49,7 @@ def by_index(records):
 
 def test_toy_corpus_on_two_workers_equals_the_single_process_run(cluster):
     model = toy_model()
-    search = dict(beam=3, n_best=2, max_rows=6)
+    search = dict(beam_size=3, n_best=2, max_rows=6)
     got = decode_ray("_toy", read_lines(io.BytesIO(TOY_FILE)), num_workers=2, batch_size=3, **search)
     assert cluster.is_initialized()  # the module's cluster was used, not shut down
     want = by_index(decode_records(model, read_lines(io.BytesIO(TOY_FILE)), **search))
@@ -79,7 +79,7 @@ def test_decode_ray_command_writes_what_the_single_process_command_writes(cluste
     src = tmp_path / "in.txt"
     src.write_bytes(TOY_FILE)
     alone, spread = tmp_path / "alone.jsonl", tmp_path / "ray.jsonl"
-    common = ["decode", "--model", "_toy", "--input", str(src), "--beam", "3", "--n-best", "2"]
+    common = ["decode", "--model", "_toy", "--input", str(src), "--beam-size", "3", "--n-best", "2"]
     assert main([*common, "--output", str(alone)]) == 1
     assert main([*common, "--output", str(spread), "--ray", "--ray-workers", "2", "--ray-batch", "4"]) == 1
     assert spread.read_bytes() == alone.read_bytes()
@@ -89,9 +89,9 @@ def test_decode_ray_command_writes_what_the_single_process_command_writes(cluste
 def test_order_follows_the_lines_given_not_their_batches(cluster):
     # lines given out of index order come back in the order given (batches of 1 finish in any order)
     lines = [Line(5, "five"), Line(2, "two"), Line(9, ""), Line(0, "zero")]
-    got = decode_ray("_toy", lines, num_workers=2, batch_size=1, beam=2, max_rows=4)
+    got = decode_ray("_toy", lines, num_workers=2, batch_size=1, beam_size=2, max_rows=4)
     assert [r["index"] for r in got] == [5, 2, 9, 0]
-    assert got == [r for i in [5, 2, 9, 0] for r in decode_records(toy_model(), lines, beam=2, max_rows=4)
+    assert got == [r for i in [5, 2, 9, 0] for r in decode_records(toy_model(), lines, beam_size=2, max_rows=4)
                    if r["index"] == i]
 
 
@@ -99,7 +99,7 @@ def test_order_follows_the_lines_given_not_their_batches(cluster):
 def test_dates_model_on_two_workers_equals_the_single_process_run(cluster):
     pytest.importorskip("safetensors")
     lines = [Line(i, t) for i, t in enumerate(DATE_TEXTS)]
-    search = dict(beam=3, n_best=2, max_rows=9)
+    search = dict(beam_size=3, n_best=2, max_rows=9)
     got = decode_ray("seq2seq", lines, num_workers=2, batch_size=5, threads=1, **search)
     torch.set_num_threads(1)
     want = by_index(decode_records(load_model("seq2seq", threads=1), lines, **search))
@@ -143,7 +143,7 @@ def gpt2_dir(tmp_path_factory):
 @pytest.mark.skipif(torch is None, reason="torch not installed")
 def test_hf_gpt2_on_two_workers_equals_the_single_process_run(cluster, gpt2_dir):
     lines = [Line(i, t) for i, t in enumerate(HF_LINES)]
-    search = dict(beam=2, n_best=2, max_steps=5, max_rows=4)
+    search = dict(beam_size=2, n_best=2, max_steps=5, max_rows=4)
     got = decode_ray(f"hf:{gpt2_dir}", lines, num_workers=2, batch_size=3, **search)
     want = by_index(decode_records(load_model(f"hf:{gpt2_dir}", hf_max_steps=5), lines, **search))
     assert [r["index"] for r in got] == list(range(len(HF_LINES)))
@@ -160,9 +160,9 @@ def test_hf_gpt2_on_two_workers_equals_the_single_process_run(cluster, gpt2_dir)
     (dict(num_workers=0), ValueError, "num_workers must be >= 1; got 0"),
     (dict(batch_size=1.5), TypeError, "batch_size"),
     (dict(address=6379), TypeError, "address must be a string"),
-    (dict(beam=2, n_best=3), ValueError, "n_best must be <= beam_size=2; got 3"),
+    (dict(beam_size=2, n_best=3), ValueError, "n_best must be <= beam_size=2; got 3"),
     (dict(max_steps=13), ValueError, "max_steps must be an integer in [1, 12]"),
-    (dict(beam=3, max_rows=2), ValueError, "max_rows=2"),
+    (dict(beam_size=3, max_rows=2), ValueError, "max_rows=2"),
     (dict(bogus=1), TypeError, "bogus"),
     (dict(model="nope"), ValueError, "model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
                                      "got 'nope'"),

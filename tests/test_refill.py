@@ -739,6 +739,6 @@ def test_greedy_mode_gives_each_input_its_greedy_decoding():
         (h,) = got[i]
         assert (h.tokens, h.finished) == (tokens, finished)
         assert abs(h.logprob - logprob) < 1e-9 and abs(h.score - logprob) < 1e-9  # alpha 0: score = logprob
-    with pytest.raises(TypeError, match=r"greedy does not take beam_size \(greedy decoding has one row per input\)"):
+    with pytest.raises(TypeError, match=r"greedy_search does not take beam_size \(greedy decoding has one row per input\)"):
         decode_stream(model.step, make_state_for(model), PROMPTS, max_rows=3, mode="greedy", beam_size=2,
                       eos_token_id=EOS, max_steps=MAX_STEPS)

@@ -171,7 +171,7 @@ def test_shipped_greedy_equals_greedy_decode_and_logprobs_rescore(name):
     ``model_logprob`` the same sum without the mask."""
     tr = Translator.load(name)
     batched_greedy = tr.greedy(TEXTS)
-    beams = tr.beam(TEXTS, beam=5, n_best=3)
+    beams = tr.beam(TEXTS, beam_size=5, n_best=3)
     with torch.no_grad():
         for text, g, outs in zip(TEXTS, batched_greedy, beams):
             state = tr.model.init_state(tr.encode([text]))
@@ -204,9 +204,9 @@ def masked_logprob(tr, text, tokens):
 @pytest.mark.parametrize("name", MODELS)
 def test_shipped_batch_equals_each_alone(name):
     tr = Translator.load(name)
-    together = tr.beam(TEXTS, beam=4, n_best=2)
+    together = tr.beam(TEXTS, beam_size=4, n_best=2)
     for text, outs in zip(TEXTS, together):
-        alone = tr.beam([text], beam=4, n_best=2)[0]
+        alone = tr.beam([text], beam_size=4, n_best=2)[0]
         assert [o.text for o in alone] == [o.text for o in outs]
         assert [o.hypothesis.logprob for o in alone] == pytest.approx([o.hypothesis.logprob for o in outs], abs=1e-4)
 
@@ -220,7 +220,7 @@ def test_shipped_models_read_four_digit_years_in_every_form(name):
 
     four = [e for e in held_out(1000) if e.target and not e.two_digit_year]
     tr = Translator.load(name)
-    outputs = tr.beam([e.source for e in four], beam=5)
+    outputs = tr.beam([e.source for e in four], beam_size=5)
     ok = [right(tr, o[0], e) for o, e in zip(outputs, four)]
     assert len({e.form for e in four}) >= 12 and sum(ok) / len(ok) >= 0.97
 
@@ -234,7 +234,7 @@ def test_shipped_models_map_iso_to_itself(name):
     iso = [dt.date.fromordinal(rng.randint(lo, hi)).isoformat() for _ in range(300)]
     tr = Translator.load(name)
     for beam in (1, 5):
-        outputs = tr.beam(iso, beam=beam)
+        outputs = tr.beam(iso, beam_size=beam)
         assert [o[0].text for o in outputs] == iso
         assert all(Translator.accepts(o[0]) for o in outputs)
 
@@ -254,7 +254,7 @@ def test_no_impossible_date_is_ever_written(name):
     chars = "".join(SOURCE_VOCAB.itos[4:])
     noise = ["".join(rng.choice(chars) for _ in range(rng.randint(1, 30))).strip() or "x" for _ in range(300)]
     tr = Translator.load(name)
-    outputs = tr.beam(IMPOSSIBLE + noise, beam=5, n_best=3)
+    outputs = tr.beam(IMPOSSIBLE + noise, beam_size=5, n_best=3)
     for outs in outputs:
         for o in outs:
             assert o.text == "" or dt.date.fromisoformat(o.text).isoformat() == o.text
@@ -280,7 +280,7 @@ RECORDED_OUTPUTS = {
 @pytest.mark.parametrize("name", MODELS)
 def test_shipped_checkpoints_reproduce_recorded_outputs(name):
     expected = RECORDED_OUTPUTS[name]
-    got = [o[0].text for o in Translator.load(name).beam(list(expected), beam=5)]
+    got = [o[0].text for o in Translator.load(name).beam(list(expected), beam_size=5)]
     assert got == list(expected.values())
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import inspect
 import json
 import math
 import os
@@ -40,6 +39,9 @@ from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 
 from beamsearch.core import validate as check
+from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.mode import Mode
+from beamsearch.modes import registry
 from beamsearch.refill import Decoded, decode_stream, per_input
 from beamsearch._sidefile import (LONE_SURROGATE, Fingerprint, Interrupted, OutputError, SideFile, check_output,
                                   encode, interrupts_held, json_object, line_name, output_lock, sibling, text_crc)
@@ -70,6 +72,16 @@ class Line:
     max_steps: int | None = None
     prefix: str | None = None
     constraints: tuple[str | tuple[str, ...], ...] | None = None
+
+    OWN = ("constraints",)
+    """The search options a line may give for itself (beside ``max_steps`` and ``prefix``), by
+    their option names."""
+
+    def own(self, name: str) -> Any:
+        """The line's own value of option ``name`` (one of :attr:`OWN`), or None."""
+        if name not in self.OWN:
+            raise KeyError(name)
+        return self.constraints
 
 
 MAX_JSON_DEPTH = 100
@@ -287,63 +299,50 @@ NO_OUTPUT = ("no output could be produced: every continuation has probability 0 
              "search's rules (the prefix, constraints, no-repeat n-grams, minimum length)")
 """The error of a line whose search ends with no output at all."""
 
-MODES = ("beam", "greedy", "constrained", "diverse", "stochastic", "exact")
-"""The search modes of :func:`decode_records`: those of :func:`beamsearch.refill.decode_stream`,
-and ``exact`` (:func:`beamsearch.exact_search`, in fixed batches)."""
+MODES = tuple(registry.MODES)
+"""The search modes of :func:`decode_records`: the registered ones (:mod:`beamsearch.modes.registry`)."""
 
 
-def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", beam: int = 5,
-                   n_best: int = 1, alpha: float = 0.6, length_penalty: str = "gnmt",
-                   max_steps: int | LengthRule | None = None, max_rows: int = 320, max_tokens: int | None = None,
-                   no_repeat_ngram: int = 0, min_new_tokens: int = 0, temperature: float = 1.0,
-                   top_k: int | None = None, stop_sequences: Sequence[str] = (), groups: int | None = None,
-                   diversity_penalty: float | None = None, k: int | None = None, seed: int | None = None,
-                   constraints: Sequence[str | Sequence[str]] = (), ordered: bool = False,
-                   node_budget: int | None = None, token_logprobs: bool = False,
-                   skip: Callable[[int], bool] = lambda index: False) -> Iterator[dict]:
-    """Decode ``lines`` with refill; one record per line, in the order lines finish.
+def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", max_rows: int = 320,
+                   max_tokens: int | None = None, skip: Callable[[int], bool] = lambda index: False,
+                   **options: Any) -> Iterator[dict]:
+    """Decode ``lines`` with a registered search mode; one record per line, in the order lines finish.
 
     Args:
         model: a :class:`CorpusModel`.
         lines: :class:`Line` values (read lazily, as there is room in the batch).
-        mode: ``"beam"`` (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per
-            line: what ``generate`` does for ``num_beams=1``; ``beam`` does not apply, ``n_best``
-            is 1, ``alpha`` and ``length_penalty`` only scale the score), ``"constrained"``
-            (:func:`~beamsearch.constrained_beam_search` with ``constraints``, or each line's own,
-            and ``ordered``), ``"diverse"``
-            (``diverse_beam_search`` with ``groups`` and ``diversity_penalty``) or
-            ``"stochastic"`` (``stochastic_beam_search`` with ``k`` and ``seed``: a record holds
-            the ``k`` samples; ``beam``, ``n_best`` and ``alpha`` do not apply), or ``"exact"``
-            (:func:`~beamsearch.exact_search`: the ``n_best`` highest-scoring outputs, seeded by a
-            beam of ``beam``, at most ``node_budget`` prefixes per line; the lines are decoded in
-            fixed batches of ``max_rows // beam``, ``max_rows`` rows per model call; each record
-            also has ``proven`` and ``expanded``).
-        beam, n_best, alpha, length_penalty: beam size, outputs per line, the length penalty
-            (``"gnmt"`` or ``"power"``) and its strength (not for stochastic).
-        max_steps: the most tokens per output (default and upper bound: ``model.max_steps``), or a
-            :class:`LengthRule`: per line ``floor(a * source length + b)`` capped at
-            ``model.max_steps`` (the source length is ``model.source_length(text)`` where the model
-            has one, else ``len(text)``; a line where it is < 1 gets an error record). A line's own
-            ``max_steps`` overrides both, up to ``model.max_steps``.
-        max_rows: the most rows (hypotheses) per model call, >= the rows of one line (``beam``,
-            or ``k``).
+        mode: a registered mode (:mod:`beamsearch.modes.registry`): ``"beam"``
+            (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per line, what
+            ``generate`` does for ``num_beams=1``; its ``alpha`` defaults to 0: the score is the
+            logprob), ``"constrained"`` (``constraints``, or each line's own, and ``ordered``),
+            ``"diverse"`` (``num_groups``, ``diversity_penalty``), ``"stochastic"`` (``k``,
+            ``seed``: a record holds the ``k`` samples; line i of the stream gets the noise of
+            ``stochastic_beam_search(all lines, seed=seed)``'s input i), ``"exact"``
+            (:func:`~beamsearch.exact_search`: ``node_budget``, ``seed_beam``; the lines are
+            decoded in fixed batches of ``max_rows // rows``, ``max_rows`` rows per model call;
+            each record also has ``proven`` and ``expanded``). Modes with a plan decode with
+            refill (:func:`beamsearch.refill.decode_stream`), the others in fixed batches.
+        max_rows: the most rows (hypotheses) per model call, >= the rows of one line (the mode's:
+            ``beam_size``, ``k``, ...).
         max_tokens: None, or the most decoder tokens the rows of one call may hold, padding
             included: lines join only when (rows in flight + theirs) x (the widest prompt +
             max_steps among them) fits (:func:`beamsearch.refill.decode_stream`); a line whose
-            own rows need more gets an error record. Not for exact mode.
-        no_repeat_ngram, min_new_tokens, temperature, top_k: as ``no_repeat_ngram_size`` /
-            ``min_new_tokens`` / ``temperature`` / ``top_k`` of :func:`~beamsearch.beam_search_batch`.
-        stop_sequences: target texts (each through ``model.tokens``) that finish an output like eos.
-        groups, diversity_penalty: diverse mode only (both required there).
-        constraints, ordered: constrained mode only: target texts every output must contain (an
-            item that is a list of texts: one of them), for every line without constraints of its
-            own (:attr:`Line.constraints`); ``ordered``: in the given order.
-        node_budget: exact mode only: the most prefixes of one line passed to the model (default
-            100,000); a line that needs more gets the best found, with ``proven`` false.
-        k, seed: stochastic mode only (``k`` required; ``seed`` an int: line i of the stream gets
-            the noise of ``stochastic_beam_search(all lines, seed=seed)``'s input i).
-        token_logprobs: each output also carries ``token_logprobs`` (one float per token).
+            own rows need more gets an error record. Not for a mode without refill (exact).
         skip: lines whose index it accepts are not decoded and get no record (``--resume``).
+        **options: the search's options by their library names: the fields of
+            :class:`~beamsearch.core.config.DecodingConfig` that ``beamsearch decode`` offers
+            (``beam_size``, ``n_best``, ``length_penalty``, ``alpha``, ``no_repeat_ngram_size``,
+            ``min_new_tokens``, ``temperature``, ``top_k``, ``stop_sequences``,
+            ``return_token_logprobs``, ``max_steps``) and the mode's own options (its options
+            dataclass); one not given takes its default there (the mode's own default where it has
+            one). The model gives the rest (eos, processors, the prompt). ``stop_sequences`` and
+            ``constraints`` are target texts, each through ``model.tokens`` (a constraint that is
+            a list of texts: one of them). ``max_steps``: the most tokens per output (default and
+            upper bound: ``model.max_steps``), or a :class:`LengthRule` (or its text, ``A*len+B``):
+            per line ``floor(a * source length + b)`` capped at ``model.max_steps`` (the source
+            length is ``model.source_length(text)``, else ``len(text)``; a line where it is < 1
+            gets an error record); a line's own ``max_steps`` overrides both. An option of
+            another mode, or one this mode does not take, is an error naming it.
 
     Yields:
         ``{"index", "input", "nbest": [{"text", "tokens", "logprob", "score", "finished"[,
@@ -356,16 +355,14 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             ``next()``, before any model call.
     """
     limit = model.max_steps
-    search = _search_keywords(model, mode, beam=beam, n_best=n_best, alpha=alpha, length_penalty=length_penalty,
-                              max_steps=max_steps, no_repeat_ngram=no_repeat_ngram, min_new_tokens=min_new_tokens,
-                              temperature=temperature, top_k=top_k, stop_sequences=stop_sequences, groups=groups,
-                              diversity_penalty=diversity_penalty, k=k, seed=seed, constraints=constraints,
-                              ordered=ordered, node_budget=node_budget, token_logprobs=token_logprobs)
-    every_line = search.pop("constraints", None)  # constrained: the lines without their own
-    if mode == "exact":
-        rows = max(search["seed_beam"], search["n_best"])  # the seed search's rows
-    else:
-        rows = 1 if mode == "greedy" else search["k" if mode == "stochastic" else "beam_size"]
+    spec = registry.mode(mode)
+    search = search_keywords(model, spec, options)
+    max_steps = search.pop("length_rule", None) or search["max_steps"]
+    line_options = {name: search.pop(name) for name in _line_options(spec)}  # for lines without their own
+    token_logprobs = bool(search.get("return_token_logprobs", False))
+    reported = spec.report is not None  # a mode whose records carry its report (exact: proven, expanded)
+    rows = spec.rows(search)  # the search checks it (a bad beam size is its error): 1 until then
+    rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1 else 1
     max_rows = check.at_least("max_rows", max_rows, 1)
     prompt = _prompt_of(model)
     judge = getattr(model, "verdicts", None)
@@ -379,7 +376,7 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
 
     def stream_item(line: Line) -> dict | str:
         """The stream item of ``line``, or why it cannot be decoded."""
-        error = line.error or model.problem(line.text) or _line_problem(model, line, limit, mode)
+        error = line.error or model.problem(line.text) or _line_problem(model, line, limit, spec)
         steps = None if error is not None else line_max_steps(model, line, max_steps)
         if error is not None or isinstance(steps, str):
             return error or steps
@@ -388,9 +385,9 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             fields["max_steps"] = steps
         if line.prefix is not None:
             fields["prefix"] = model.tokens(line.prefix)
-        if mode == "constrained":
-            own = line.constraints
-            fields["constraints"] = every_line if own is None else _constraint_ids(model, own, "constraints")
+        for name, every_line in line_options.items():
+            own = line.own(name)
+            fields[name] = every_line if own is None else _texts_ids(model, own, name)
         return fields
 
     def items() -> Iterator[dict]:
@@ -409,17 +406,14 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
             position += 1
             yield fields
 
-    if mode == "exact":
+    if spec.plan is None:  # a mode without refill: fixed batches of its batch runner
         if max_tokens is not None:
-            raise ValueError(f"max_tokens does not apply to mode 'exact' (it decodes in fixed batches of max_rows "
+            raise ValueError(f"max_tokens does not apply to mode {mode!r} (it decodes in fixed batches of max_rows "
                              f"rows per call); got max_tokens={max_tokens!r}")
-        from beamsearch import exact_search
-
-        exact_search(model.step, None, [], batch_rows=max_rows, **search)  # checks the keywords; no model call
+        spec.batch(model.step, None, [], max_rows, **search)  # checks the keywords; no model call
         if max_rows < rows:
-            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line's seed search ({rows}: "
-                             "max(beam, n_best)); raise max_rows")
-        results: Iterable[Decoded] = _exact_results(model, items(), search, max(1, max_rows // rows), max_rows)
+            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
+        results: Iterable[Decoded] = _batch_results(model, spec, items(), search, max(1, max_rows // rows), max_rows)
     else:
         results = decode_stream(model.step, model.make_state, items(), max_rows=max_rows, max_tokens=max_tokens,
                                 min_join=min_join, mode=mode, **search)
@@ -430,16 +424,16 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         finished.append(result)
         if len(finished) == judged:
             yield from _records(model, finished, [(indices.pop(r.index), texts.pop(r.index)) for r in finished],
-                                judge, mode, token_logprobs)
+                                judge, token_logprobs, reported)
             finished = []
     yield from _records(model, finished, [(indices.pop(r.index), texts.pop(r.index)) for r in finished], judge,
-                        mode, token_logprobs)
+                        token_logprobs, reported)
     yield from early
 
 
 def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str]],
-             judge: Callable[[list[str], list[list[Any]]], list[str | None]] | None, mode: str,
-             token_logprobs: bool) -> list[dict]:
+             judge: Callable[[list[str], list[list[Any]]], list[str | None]] | None,
+             token_logprobs: bool, reported: bool) -> list[dict]:
     """The records of ``results``, ``lines`` their (line index, text); a decoded line that
     ``judge`` (the model's ``verdicts``) gives a reason gets an error record with it."""
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
@@ -456,22 +450,22 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, 
             continue
         records.append({"index": index, "input": text,
                         "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
-                        **(result.info if mode == "exact" else {})})
+                        **(result.info if reported else {})})
     return records
 
 
-def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, Any], lines: int,
+def _batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search: dict[str, Any], lines: int,
                    rows: int) -> Iterator[Decoded]:
-    """Mode ``exact``: :func:`~beamsearch.exact_search` over ``lines`` items at a time (their
-    stream positions counted from 0), ``rows`` rows per model call. A batch that raises a
-    ``ValueError`` / ``TypeError`` (an input's token id outside the model's vocabulary, found at
-    its first call) is decoded again one item at a time, so only the bad items get the error;
-    when every one of them fails, the error is the model's, not theirs, and is raised."""
-    from beamsearch import exact_search
+    """A mode without refill (exact): its batch runner over ``lines`` items at a time (their
+    stream positions counted from 0), ``rows`` rows per model call, each input's ``info`` its
+    report. A batch that raises a ``ValueError`` / ``TypeError`` (an input's token id outside the
+    model's vocabulary, found at its first call) is decoded again one item at a time, so only the
+    bad items get the error; when every one of them fails, the error is the model's, not theirs,
+    and is raised."""
 
     def run(batch: list[dict]) -> Any:
-        return exact_search(model.step, model.make_state(batch), [i["prompt"] for i in batch], batch_rows=rows,
-                            **per_input(search, batch))
+        return spec.batch(model.step, model.make_state(batch), [i["prompt"] for i in batch], rows,
+                          **per_input(search, batch))
 
     def decoded(batch: list[dict], start: int) -> Iterator[Decoded]:
         try:
@@ -486,7 +480,7 @@ def _exact_results(model: CorpusModel, items: Iterable[dict], search: dict[str, 
             yield from alone
             return
         for j, hyps in enumerate(found):
-            yield Decoded(start + j, hyps, None, {"proven": bool(found.proven[j]), "expanded": int(found.expanded[j])})
+            yield Decoded(start + j, hyps, None, spec.report(found, j) if spec.report is not None else {})
 
     batch: list[dict] = []
     position = 0
@@ -507,75 +501,71 @@ def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
     return out
 
 
-def _search_keywords(model: CorpusModel, mode: str, *, beam: int, n_best: int, alpha: float, length_penalty: str,
-                     max_steps: int | LengthRule | None, no_repeat_ngram: int, min_new_tokens: int,
-                     temperature: float, top_k: int | None, stop_sequences: Sequence[str], groups: int | None,
-                     diversity_penalty: float | None, k: int | None, seed: int | None,
-                     constraints: Sequence[str | Sequence[str]], ordered: bool, node_budget: int | None,
-                     token_logprobs: bool) -> dict[str, Any]:
-    """The keywords of :func:`decode_stream` for ``mode``; checks what it does not check itself
-    (the mode's own options, ``max_steps``, the stop texts)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-    limit = model.max_steps
-    if max_steps is None:
-        max_steps = limit
-    if isinstance(max_steps, LengthRule):
-        if not (math.isfinite(max_steps.a) and max_steps.a >= 0 and math.isfinite(max_steps.b)):
-            raise ValueError(f"max_steps: A*len+B needs a finite A >= 0 and a finite B; got {max_steps}")
-    elif isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= limit:
-        raise ValueError(f"max_steps must be an integer in [1, {limit}] (the model's limit) or a LengthRule; "
-                         f"got {max_steps!r}")
-    stops = []
-    for text in stop_sequences:
-        if not isinstance(text, str) or not text:
-            raise ValueError(f"stop_sequences must be non-empty texts; got {text!r}")
-        try:
-            stops.append(model.tokens(text))
-        except ValueError as e:
-            raise ValueError(f"stop_sequences: {text!r}: {e}") from None
-    search: dict[str, Any] = {
-        "eos_token_id": model.eos, "max_steps": max_steps if isinstance(max_steps, int) else limit,
-        "logits_processors": list(model.processors), "no_repeat_ngram_size": no_repeat_ngram,
-        "min_new_tokens": min_new_tokens, "temperature": temperature, "top_k": top_k, "stop_sequences": stops,
-        "return_token_logprobs": token_logprobs}
-    given = {"groups": groups, "diversity_penalty": diversity_penalty, "k": k, "seed": seed,
-             "constraints": list(constraints) or None, "ordered": ordered or None, "node_budget": node_budget}
-    owners = {"groups": "diverse", "diversity_penalty": "diverse", "k": "stochastic", "seed": "stochastic",
-              "constraints": "constrained", "ordered": "constrained", "node_budget": "exact"}
-    for name, value in given.items():
-        if value is not None and owners[name] != mode:
-            raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {mode!r}; "
+def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of ``spec``'s search for ``options`` (see :func:`decode_records`): the options
+    given, the defaults of those not given that the mode takes (the mode's own default first), the
+    model's eos and processors, target texts as token ids. Checks what the search does not check
+    itself: the names (an unknown one, another mode's option), the mode's required options,
+    ``max_steps`` against the model's limit, the texts. ``length_rule``: a :class:`LengthRule`
+    ``max_steps``, where one is given (``max_steps`` is then the model's limit)."""
+    owners = corpus_options()
+    for name, value in options.items():
+        if name not in owners:
+            raise TypeError(f"decode_records() got an unexpected keyword argument {name!r}")
+        if owners[name] and owners[name] != spec.name:
+            raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {spec.name!r}; "
                              f"got {name}={value!r}")
-    if mode == "stochastic":
-        if k is None:
-            raise ValueError("mode 'stochastic' needs k (samples per line); got k=None")
-        if n_best != 1:
-            raise ValueError("n_best does not apply to mode 'stochastic' (a record holds the k samples); "
-                             f"got n_best={n_best!r}")
-        if length_penalty != "gnmt":
-            raise ValueError("length_penalty does not apply to mode 'stochastic' (samples are not length-scored); "
-                             f"got length_penalty={length_penalty!r}")
-        return {**search, "k": check.at_least("k", k, 1), "seed": seed}
-    if mode == "greedy":
-        if n_best != 1:
-            raise ValueError(f"n_best does not apply to mode 'greedy' (one output per line); got n_best={n_best!r}")
-        return {**search, "alpha": alpha, "length_penalty": length_penalty}
-    if mode == "exact":
-        if token_logprobs:
-            raise ValueError("token_logprobs does not apply to mode 'exact'; got token_logprobs=True")
-        del search["return_token_logprobs"]
-        return {**search, "seed_beam": check.at_least("beam", beam, 1), "n_best": n_best, "alpha": alpha,
-                "length_penalty": length_penalty, "node_budget": 100_000 if node_budget is None else node_budget}
-    search.update(beam_size=check.at_least("beam", beam, 1), n_best=n_best, alpha=alpha, length_penalty=length_penalty)
-    if mode == "constrained":
-        search.update(constraints=_constraint_ids(model, constraints, "constraints"), ordered=ordered)
-    if mode == "diverse":
-        if groups is None or diversity_penalty is None:
-            raise ValueError(f"mode 'diverse' needs groups and diversity_penalty; got groups={groups!r}, "
-                             f"diversity_penalty={diversity_penalty!r}")
-        search.update(num_groups=groups, diversity_penalty=diversity_penalty)
+    steps = _max_steps(options.get("max_steps"), model.max_steps)
+    search: dict[str, Any] = {"eos_token_id": model.eos, "logits_processors": list(model.processors),
+                              "max_steps": steps if isinstance(steps, int) else model.max_steps}
+    if isinstance(steps, LengthRule):
+        search["length_rule"] = steps
+    for name, (default, c) in controls_of(DecodingConfig).items():
+        if c.cli and name != "max_steps" and (name in options or spec.takes(name)):
+            search[name] = options.get(name, spec.defaults.get(name, default))
+    for name, (default, c) in spec.own.items():
+        search[name] = options.get(name, default)
+        if c.required and search[name] is None:
+            needed = [n for n, (_, o) in spec.own.items() if o.required]
+            raise ValueError(f"mode {spec.name!r} needs {' and '.join(needed)}; got "
+                             + ", ".join(f"{n}={options.get(n)!r}" for n in needed))
+    for name, (_, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+        if c.texts and name in search:
+            search[name] = _texts_ids(model, search[name], name)
     return search
+
+
+def corpus_options() -> dict[str, str]:
+    """The options :func:`decode_records` takes by name -> the mode that owns it ("" for the
+    shared controls): the fields of :class:`~beamsearch.core.config.DecodingConfig` the command
+    line offers, and every registered mode's own options."""
+    out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
+    for spec in registry.MODES.values():
+        out.update({name: spec.name for name in spec.own})
+    return out
+
+
+def _line_options(spec: Mode) -> list[str]:
+    """The options of ``spec`` that a line may give for itself (its JSON field of that name);
+    the stream's value is each other line's."""
+    return [name for name in spec.per_input if name not in spec.stream_only and name in Line.OWN]
+
+
+def _max_steps(value: Any, limit: int) -> int | LengthRule:
+    """``max_steps``: None (the model's limit), an int in ``[1, limit]``, or a :class:`LengthRule`
+    (or its text)."""
+    if value is None:
+        return limit
+    if isinstance(value, str):
+        value = LengthRule.parse(value)
+    if isinstance(value, LengthRule):
+        if not (math.isfinite(value.a) and value.a >= 0 and math.isfinite(value.b)):
+            raise ValueError(f"max_steps: A*len+B needs a finite A >= 0 and a finite B; got {value}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise ValueError(f"max_steps must be an integer in [1, {limit}] (the model's limit) or a LengthRule; "
+                         f"got {value!r}")
+    return value
 
 
 def line_max_steps(model: CorpusModel, line: Line, max_steps: int | LengthRule | None) -> int | str:
@@ -606,7 +596,7 @@ def _min_join(max_rows: int, rows: int) -> int:
     return max(1, max_rows // rows // 2)
 
 
-def _line_problem(model: CorpusModel, line: Line, limit: int, mode: str) -> str | None:
+def _line_problem(model: CorpusModel, line: Line, limit: int, spec: Mode) -> str | None:
     if line.max_steps is not None and line.max_steps > limit:
         return f"max_steps must be <= {limit} (the model's limit); got {_shown(line.max_steps)}"
     if line.prefix is not None:
@@ -614,18 +604,23 @@ def _line_problem(model: CorpusModel, line: Line, limit: int, mode: str) -> str 
             model.tokens(line.prefix)
         except ValueError as e:
             return f"prefix: {e}"
-    if line.constraints is not None:
-        if mode != "constrained":
-            return f"constraints apply to mode 'constrained'; got mode {mode!r}"
+    for name in Line.OWN:
+        own = line.own(name)
+        if own is None:
+            continue
+        if name not in _line_options(spec):
+            owner = corpus_options().get(name) or "constrained"
+            return f"{name} apply to mode {owner!r}; got mode {spec.name!r}"
         try:
-            _constraint_ids(model, line.constraints, "constraints")
+            _texts_ids(model, own, name)
         except ValueError as e:
             return str(e)
     return None
 
 
-def _constraint_ids(model: CorpusModel, texts: Sequence[str | Sequence[str]], name: str) -> list[Any]:
-    """Constraint texts as token ids: a text is a phrase, a list of texts an :class:`AnyOf`."""
+def _texts_ids(model: CorpusModel, texts: Sequence[str | Sequence[str]], name: str) -> list[Any]:
+    """Target texts (option ``name``) as token ids: a text is a phrase, a list of texts an
+    :class:`AnyOf` (a constraint that one of them meets)."""
     from beamsearch import AnyOf
 
     def ids(text: Any) -> list[int]:
@@ -675,8 +670,8 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.Pa
     as every earlier one is out; no lock, no side file, no resume).
 
     Args:
-        model, lines, **search: as for :func:`decode_records` (``beam``, ``n_best``, ``alpha``,
-            ``max_steps``, ``max_rows``, ...).
+        model, lines, **search: as for :func:`decode_records` (``mode``, ``max_rows``, the
+            search's options by name: ``beam_size``, ``n_best``, ``alpha``, ``max_steps``, ...).
         output: a file path, or ``"-"``.
         resume: continue from the side file: its options must be this run's (every keyword that
             changes a record; not ``max_rows``), and the first lines of ``lines``, as many as its
@@ -761,22 +756,22 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
         side.close(whole=True)
 
 
-_NOT_RESULTS = ("max_rows", "skip")  # how lines are batched into model calls, not what they get
-
-
 def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str, Any] | None) -> dict[str, Any]:
     """What a record depends on, as the side file's header holds it (JSON values): every keyword
-    of :func:`decode_records` but ``max_rows`` (given or default), the model and its limit, and
-    this beamsearch's version."""
+    of :func:`decode_records` but ``max_rows`` and ``skip`` (how lines are batched into model
+    calls, not what they get): the mode, ``max_tokens`` and every option the mode takes (given or
+    default), the model and its limit, and this beamsearch's version."""
     from beamsearch import __version__
 
-    keywords = inspect.signature(decode_records).parameters
-    options = {name: search.get(name, p.default) for name, p in keywords.items()
-               if p.kind is p.KEYWORD_ONLY and name not in _NOT_RESULTS}
+    spec = registry.mode(search.get("mode", "beam"))
+    options: dict[str, Any] = {"mode": spec.name, "max_tokens": search.get("max_tokens")}
+    for name, (default, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+        if name in search or (c.cli and spec.takes(name)):
+            options[name] = search.get(name, spec.defaults.get(name, default))
     if options["max_steps"] is None:
         options["max_steps"] = model.max_steps  # the default: the same search as that number
-    elif isinstance(options["max_steps"], LengthRule):
-        options["max_steps"] = repr(options["max_steps"])
+    elif isinstance(options["max_steps"], (LengthRule, str)):
+        options["max_steps"] = repr(_max_steps(options["max_steps"], model.max_steps))
     options.update(identity if identity is not None else {"model": f"{type(model).__module__}."
                                                                       f"{type(model).__qualname__}"})
     options.update(model_limit=model.max_steps, beamsearch=__version__)
@@ -968,28 +963,25 @@ def _prompt_of(model: CorpusModel) -> Callable[[str], list[int]]:
     return getattr(model, "prompt", lambda text: [model.bos])
 
 
-def trace_line(model: CorpusModel, text: str, *, beam: int = 5, n_best: int = 1, alpha: float = 0.6,
-               length_penalty: str = "gnmt", max_steps: int | None = None, trace_width: int = 1,
-               no_repeat_ngram: int = 0, min_new_tokens: int = 0, temperature: float = 1.0,
-               top_k: int | None = None, stop_sequences: Sequence[str] = ()) -> tuple[Any, Any]:
-    """The search tree of one line, as :func:`decode_records` searches it: ``(trace, greedy)``,
-    the beam search's :class:`~beamsearch.Trace` and greedy's (one live row, the same processors)
-    for the overlay of :func:`beamsearch.viz.to_html`. ValueError if the model cannot read ``text``."""
+def trace_line(model: CorpusModel, text: str, *, max_steps: int | None = None, trace_width: int = 1,
+               **options: Any) -> tuple[Any, Any]:
+    """The search tree of one line, as :func:`decode_records` searches it in mode ``beam``:
+    ``(trace, greedy)``, the beam search's :class:`~beamsearch.Trace` and greedy's (one live row,
+    the same processors) for the overlay of :func:`beamsearch.viz.to_html`. ``options``: as for
+    :func:`decode_records` (mode beam's). ValueError if the model cannot read ``text``."""
     from beamsearch import Trace, beam_search_batch
 
     problem = model.problem(text)
     if problem is not None:
         raise ValueError(f"cannot read {text[:40]!r}: {problem}")
+    search = search_keywords(model, registry.mode("beam"), {**options, "max_steps": max_steps})
+    search.pop("length_rule", None)
+    beam, n_best = search.pop("beam_size"), search.pop("n_best")
     trees = []
     for width in (beam, 1):
         tree = Trace()
         beam_search_batch(model.step, model.make_state([{"source": text}]), [_prompt_of(model)(text)],
-                          eos_token_id=model.eos,
-                          max_steps=max_steps or model.max_steps, beam_size=width, n_best=min(n_best, width),
-                          alpha=alpha, length_penalty=length_penalty, logits_processors=list(model.processors),
-                          trace=tree, trace_width=trace_width, no_repeat_ngram_size=no_repeat_ngram,
-                          min_new_tokens=min_new_tokens, temperature=temperature, top_k=top_k,
-                          stop_sequences=[model.tokens(t) for t in stop_sequences])
+                          beam_size=width, n_best=min(n_best, width), trace=tree, trace_width=trace_width, **search)
         trees.append(tree)
     return trees[0], trees[1]
 

@@ -126,8 +126,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
         num_workers: actors in the pool, >= 1.
         batch_size: lines per batch sent to an actor, >= 1.
         calendar, threads: for :func:`load_model` (in every worker).
-        **search: the keywords of ``decode_records`` (``mode``, ``beam``, ``n_best``, ``alpha``,
-            ``max_steps``, ``max_rows``, ``no_repeat_ngram``, ...), the same for every line.
+        **search: the keywords of ``decode_records`` (``mode``, ``beam_size``, ``n_best``, ``alpha``,
+            ``max_steps``, ``max_rows``, ``no_repeat_ngram_size``, ...), the same for every line.
 
     Returns:
         One record per line, in the order of ``lines``: ``{"index", "input", "nbest": [...]}`` or

@@ -30,7 +30,7 @@ import inspect
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderC
 from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
-from beamsearch.backends import NEG_INF
+from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.plan import run_plan
 from beamsearch.modes.beam import beam_search_batch, greedy_plan
@@ -1184,9 +1184,9 @@ def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
             "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
 
 
-# the settings search_settings maps, and those of a generation config that change no search
-SEARCH_SETTINGS = ("num_beams", "num_return_sequences", "length_penalty", "no_repeat_ngram_size", "min_new_tokens",
-                   "max_new_tokens")
+# the settings search_settings maps (each shared control's hf name), and those of a generation config that
+# change no search
+SEARCH_SETTINGS = tuple(c.hf for _, c in controls_of(DecodingConfig).values() if c.hf)
 _NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
                "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
                "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")

@@ -378,7 +378,7 @@ _LEGEND = (("kept", "kept"), ("pruned", "pruned (best few per row)"), ("finished
 
 
 def _legend(y: float, with_greedy: bool) -> str:
-    out, x = [f'<g class="legend">'], MARGIN
+    out, x = ['<g class="legend">'], MARGIN
     for cls, label in _LEGEND:
         out.append(f'<g class="node {cls}"><circle cx="{x}" cy="{y}" r="5"/></g>'
                    f'<text x="{x + 9}" y="{y + 4}">{label}</text>')

@@ -5,7 +5,6 @@ stays an ordinary candidate. The prompt is not part of the match."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 

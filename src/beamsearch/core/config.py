@@ -40,6 +40,8 @@ class Control:
         choices: the values it takes, where they are a few names.
         aliases: older spellings of its flag, still accepted (``--beam`` for ``--beam-size``).
         required: a search cannot run without it.
+        hf: the ``transformers`` ``GenerationConfig`` setting it is read from (``num_beams`` for
+            ``beam_size``; see :func:`beamsearch.hf.search_settings`), where there is one.
     """
 
     help: str
@@ -49,6 +51,7 @@ class Control:
     choices: tuple[str, ...] | None = None
     aliases: tuple[str, ...] = ()
     required: bool = False
+    hf: str | None = None
 
 
 def control(default: Any, help: str, **kw: Any) -> Any:
@@ -71,16 +74,19 @@ class DecodingConfig:
     eos_token_id: int | Sequence[int] | None = control(
         None, "the token, or tokens, that finish a hypothesis", cli=False, required=True)
     max_steps: int | Sequence[int] | None = control(
-        None, "the most tokens generated per output (one int, or one per input)", metavar="N", required=True)
-    beam_size: int = control(5, "beam size: the live rows per input", aliases=("--beam",))
-    n_best: int = control(1, "outputs per input (<= the beam size)")
+        None, "the most tokens generated per output (one int, or one per input)", metavar="N|A*len+B",
+        required=True, hf="max_new_tokens")
+    beam_size: int = control(5, "beam size: the live rows per input", aliases=("--beam",), hf="num_beams")
+    n_best: int = control(1, "outputs per input (<= the beam size)", hf="num_return_sequences")
     length_penalty: str = control(
         "gnmt", "the length penalty: gnmt ((5 + len) / 6) ** alpha, or power len ** alpha",
         choices=tuple(LengthPenalty.KINDS))
-    alpha: float = control(0.6, "the length penalty's strength (>= 0; 0: the logprob)", metavar="A")
+    alpha: float = control(0.6, "the length penalty's strength (>= 0; 0: the logprob)", metavar="A",
+                           hf="length_penalty")
     no_repeat_ngram_size: int = control(0, "no n-gram of N tokens twice in an output (0: off)", metavar="N",
-                                        aliases=("--no-repeat-ngram",))
-    min_new_tokens: int = control(0, "no end token (or stop sequence) before M tokens", metavar="M")
+                                        aliases=("--no-repeat-ngram",), hf="no_repeat_ngram_size")
+    min_new_tokens: int = control(0, "no end token (or stop sequence) before M tokens", metavar="M",
+                                  hf="min_new_tokens")
     temperature: float = control(1.0, "logits divided by T before scoring", metavar="T")
     top_k: int | None = control(None, "only each row's K best tokens extend it", metavar="K")
     stop_sequences: Sequence[Any] = control(

@@ -20,7 +20,7 @@ from beamsearch.core.config import REQUIRED_CONTROLS, SHARED_CONTROLS, DecodingC
 from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty, PenaltyFn
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, StepRecord, tracer
-from beamsearch.processors import LogitsProcessor, NoRepeatNGram, Temperature, TopK
+from beamsearch.processors import NoRepeatNGram, Temperature, TopK
 
 __all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "mode_options", "options", "pad_id", "run_plan"]
 

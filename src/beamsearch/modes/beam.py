@@ -238,7 +238,7 @@ def greedy_plan(prompts: Sequence[Sequence[int]], *, pad_token_id: int | None = 
     finished candidate that is not its row's best extension and may return it. ``**controls``
     are the shared ones of :func:`beam_search_batch`; ``alpha`` and ``length_penalty`` only
     scale each result's reported ``score`` (``logprob / lp(len)``; ``alpha=0``: the logprob)."""
-    opts = mode_options("greedy", prompts, controls, _GREEDY_REFUSED)
+    opts = mode_options("greedy_search", prompts, controls, _GREEDY_REFUSED)
     return Plan(opts, NarrowingBeam(1), 1, n_best=1, finished_first=False, pad_token_id=pad_id(pad_token_id),
                 token_logprobs=return_token_logprobs)
 

@@ -111,17 +111,17 @@ class Translator:
         return out
 
     @torch.no_grad()
-    def beam(self, texts: Sequence[str], beam: int = 5, n_best: int = 1, alpha: float = 0.6,
+    def beam(self, texts: Sequence[str], beam_size: int = 5, n_best: int = 1, alpha: float = 0.6,
              calendar: bool = True) -> list[list[Output]]:
         """Batched beam search; per text, its ``n_best`` outputs, best first. With ``calendar``
-        every output is a real date or "" (no date); ``beam=1`` keeps one live row (greedy)."""
+        every output is a real date or "" (no date); ``beam_size=1`` keeps one live row."""
         processors = [CalendarDates()] if calendar else []
         out: list[list[Output]] = []
         for start in range(0, len(texts), self.chunk):
             part = texts[start : start + self.chunk]
             state = self.model.init_state(self.encode(part))
             results = beam_search_batch(self.model.step, state, [[self.cfg.bos]] * len(part),
-                                        eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=beam,
+                                        eos_token_id=self.cfg.eos, max_steps=self.max_steps, beam_size=beam_size,
                                         n_best=n_best, alpha=alpha, logits_processors=processors)
             out += self._outputs(state, results, rescore=calendar)
         return out
@@ -158,24 +158,24 @@ class Translator:
         return torch.where(written, picked, 0.0).sum(dim=1).tolist()
 
     @torch.no_grad()
-    def trace(self, text: str, beam: int = 5, n_best: int = 1, alpha: float = 0.6, calendar: bool = True,
+    def trace(self, text: str, beam_size: int = 5, n_best: int = 1, alpha: float = 0.6, calendar: bool = True,
               trace_width: int = 1) -> tuple[Any, Any, list[str]]:
         """The search tree of one text: ``(trace, greedy_trace, texts)``, the beam search's
         :class:`~beamsearch.Trace` (as :meth:`beam` runs it), the trace of greedy decoding (one live
         row, under the same constraint) for the overlay, and the beam's n-best texts, best first."""
         from beamsearch.corpus import trace_line, translator_model
 
-        tree, greedy = trace_line(translator_model(self, calendar), text, beam=beam, n_best=n_best, alpha=alpha,
-                                  trace_width=trace_width)
+        tree, greedy = trace_line(translator_model(self, calendar), text, beam_size=beam_size, n_best=n_best,
+                                  alpha=alpha, trace_width=trace_width)
         return tree, greedy, [TARGET_VOCAB.decode(tree.tokens(int(v))) for v in tree.results(0)]
 
-    def decode(self, texts: Sequence[str], beam: int, n_best: int = 1, alpha: float = 0.6,
+    def decode(self, texts: Sequence[str], beam_size: int, n_best: int = 1, alpha: float = 0.6,
                calendar: bool = True) -> list[list[Output]]:
-        """Beam search; plain greedy decoding for ``beam == 1`` and ``n_best == 1`` without the
+        """Beam search; plain greedy decoding for ``beam_size == 1`` and ``n_best == 1`` without the
         calendar."""
-        if beam == 1 and n_best == 1 and not calendar:
+        if beam_size == 1 and n_best == 1 and not calendar:
             return [[o] for o in self.greedy(texts)]
-        return self.beam(texts, beam, n_best, alpha, calendar)
+        return self.beam(texts, beam_size, n_best, alpha, calendar)
 
     @staticmethod
     def accepts(output: Output) -> bool:

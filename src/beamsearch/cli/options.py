@@ -1,0 +1,124 @@
+"""``decode``'s search flags, generated: one flag per field of
+:class:`~beamsearch.core.config.DecodingConfig` that the command line offers, and one per option of
+each registered mode (:mod:`beamsearch.modes.registry`), named after the field (``beam_size`` is
+``--beam-size``), with its help. A flag's default is the field's: none is typed here. The values
+given are passed to :func:`beamsearch.corpus.decode_records` by the fields' names; an hf: model's
+saved generation config fills the fields it sets that were not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import sys
+from typing import Any
+
+from beamsearch.cli.common import CliError
+from beamsearch.core.config import Control, DecodingConfig, controls_of, flag
+from beamsearch.modes.registry import MODES
+
+__all__ = ["RUNNER_FLAGS", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
+
+RUNNER_FLAGS = ("max_rows", "max_tokens", "output", "resume")
+"""decode's own options that the library's messages may name (corpus decoding's keywords)."""
+
+
+def _flag_type(annotation: str) -> Any:
+    """The value type of a flag from its field's annotation: int or float where every alternative
+    but None is that, else the text as given (``--max-steps`` is an int or ``A*len+B``, which
+    decode parses)."""
+    kinds = {a.strip() for a in annotation.split("|")} - {"None"}
+    return {"int": int, "float": float}.get(kinds.pop(), str) if len(kinds) == 1 else str
+
+
+def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annotation: str, owner: str) -> None:
+    """One flag (and its older spellings) for option ``name``; its value is None unless given."""
+    shown = "" if default is None or default == () else f" (default {default})"
+    read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf else ""
+    text = f"{owner}{c.help}{shown}{read}"
+    names = (flag(name), *c.aliases)
+    if annotation.startswith("bool"):
+        p.add_argument(*names, dest=name, action="store_const", const=True, default=None, help=text)
+    elif c.texts:
+        p.add_argument(*names, dest=name, action="append", default=None, metavar=c.metavar or "TEXT", help=text)
+    else:
+        p.add_argument(*names, dest=name, type=_flag_type(annotation), choices=c.choices, default=None,
+                       metavar=c.metavar, help=text)
+
+
+def option_names() -> dict[str, str]:
+    """Every search option decode offers -> the mode that owns it ("" for the shared ones)."""
+    out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
+    for spec in MODES.values():
+        out.update({name: spec.name for name in spec.own})
+    return out
+
+
+def add_search_flags(p: argparse.ArgumentParser) -> None:
+    """The search flags of ``decode``: the shared controls', then each mode's own."""
+    import dataclasses
+
+    for f in dataclasses.fields(DecodingConfig):
+        c = f.metadata["control"]
+        if c.cli:
+            _add(p, f.name, f.default, c, str(f.type), "")
+    for spec in MODES.values():
+        for f in dataclasses.fields(spec.options):
+            _add(p, f.name, f.default, f.metadata["control"], str(f.type), f"{spec.name}: ")
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options given on the command line, by name."""
+    return {name: getattr(args, name) for name in option_names() if getattr(args, name) is not None}
+
+
+def hf_defaults(spec: str, options: dict[str, Any]) -> dict[str, Any]:
+    """For ``--model hf:DIR``: the options its saved generation config sets (as
+    :func:`beamsearch.hf.generate` reads it) that ``options`` does not give, its
+    ``max_new_tokens`` as ``max_steps``, and ``mode`` greedy where it decodes with one beam (as
+    ``generate`` does); one line on stderr names the settings decode does not apply. Nothing for
+    other models."""
+    folder = pathlib.Path(spec[3:]) if spec.startswith("hf:") else None
+    if folder is None or not folder.is_dir():
+        return {}
+    from beamsearch import hf
+
+    try:
+        cfg = hf.saved_generation_config(folder)
+        settings = hf.search_settings(cfg)
+    except (ValueError, TypeError, OSError) as e:
+        raise CliError(f"beamsearch: error: --model {spec}: its generation config: {e}", 2) from None
+    steps = settings.pop("max_new_tokens")
+    out = {name: value for name, value in settings.items() if name not in options}
+    if steps is not None and "max_steps" not in options:
+        out["max_steps"] = str(steps)
+    if options.get("beam_size", settings["beam_size"]) == 1:
+        out.pop("beam_size", None)
+        out.pop("n_best", None)
+        out["alpha"] = options.get("alpha", 0.0)  # generate's greedy has no length penalty
+        out["mode"] = "greedy"
+    other = hf.other_settings(cfg)
+    if other:
+        shown = ", ".join(f"{k}={v!r}" for k, v in other.items())
+        print(f"beamsearch: note: the generation config of {spec} sets {shown}, which decode does not apply",
+              file=sys.stderr)
+    return out
+
+
+def flag_names(message: str) -> str:
+    """A library message about its keywords, in decode's words: each keyword as its flag
+    (``beam_size`` is ``--beam-size``) and each mode's function as its ``--mode``. The names are
+    the options' own (and decode's), so nothing is looked up in a table of renames. A name with an
+    underscore is a keyword wherever it stands; a one-word name (``k``, ``seed``, ``output``) only
+    where it is one: before ``=``, first in the message or a clause, or after "needs" or "with"."""
+    names = sorted((*option_names(), *RUNNER_FLAGS), key=len, reverse=True)
+    joined = "|".join(n for n in names if "_" in n)
+    words = "|".join(n for n in names if "_" not in n)
+    message = re.sub(r"(?<![-\w'])(" + joined + r")\b(?![-'])", lambda m: flag(m.group(1)), message)
+    message = re.sub(r"((?:^|; |: |needs |with |, | and )(?<!-))(" + words + r")\b(?=[ =:;,]|$)(?!\s*\()",
+                     lambda m: m.group(1) + flag(m.group(2)), message)
+    message = re.sub(r"(?<![-\w'])(" + words + r")(?==)", lambda m: flag(m.group(1)), message)
+    for spec in MODES.values():
+        message = re.sub(rf"\b{spec.function.__name__}\b", f"--mode {spec.name}", message)
+    return message
