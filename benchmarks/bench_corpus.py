@@ -29,7 +29,8 @@ import time
 
 import torch
 
-from beamsearch.corpus import Line, decode_records, hf_model, zoo_model
+from beamsearch.corpus import Line, decode_records, hf_model
+from beamsearch.zoo.corpus_model import zoo_model
 
 BEAM_DATES, BEAM_GPT2, ROWS, LONGEST = 5, 4, 320, 60
 

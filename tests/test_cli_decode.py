@@ -476,13 +476,61 @@ def test_decode_exact_mode_equals_exact_search_alone(tmp_path):
 def test_decode_exact_mode_never_passes_more_than_max_rows(monkeypatch, tmp_path):
     """The seed search of a line holds max(seed_beam, n_best) rows: lines are batched by that."""
     seen = []
-    step = corpus._ToyModel.step
+    step = corpus.models.ToyModel.step
 
     def counting(self, state, y_prev):
         seen.append(len(y_prev))
         return step(self, state, y_prev)
 
-    monkeypatch.setattr(corpus._ToyModel, "step", counting)
+    monkeypatch.setattr(corpus.models.ToyModel, "step", counting)
     code, _ = run_decode(tmp_path, OPTION_TEXTS, "--mode", "exact", "--seed-beam", "2", "--n-best", "6",
                          "--max-rows", "12", "--max-steps", "4")
     assert code == 0 and seen and max(seen) <= 12
+
+
+def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path, capsys):
+    """A new mode is one module (its options dataclass, its plan, its Mode) and one registry line:
+    decode --mode, its flags, --help and decode_records pick it up with no edit to corpus or CLI
+    code. The mode here is beam search whose own option ``sharpness`` sets the temperature; each
+    record equals beam_search_batch with temperature 1/sharpness on the line alone."""
+    import dataclasses
+
+    from beamsearch import beam_search_batch
+    from beamsearch.core.config import control
+    from beamsearch.core.mode import Mode
+    from beamsearch.core.plan import run_plan
+    from beamsearch.modes import registry
+    from beamsearch.modes.beam import beam_plan
+
+    @dataclasses.dataclass(frozen=True)
+    class SharpOptions:
+        sharpness: float = control(2.0, "logits multiplied by S (temperature 1/S)", metavar="S")
+
+    def sharp_plan(prompts, *, sharpness=2.0, **keywords):
+        if "temperature" in keywords:  # as the library's modes word a refusal
+            raise TypeError(f"sharp_search does not take temperature (its sharpness sets the temperature); "
+                            f"got temperature={keywords['temperature']!r}")
+        return beam_plan(prompts, temperature=1.0 / sharpness, **keywords)
+
+    def sharp_search(step_fn, init_state, prompts, *, sharpness=2.0, **keywords):
+        return run_plan(step_fn, init_state, sharp_plan(prompts, sharpness=sharpness, **keywords))
+
+    registry.register(Mode("sharp", "beam search at temperature 1/S", sharp_search, plan=sharp_plan,
+                           options=SharpOptions, rows=lambda keywords: keywords["beam_size"],
+                           refused={"temperature": "its sharpness sets the temperature"},
+                           sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id")))
+    try:
+        assert main(["decode", "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "sharp: beam search at temperature 1/S" in text and "--sharpness S sharp: logits multiplied" in text
+        code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "sharp", "--sharpness", "4", "--beam-size", "3",
+                                   "--n-best", "2", "--max-steps", "8")
+        assert code == 0 and len(records) == len(OPTION_TEXTS)
+        for r in records:
+            assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=3, n_best=2, max_steps=8,
+                                           temperature=0.25)
+        assert main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", "-", "--mode",
+                     "sharp", "--temperature", "2"]) == 2
+        assert "--mode sharp does not take --temperature (its sharpness sets the temperature)" in capsys.readouterr().err
+    finally:
+        registry.MODES.pop("sharp")

@@ -26,8 +26,9 @@ TEXTS = ["hello", "2024-01-02", "a much longer line of text", "x", "beam search"
          "one more", "q", "the end"]
 
 
-class TorchToy:
-    """The toy corpus model with a step function that returns torch tensors (state and logits)."""
+class TorchToy(corpus.CorpusModelBase):
+    """The toy corpus model with a step function that returns torch tensors (state and logits);
+    its optional members at CorpusModelBase's defaults."""
 
     def __init__(self) -> None:
         self.inner = corpus.toy_model()
@@ -40,6 +41,25 @@ class TorchToy:
     def step(self, state, y_prev):
         logits, new = self.inner.step(tuple(x.numpy() for x in state), y_prev.numpy())
         return torch.from_numpy(logits), tuple(torch.from_numpy(x) for x in new)
+
+
+def test_a_model_without_the_members_of_a_corpus_model_is_refused_naming_them():
+    class Partial:  # the required members only, without CorpusModelBase
+        bos, eos, max_steps, processors = 1, 2, 5, ()
+
+        def problem(self, text):
+            return None
+
+        make_state = step = tokens = text = problem
+
+    with pytest.raises(TypeError, match=r"model Partial is not a CorpusModel: it has no refill, verdicts, "
+                                        r"source_length, prompt \(subclass beamsearch.corpus.CorpusModelBase"):
+        next(decode_records(Partial(), [Line(0, "x")], beam_size=2))
+
+    class Whole(corpus.CorpusModelBase, Partial):  # the defaults: prompt [bos], source length in characters
+        pass
+
+    assert Whole().prompt("abc") == [1] and Whole().source_length("abc") == 3 and Whole().verdicts is None
 
 
 def toy(backend):
@@ -483,11 +503,12 @@ ZOO_TEXTS = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of Marc
 def test_zoo_refill_equals_the_fixed_batch_translator(name):
     pytest.importorskip("safetensors")
     from beamsearch.refill import decode_stream
+    from beamsearch.zoo.corpus_model import zoo_model
     from beamsearch.zoo.translator import Translator
 
     torch.set_num_threads(1)
     fixed = Translator.load(name).beam(ZOO_TEXTS, beam_size=3, n_best=2)
-    model = corpus.zoo_model(name)
+    model = zoo_model(name)
     model.verdicts = None  # the searches alone (the verdict: tests/test_cli.py, decode agrees with translate)
     records = {r["index"]: r for r in decode_records(model, [Line(i, t) for i, t in enumerate(ZOO_TEXTS)],
                                                     beam_size=3, n_best=2, max_rows=9)}

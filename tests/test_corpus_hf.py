@@ -239,7 +239,7 @@ def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_pat
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     argv = ["decode", "--model", f"hf:{folder}", "--input", str(src), "--output", str(out), "--max-rows", "3"]
-    step, calls = corpus._HFModel.step, []
+    step, calls = corpus.hf_folder.HFModel.step, []
 
     def interrupted(self, state, y_prev):
         calls.append(1)
@@ -247,9 +247,9 @@ def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_pat
             raise KeyboardInterrupt
         return step(self, state, y_prev)
 
-    monkeypatch.setattr(corpus._HFModel, "step", interrupted)
+    monkeypatch.setattr(corpus.hf_folder.HFModel, "step", interrupted)
     assert main(argv) == 130
-    monkeypatch.setattr(corpus._HFModel, "step", step)
+    monkeypatch.setattr(corpus.hf_folder.HFModel, "step", step)
     assert corpus.partial_path(out).read_text().count("\n") >= 2  # the header and a record at least
     save_with_generation(folder, **dict(GENERATION, num_beams=2))
     capsys.readouterr()

@@ -2,7 +2,7 @@
 
 :func:`decode_ray` decodes :class:`~beamsearch.corpus.Line` values with Ray Data: the lines become
 a dataset, ``map_batches`` sends batches of them to a fixed pool of actors, each of which loads the
-model once (from its name, :func:`load_model`) and decodes its batches with
+model once (from its name, :func:`beamsearch.corpus.load_model`, also importable from here) and decodes its batches with
 :func:`beamsearch.corpus.decode_records` (refill within a batch). The records come back in input
 order, in the format of ``decode_records``, error records of bad lines included.
 
@@ -22,69 +22,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from beamsearch.core import validate as check
-from beamsearch._sidefile import encode
-from beamsearch.corpus import CorpusModel, Line, decode_records, hf_model, toy_model, zoo_model
+from beamsearch.corpus import HF_MAX_STEPS, Line, decode_records, load_model
+from beamsearch.corpus.sidefile import encode
 
 __all__ = ["decode_ray", "load_model", "write_records"]
-
-ZOO_MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
-HF_MAX_STEPS = 64  # the limit of an hf: model without an integer max_steps (as beamsearch decode)
-
-
-class ModelSpecError(ValueError):
-    """A model spec that names no model: its message starts with ``model`` (``beamsearch decode``
-    shows it as ``--model ...``)."""
-
-
-def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
-               hf_max_steps: int = HF_MAX_STEPS) -> CorpusModel:
-    """The :class:`~beamsearch.corpus.CorpusModel` named by ``spec`` (what ``--model`` takes).
-
-    Args:
-        spec: a zoo model name (``"seq2seq"``, ``"transformer"``), a checkpoint folder holding
-            exactly one ``seq2seq.json`` / ``transformer.json`` (``beamsearch train --out DIR``),
-            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`), or
-            the numpy test model ``"_toy"`` / ``"_toy:DELAY"``.
-        calendar: constrain a zoo model to real calendar dates.
-        threads: torch threads of a zoo or hf model (``torch.set_num_threads``), >= 1.
-        hf_max_steps: the most tokens per output of an ``hf:`` model (its limit), >= 1.
-
-    Raises:
-        ModelSpecError (a ValueError): ``spec`` is not one of these. TypeError, ValueError: a bad
-            ``threads`` / ``hf_max_steps``. OSError, ``CheckpointError``: the files cannot be read.
-    """
-    threads = check.at_least("threads", threads, 1)
-    if not isinstance(spec, str):
-        raise TypeError(f"model must be a string (a zoo name, checkpoint folder or _toy); got {spec!r}")
-    if spec == "_toy" or spec.startswith("_toy:"):
-        try:
-            delay = float(spec[5:] or 0)
-        except ValueError:
-            raise ModelSpecError(f"model _toy:DELAY needs a number of seconds; got {spec!r}") from None
-        return toy_model(delay)
-    if spec.startswith("hf:"):
-        hf_max_steps = check.at_least("hf_max_steps", hf_max_steps, 1)
-        if not pathlib.Path(spec[3:]).is_dir():
-            raise ModelSpecError(f"model {spec}: {spec[3:]!r} is not a folder")
-        import torch
-
-        torch.set_num_threads(threads)
-        return hf_model(spec[3:], max_steps=hf_max_steps)
-    if spec in ZOO_MODELS:
-        name, folder = spec, None
-    elif pathlib.Path(spec).is_dir():
-        found = [m for m in ZOO_MODELS if (pathlib.Path(spec) / f"{m}.json").is_file()]
-        if len(found) != 1:
-            raise ModelSpecError(f"model {spec}: the folder holds {'no' if not found else 'more than one'} checkpoint "
-                                 f"({', '.join(f'{m}.json' for m in ZOO_MODELS)}); it must hold exactly one")
-        name, folder = found[0], spec
-    else:
-        raise ModelSpecError(f"model must be one of {', '.join(ZOO_MODELS)}, a checkpoint folder or hf:DIR; "
-                             f"got {spec!r}")
-    import torch
-
-    torch.set_num_threads(threads)
-    return zoo_model(name, folder, calendar=calendar)
 
 
 class _Decoder:

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
-from beamsearch.distributed import HF_MAX_STEPS
-from beamsearch.distributed import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
+from beamsearch.corpus.load import HF_MAX_STEPS
+from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.cli.decode_files import check_decode_files, decode_identity, output_locked
 from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults
 from beamsearch.core.config import DecodingConfig
@@ -16,10 +16,10 @@ from beamsearch.modes.registry import MODES as SEARCH_MODES
 
 
 def _decode_model(args: argparse.Namespace) -> Any:
-    """``--model``: what :func:`beamsearch.distributed.load_model` takes (a zoo name, a checkpoint
+    """``--model``: what :func:`beamsearch.corpus.load_model` takes (a zoo name, a checkpoint
     folder, ``hf:DIR``, or the hidden test model ``_toy[:DELAY]``); a spec naming no model is a
     usage error (exit 2), files that cannot be read exit 1."""
-    from beamsearch.distributed import ModelSpecError, load_model
+    from beamsearch.corpus.load import ModelSpecError, load_model
 
     steps = args.max_steps
     try:  # an hf: model's limit: an integer --max-steps, else HF_MAX_STEPS (what A*len+B is capped at)

@@ -111,7 +111,7 @@ def flag_names(message: str) -> str:
     (``beam_size`` is ``--beam-size``) and each mode's function as its ``--mode``. The names are
     the options' own (and decode's), so nothing is looked up in a table of renames. A name with an
     underscore is a keyword wherever it stands; a one-word name (``k``, ``seed``, ``output``) only
-    where it is one: before ``=``, first in the message or a clause, or after "needs" or "with"."""
+    where it is one: before ``=``, first in the message or a clause, or after "needs", "with" or "take"."""
     names = sorted((*option_names(), *RUNNER_FLAGS), key=len, reverse=True)
     joined = "|".join(n for n in names if "_" in n)
     words = "|".join(n for n in names if "_" not in n)
@@ -119,6 +119,7 @@ def flag_names(message: str) -> str:
     message = re.sub(r"((?:^|; |: |needs |with |, | and )(?<!-))(" + words + r")\b(?=[ =:;,]|$)(?!\s*\()",
                      lambda m: m.group(1) + flag(m.group(2)), message)
     message = re.sub(r"(?<![-\w'])(" + words + r")(?==)", lambda m: flag(m.group(1)), message)
+    message = re.sub(r"(does not take )(" + words + r")\b", lambda m: m.group(1) + flag(m.group(2)), message)
     for spec in MODES.values():
         message = re.sub(rf"\b{spec.function.__name__}\b", f"--mode {spec.name}", message)
     return message

@@ -10,7 +10,7 @@ from typing import Any
 
 from beamsearch import Hypothesis, beam_search, greedy_decode
 from beamsearch.cli.common import FASTEST_THREADS, CliError, positive, write_page
-from beamsearch.distributed import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
+from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
 
 

@@ -215,11 +215,13 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
 
 
 def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
-    """The processors (or masks) that act at this step: a piece with an int ``last_step``
-    attribute is a no-op after that step and is skipped (no copy of the logits for it)."""
+    """The processors (or masks) that act at this step: a piece whose ``last_step`` is an int is
+    a no-op after that step and is skipped (no copy of the logits for it). Every piece has the
+    attribute: the built-in ones declare it, and a caller's processor is wrapped with its own
+    (``core.model_checks``, None when it declares none)."""
     if not pieces:
         return pieces
-    return [p for p in pieces if getattr(p, "last_step", None) is None or step <= p.last_step]
+    return [p for p in pieces if p.last_step is None or step <= p.last_step]
 
 
 def advance(beam: Beam, selection: Selection, step: int, controls: Controls,

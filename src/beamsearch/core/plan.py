@@ -97,10 +97,10 @@ def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCall
     """Run ``plan`` over its batch: one engine search, then the plan's results.
 
     ``callback``, ``trace`` and ``trace_width`` are :func:`beam_search`'s; the pruned candidates
-    read per row are the ``strategy.beam_size`` (1 without that attribute) plus the eos ids, plus
+    read per row are the plan's ``rows_per_input`` (its beam size) plus the eos ids, plus
     ``trace_width``."""
     opts = plan.opts
-    keep = getattr(plan.strategy, "beam_size", 1) + opts.controls.eos.shape[0]
+    keep = plan.rows_per_input + opts.controls.eos.shape[0]
     observer = tracer(callback, trace, trace_width, len(opts.prompts), opts.penalty, opts.alpha, keep, opts.prompts)
     if opts.prompts:
         outcome = run(step_fn, init_state, np.array([p[-1] for p in opts.prompts]), plan.strategy, opts.controls,

@@ -19,6 +19,7 @@ class NoRepeatNGram:
 
     n: int
     needs_history = True
+    last_step = None  # acts at every step
 
     def __post_init__(self) -> None:
         check.at_least("n", self.n, 1)

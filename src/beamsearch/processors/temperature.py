@@ -15,6 +15,7 @@ class Temperature:
 
     temperature: float
     needs_history = False
+    last_step = None  # acts at every step
 
     def __post_init__(self) -> None:
         check.temperature("temperature", self.temperature)

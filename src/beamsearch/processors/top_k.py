@@ -18,6 +18,7 @@ class TopK:
 
     k: int
     needs_history = False
+    last_step = None  # acts at every step
 
     def __post_init__(self) -> None:
         check.at_least("k", self.k, 1)

@@ -22,14 +22,13 @@ The package's modules, by concern:
   (``Input``), a result (:class:`Decoded`), the counts (:class:`StreamStats`);
 - :mod:`beamsearch.refill.flight`: the loop's state (``Flight``: the inputs waiting, the cohorts
   in flight, their joint state, the rows and tokens they hold) with the loop's phases as methods;
-- :mod:`beamsearch.refill.stream`: :func:`decode_stream` (its argument checks and ``MODES``) and
+- :mod:`beamsearch.refill.stream`: :func:`decode_stream` (its argument checks and ``refill_modes``) and
   :class:`Stream`, which reads and validates each input, makes the cohorts' plans and runs the loop.
 """
 
 from __future__ import annotations
 
 from beamsearch.refill.records import Decoded, MakeState, StreamStats
-from beamsearch.refill.stream import MODES, Stream, decode_stream, per_input
+from beamsearch.refill.stream import Stream, decode_stream, per_input, refill_modes
 
-__all__ = ["Decoded", "Stream", "StreamStats", "decode_stream"]  # and, importable from here too: MODES,
-# MakeState, per_input (corpus.py's)
+__all__ = ["Decoded", "MakeState", "Stream", "StreamStats", "decode_stream", "per_input", "refill_modes"]

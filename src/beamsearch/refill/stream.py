@@ -18,10 +18,13 @@ from beamsearch.modes import registry
 from beamsearch.refill.flight import Cohort, Flight
 from beamsearch.refill.records import Decoded, Input, MakeState, StreamStats
 
-__all__ = ["MODES", "Stream", "decode_stream", "per_input"]
+__all__ = ["Stream", "decode_stream", "per_input", "refill_modes"]
 
 
-MODES = {name: spec for name, spec in registry.MODES.items() if spec.plan is not None}
+def refill_modes() -> dict[str, Mode]:
+    """The registered modes that run with refill (those with a plan), read from the registry
+    when asked, so a mode registered later is one of them."""
+    return {name: spec for name, spec in registry.MODES.items() if spec.plan is not None}
 """``mode`` name -> its :class:`~beamsearch.core.mode.Mode`: the registered modes that have a
 plan (:mod:`beamsearch.modes.registry`; exact search runs only in whole batches)."""
 
@@ -198,9 +201,10 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
     if max_tokens is not None:
         max_tokens = check.at_least("max_tokens", max_tokens, 1)
     min_join = check.at_least("min_join", min_join, 1)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-    kind = MODES[mode]
+    modes = refill_modes()
+    if mode not in modes:
+        raise ValueError(f"mode must be one of {', '.join(modes)}; got {mode!r}")
+    kind = modes[mode]
     for name in ("callback", "trace", "trace_width"):
         if name in search:
             raise TypeError(f"decode_stream does not take {name} (a step record covers one batch); got {name}=")

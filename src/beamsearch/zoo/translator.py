@@ -162,11 +162,20 @@ class Translator:
               trace_width: int = 1) -> tuple[Any, Any, list[str]]:
         """The search tree of one text: ``(trace, greedy_trace, texts)``, the beam search's
         :class:`~beamsearch.Trace` (as :meth:`beam` runs it), the trace of greedy decoding (one live
-        row, under the same constraint) for the overlay, and the beam's n-best texts, best first."""
-        from beamsearch.corpus import trace_line, translator_model
+        row, under the same constraint) for the overlay, and the beam's n-best texts, best first.
+        ValueError if the model cannot read ``text``."""
+        from beamsearch import Trace
 
-        tree, greedy = trace_line(translator_model(self, calendar), text, beam_size=beam_size, n_best=n_best,
-                                  alpha=alpha, trace_width=trace_width)
+        problem = self.problem(text)
+        if problem is not None:
+            raise ValueError(f"cannot read {text[:40]!r}: {problem}")
+        processors = [CalendarDates()] if calendar else []
+        tree, greedy = Trace(), Trace()
+        for trace, width in ((tree, beam_size), (greedy, 1)):  # the beam, then greedy (one live row)
+            state = self.model.init_state(self.encode([text]))
+            beam_search_batch(self.model.step, state, [[self.cfg.bos]], eos_token_id=self.cfg.eos,
+                              max_steps=self.max_steps, beam_size=width, n_best=min(n_best, width), alpha=alpha,
+                              logits_processors=processors, trace=trace, trace_width=trace_width)
         return tree, greedy, [TARGET_VOCAB.decode(tree.tokens(int(v))) for v in tree.results(0)]
 
     def decode(self, texts: Sequence[str], beam_size: int, n_best: int = 1, alpha: float = 0.6,

@@ -1,0 +1,111 @@
+"""A local ``transformers`` folder as a :class:`~beamsearch.corpus.CorpusModel`
+(``beamsearch decode --model hf:DIR``), through :mod:`beamsearch.hf`; needs the ``hf`` extra,
+imported when a model is made."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from beamsearch.core import validate as check
+from beamsearch.corpus.models import CorpusModel, CorpusModelBase
+
+__all__ = ["HFModel", "hf_model"]
+
+
+class HFModel(CorpusModelBase):
+    """A local ``transformers`` directory (model and tokenizer) as a :class:`CorpusModel`, through
+    :mod:`beamsearch.hf`: a causal LM's prompt is the line's tokens, an encoder-decoder's source is.
+    Both decode with refill (their states join with ``concat_state``: decoder caches left-padded,
+    positions per row; an encoder-decoder's encoder side right-padded), an encoder-decoder whose
+    decoder positions cannot be given per row in fixed batches (``refill = False``,
+    :func:`beamsearch.hf.joinable`). A line is refused when empty, when a word is not in the tokenizer's
+    vocabulary (its unknown token), or when its tokens plus ``max_steps`` pass the model's positions."""
+
+    def __init__(self, directory: str | os.PathLike, max_steps: int) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+        from transformers.utils import logging as hf_logging
+
+        from beamsearch import hf
+
+        self._hf, self._torch = hf, torch
+        config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        self.encoder_decoder = bool(config.is_encoder_decoder)
+        auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # decode's stderr holds its own lines (progress, notes, errors)
+        try:
+            self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        self.refill = hf.joinable(self.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        self.max_steps = check.at_least("max_steps", max_steps, 1)
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError(f"{directory}: neither the generation config nor the tokenizer has an eos token")
+        self.eos = eos
+        start = self.model.generation_config.decoder_start_token_id if self.encoder_decoder else None
+        self.bos = start if start is not None else self.tokenizer.bos_token_id
+        self._limit = hf.position_limit(self.model)
+        self._prepared: Any = None
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def problem(self, text: str) -> str | None:
+        if not text.strip():
+            return "empty text"
+        ids = self._ids(text)
+        unk = self.tokenizer.unk_token_id
+        if unk is not None and unk in ids:
+            return "words outside the tokenizer's vocabulary"
+        if not ids:
+            return "no tokens"
+        need = len(ids) + (0 if self.encoder_decoder else self.max_steps)
+        if self._limit is not None and need > self._limit:
+            return f"{len(ids)} tokens; the model has {self._limit} positions (max_steps {self.max_steps})"
+        return None
+
+    def source_length(self, text: str) -> int:
+        return len(self._ids(text))
+
+    def prompt(self, text: str) -> list[int]:
+        return [self.bos] if self.encoder_decoder else self._ids(text)
+
+    def make_state(self, items: list[dict]) -> Any:
+        sources = [self._ids(i["source"]) for i in items]
+        adapter = self._hf.seq2seq_lm if self.encoder_decoder else self._hf.causal_lm
+        self._prepared = adapter(self.model, sources, eos_token_id=self.eos, max_new_tokens=self.max_steps)
+        return self._prepared.init_state
+
+    def step(self, state: Any, y_prev: Any) -> tuple[Any, Any]:
+        # the last adapter made: its step reads all it needs per row from the state, so it runs the
+        # rows of every input in flight (inputs prepared by earlier adapters of the same model too)
+        return self._prepared.step(state, y_prev)
+
+    def tokens(self, text: str) -> list[int]:
+        ids = self._ids(text)
+        if not ids or self.tokenizer.unk_token_id in ids:
+            raise ValueError(f"{text!r} is not in the tokenizer's vocabulary")
+        return ids
+
+    def text(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+def hf_model(directory: str | os.PathLike, *, max_steps: int = 64) -> CorpusModel:
+    """A local ``transformers`` directory (``save_pretrained`` model and tokenizer; nothing is
+    downloaded) as a :class:`CorpusModel` (``beamsearch decode --model hf:DIR``); needs the ``hf``
+    extra. A causal LM continues each line; an encoder-decoder reads it as its source.
+
+    Args:
+        directory: the folder.
+        max_steps: the most tokens per output (the model's limit for ``--max-steps``).
+    """
+    return HFModel(directory, max_steps)

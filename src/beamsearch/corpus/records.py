@@ -1,0 +1,272 @@
+"""Corpus decoding's records: :func:`decode_records` decodes lines with a registered mode (refill
+where the mode has a plan, fixed batches where not) and yields one JSON-ready record per line, in
+the order lines finish; :func:`trace_line` draws one line's search."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+from beamsearch.core import validate as check
+from beamsearch.core.mode import Mode
+from beamsearch.corpus.lines import Line
+from beamsearch.corpus.models import CorpusModel, check_model
+from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options, line_problem, search_keywords,
+                                       texts_ids)
+from beamsearch.modes import registry
+from beamsearch.refill import Decoded, decode_stream, per_input
+
+__all__ = ["NO_OUTPUT", "decode_records", "trace_line"]
+
+
+NO_OUTPUT = ("no output could be produced: every continuation has probability 0 under the model and the "
+             "search's rules (the prefix, constraints, no-repeat n-grams, minimum length)")
+"""The error of a line whose search ends with no output at all."""
+
+
+def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "beam", max_rows: int = 320,
+                   max_tokens: int | None = None, skip: Callable[[int], bool] = lambda index: False,
+                   **options: Any) -> Iterator[dict]:
+    """Decode ``lines`` with a registered search mode; one record per line, in the order lines finish.
+
+    Args:
+        model: a :class:`CorpusModel`.
+        lines: :class:`Line` values (read lazily, as there is room in the batch).
+        mode: a registered mode (:mod:`beamsearch.modes.registry`): ``"beam"``
+            (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per line, what
+            ``generate`` does for ``num_beams=1``; its ``alpha`` defaults to 0: the score is the
+            logprob), ``"constrained"`` (``constraints``, or each line's own, and ``ordered``),
+            ``"diverse"`` (``num_groups``, ``diversity_penalty``), ``"stochastic"`` (``k``,
+            ``seed``: a record holds the ``k`` samples; line i of the stream gets the noise of
+            ``stochastic_beam_search(all lines, seed=seed)``'s input i), ``"exact"``
+            (:func:`~beamsearch.exact_search`: ``node_budget``, ``seed_beam``; the lines are
+            decoded in fixed batches of ``max_rows // rows``, ``max_rows`` rows per model call;
+            each record also has ``proven`` and ``expanded``). Modes with a plan decode with
+            refill (:func:`beamsearch.refill.decode_stream`), the others in fixed batches.
+        max_rows: the most rows (hypotheses) per model call, >= the rows of one line (the mode's:
+            ``beam_size``, ``k``, ...).
+        max_tokens: None, or the most decoder tokens the rows of one call may hold, padding
+            included: lines join only when (rows in flight + theirs) x (the widest prompt +
+            max_steps among them) fits (:func:`beamsearch.refill.decode_stream`); a line whose
+            own rows need more gets an error record. Not for a mode without refill (exact).
+        skip: lines whose index it accepts are not decoded and get no record (``--resume``).
+        **options: the search's options by their library names: the fields of
+            :class:`~beamsearch.core.config.DecodingConfig` that ``beamsearch decode`` offers
+            (``beam_size``, ``n_best``, ``length_penalty``, ``alpha``, ``no_repeat_ngram_size``,
+            ``min_new_tokens``, ``temperature``, ``top_k``, ``stop_sequences``,
+            ``return_token_logprobs``, ``max_steps``) and the mode's own options (its options
+            dataclass); one not given takes its default there (the mode's own default where it has
+            one). The model gives the rest (eos, processors, the prompt). ``stop_sequences`` and
+            ``constraints`` are target texts, each through ``model.tokens`` (a constraint that is
+            a list of texts: one of them). ``max_steps``: the most tokens per output (default and
+            upper bound: ``model.max_steps``), or a :class:`LengthRule` (or its text, ``A*len+B``):
+            per line ``floor(a * source length + b)`` capped at ``model.max_steps`` (the source
+            length is ``model.source_length(text)``; a line where it is < 1
+            gets an error record); a line's own ``max_steps`` overrides both. An option of
+            another mode, or one this mode does not take, is an error naming it.
+
+    Yields:
+        ``{"index", "input", "nbest": [{"text", "tokens", "logprob", "score", "finished"[,
+        "token_logprobs"]}]}`` per decoded line (best first; ``tokens`` without the start token,
+        the end token included iff ``finished``), or ``{"index", "input", "error"}`` for a line
+        that cannot be decoded.
+
+    Raises:
+        ValueError / TypeError: a bad keyword (named, with its value), raised by the first
+            ``next()``, before any model call.
+    """
+    check_model(model)
+    spec = registry.mode(mode)
+    search = search_keywords(model, spec, options)
+    max_steps = search.pop("length_rule", None) or search["max_steps"]
+    feed = _Feed(model, spec, search["max_steps"], max_steps, {name: search.pop(name) for name in line_options(spec)})
+    token_logprobs = bool(search.get("return_token_logprobs", False))
+    reported = spec.report is not None  # a mode whose records carry its report (exact: proven, expanded)
+    rows = spec.rows(search)  # the search checks it (a bad beam size is its error): 1 until then
+    rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1 else 1
+    max_rows = check.at_least("max_rows", max_rows, 1)
+    judged = max(1, max_rows // rows) if model.verdicts is not None else 1  # finished lines judged together
+    results = _results(model, spec, feed.items(lines, skip), search, max_rows, max_tokens, rows)
+    finished: list[Decoded] = []
+    for result in results:
+        yield from feed.early
+        feed.early.clear()
+        finished.append(result)
+        if len(finished) == judged:
+            yield from _records(model, finished, feed.take(finished), token_logprobs, reported)
+            finished = []
+    yield from _records(model, finished, feed.take(finished), token_logprobs, reported)
+    yield from feed.early
+
+
+class _Feed:
+    """The lines of one :func:`decode_records` call as stream items: a readable line's fields
+    (its prompt, source, own ``max_steps``, prefix and options), its index and text kept by stream
+    position until its record is made (:meth:`take`); a line refused before the stream gets its
+    error record in :attr:`early`."""
+
+    def __init__(self, model: CorpusModel, spec: Mode, steps: int, max_steps: int | LengthRule,
+                 line_options: dict[str, Any]) -> None:
+        self.model, self.spec, self.steps, self.max_steps = model, spec, steps, max_steps
+        self.line_options = line_options  # for lines without their own
+        self.texts: dict[int, str] = {}  # stream position -> text, for inputs in flight
+        self.indices: dict[int, int] = {}  # stream position -> line index
+        self.early: list[dict] = []  # error records of lines refused before the stream
+
+    def item(self, line: Line) -> dict | str:
+        """The stream item of ``line``, or why it cannot be decoded."""
+        model = self.model
+        error = line.error or model.problem(line.text) or line_problem(model, line, model.max_steps, self.spec)
+        steps = None if error is not None else line_max_steps(model, line, self.max_steps)
+        if error is not None or isinstance(steps, str):
+            return error or steps
+        fields: dict[str, Any] = {"prompt": model.prompt(line.text), "source": line.text}
+        if steps != self.steps:
+            fields["max_steps"] = steps
+        if line.prefix is not None:
+            fields["prefix"] = model.tokens(line.prefix)
+        for name, every_line in self.line_options.items():
+            own = line.own(name)
+            fields[name] = every_line if own is None else texts_ids(model, own, name)
+        return fields
+
+    def items(self, lines: Iterable[Line], skip: Callable[[int], bool]) -> Iterator[dict]:
+        """The stream items of ``lines`` but those ``skip`` accepts, lazily."""
+        position = 0
+        for line in lines:
+            if skip(line.index):
+                continue
+            try:
+                fields = self.item(line)
+            except Exception as e:  # the model's own checks (problem, tokens, prompt) raised: this line alone fails
+                fields = f"the model cannot read this line: {type(e).__name__}: {e}"
+            if isinstance(fields, str):
+                self.early.append({"index": line.index, "input": line.text, "error": fields})
+                continue
+            self.indices[position], self.texts[position] = line.index, line.text
+            position += 1
+            yield fields
+
+    def take(self, results: list[Decoded]) -> list[tuple[int, str]]:
+        """The (line index, text) of each of ``results``, no longer kept."""
+        return [(self.indices.pop(r.index), self.texts.pop(r.index)) for r in results]
+
+
+def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,
+             max_tokens: int | None, rows: int) -> Iterable[Decoded]:
+    """The decoded ``items``: with refill (:func:`beamsearch.refill.decode_stream`) for a mode with
+    a plan, else in fixed batches of its batch runner. A model without refill (its states cannot
+    be joined) decodes in fixed batches too: inputs join only when nothing is in flight."""
+    if spec.plan is None:
+        if max_tokens is not None:
+            raise ValueError(f"max_tokens does not apply to mode {spec.name!r} (it decodes in fixed batches of "
+                             f"max_rows rows per call); got max_tokens={max_tokens!r}")
+        spec.batch(model.step, None, [], max_rows, **search)  # checks the keywords; no model call
+        if max_rows < rows:
+            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
+        return _batch_results(model, spec, items, search, max(1, max_rows // rows), max_rows)
+    min_join = _min_join(max_rows, rows) if model.refill else max(1, max_rows // rows)
+    return decode_stream(model.step, model.make_state, items, max_rows=max_rows, max_tokens=max_tokens,
+                         min_join=min_join, mode=spec.name, **search)
+
+
+def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str]], token_logprobs: bool,
+             reported: bool) -> list[dict]:
+    """The records of ``results``, ``lines`` their (line index, text); a decoded line that the
+    model's ``verdicts`` gives a reason gets an error record with it."""
+    decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
+    reasons = {}
+    if model.verdicts is not None and decoded:
+        reasons = dict(zip(decoded, model.verdicts([lines[i][1] for i in decoded],
+                                                   [results[i].hypotheses for i in decoded])))
+    records = []
+    for i, ((index, text), result) in enumerate(zip(lines, results)):
+        error = str(result.error) if result.error is not None else reasons.get(i)
+        if error is None and not result.hypotheses:
+            error = NO_OUTPUT
+        if error is not None:
+            records.append({"index": index, "input": text, "error": error})
+            continue
+        records.append({"index": index, "input": text,
+                        "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
+                        **(result.info if reported else {})})
+    return records
+
+
+def _batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search: dict[str, Any], lines: int,
+                   rows: int) -> Iterator[Decoded]:
+    """A mode without refill (exact): its batch runner over ``lines`` items at a time (their
+    stream positions counted from 0), ``rows`` rows per model call, each input's ``info`` its
+    report. A batch that raises a ``ValueError`` / ``TypeError`` (an input's token id outside the
+    model's vocabulary, found at its first call) is decoded again one item at a time, so only the
+    bad items get the error; when every one of them fails, the error is the model's, not theirs,
+    and is raised."""
+
+    def run(batch: list[dict]) -> Any:
+        return spec.batch(model.step, model.make_state(batch), [i["prompt"] for i in batch], rows,
+                          **per_input(search, batch))
+
+    def decoded(batch: list[dict], start: int) -> Iterator[Decoded]:
+        try:
+            found = run(batch)
+        except (ValueError, TypeError) as error:
+            if len(batch) == 1:
+                yield Decoded(start, [], error)
+                return
+            alone = [d for j, item in enumerate(batch) for d in decoded([item], start + j)]
+            if all(d.error is not None for d in alone):
+                raise
+            yield from alone
+            return
+        for j, hyps in enumerate(found):
+            yield Decoded(start + j, hyps, None, spec.report(found, j) if spec.report is not None else {})
+
+    batch: list[dict] = []
+    position = 0
+    for item in items:
+        batch.append(item)
+        if len(batch) == lines:
+            yield from decoded(batch, position)
+            position, batch = position + len(batch), []
+    if batch:
+        yield from decoded(batch, position)
+
+
+def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
+    out = {"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob, "score": h.score,
+           "finished": h.finished}
+    if token_logprobs:
+        out["token_logprobs"] = h.token_logprobs
+    return out
+
+
+def _min_join(max_rows: int, rows: int) -> int:
+    """Inputs that join together: new inputs wait until half the budget is free. Every cohort
+    costs its own scoring and selection per step, and rows that join together share a length (a
+    causal LM's cache is padded to its oldest row), so joining in larger waves is cheaper per
+    input (one thread, bench_corpus.py's models, refill over fixed batches: GPT-2 via hf: 0.72x
+    joining an eighth at a time, 0.83x half; the dates models about the same either way,
+    1.01-1.07x)."""
+    return max(1, max_rows // rows // 2)
+
+
+def trace_line(model: CorpusModel, text: str, *, max_steps: int | None = None, trace_width: int = 1,
+               **options: Any) -> tuple[Any, Any]:
+    """The search tree of one line, as :func:`decode_records` searches it in mode ``beam``:
+    ``(trace, greedy)``, the beam search's :class:`~beamsearch.Trace` and greedy's (one live row,
+    the same processors) for the overlay of :func:`beamsearch.viz.to_html`. ``options``: as for
+    :func:`decode_records` (mode beam's). ValueError if the model cannot read ``text``."""
+    from beamsearch import Trace, beam_search_batch
+
+    problem = model.problem(text)
+    if problem is not None:
+        raise ValueError(f"cannot read {text[:40]!r}: {problem}")
+    search = search_keywords(model, registry.mode("beam"), {**options, "max_steps": max_steps})
+    search.pop("length_rule", None)
+    beam, n_best = search.pop("beam_size"), search.pop("n_best")
+    trees = []
+    for width in (beam, 1):
+        tree = Trace()
+        beam_search_batch(model.step, model.make_state([{"source": text}]), [model.prompt(text)],
+                          beam_size=width, n_best=min(n_best, width), trace=tree, trace_width=trace_width, **search)
+        trees.append(tree)
+    return trees[0], trees[1]
