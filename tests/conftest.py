@@ -29,9 +29,9 @@ if os.environ.get("MUTANT_UNDER_TEST"):
 def layout(request, monkeypatch):
     """Both cache layouts of the causal adapter, whatever the prompt and output lengths: the
     prompt kept in place (preallocated buffers, only generated columns gathered at a reorder)
-    and each reorder deferred into the next cache write (``_DeferredLayer``)."""
+    and each reorder deferred into the next cache write (``DeferredLayer``)."""
     hf = pytest.importorskip("beamsearch.hf")
 
     keep = request.param == "prompt in place"
-    monkeypatch.setattr(hf, "_keeps_prompt", lambda width, room: keep)
+    monkeypatch.setattr(hf.adapters, "keeps_prompt", lambda width, room: keep)
     return keep

@@ -223,17 +223,17 @@ def ready_mask_against_own_mask(model, monkeypatch, *, ready: bool, eos=EOS) -> 
 
     prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
     seen = []
-    real = hf._mask_ready
+    real = hf.states.mask_ready
 
     def spy(*args):
         seen.append(real(*args))
         return seen[-1]
 
-    monkeypatch.setattr(hf, "_mask_ready", spy)
+    monkeypatch.setattr(hf.adapters, "mask_ready", spy)
     runs = []
     for own_mask in (False, True):
         if own_mask:
-            monkeypatch.setattr(hf, "_mask_ready", lambda *args: False)
+            monkeypatch.setattr(hf.adapters, "mask_ready", lambda *args: False)
         dec = prepare(model, PROMPTS, eos_token_id=eos)
         runs.append(beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
                                       max_steps=7, beam_size=3, n_best=3, length_penalty="power", alpha=1.0,
@@ -260,11 +260,11 @@ def test_a_model_with_eager_attention_builds_its_own_mask():
     model = build("gpt2")
     model.set_attn_implementation("eager")
     dec = causal_lm(model, PROMPTS)
-    assert not hf._mask_ready(model, dec.init_state.cache)
+    assert not hf.states.mask_ready(model, dec.init_state.cache)
     cpu = build("gpt2")
     cache = causal_lm(cpu, PROMPTS).init_state.cache
-    assert hf._mask_ready(cpu, cache)
-    assert not hf._mask_ready(cpu.to("meta"), cache)  # off the CPU: the model's own mask (see _mask_ready)
+    assert hf.states.mask_ready(cpu, cache)
+    assert not hf.states.mask_ready(cpu.to("meta"), cache)  # off the CPU: the model's own mask (see mask_ready)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -342,9 +342,9 @@ def test_both_cache_layouts_equal_generate_where_the_rules_coincide(name, new, l
     dec = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=new)
     kinds = {type(layer) for layer in dec.init_state.cache.layers}
     if name == "mistral":  # sliding-window layers keep the model's own layer
-        assert hf._PromptLayer not in kinds
+        assert hf.caches.PromptLayer not in kinds
     else:
-        assert (hf._PromptLayer in kinds) == layout
+        assert (hf.caches.PromptLayer in kinds) == layout
     got = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=steps,
                             beam_size=beams, n_best=beams, length_penalty="power", alpha=1.0)
     for i, hyps in enumerate(got):
@@ -365,9 +365,9 @@ def test_the_adapters_cache_layers_equal_a_plain_gather(name, layout):
     prompts = [[11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
     ours = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)  # layout as the fixture says
     kinds = {type(layer) for layer in ours.init_state.cache.layers}
-    assert kinds == ({hf._PromptLayer} if layout else {hf._DeferredLayer})
+    assert kinds == ({hf.caches.PromptLayer} if layout else {hf.caches.DeferredLayer})
     with pytest.MonkeyPatch.context() as m:  # the oracle: the model's own cache, reordered at once
-        m.setattr(hf, "_adapter_cache", lambda model, layer: transformers.DynamicCache(config=model.config))
+        m.setattr(hf.adapters, "adapter_cache", lambda model, layer: transformers.DynamicCache(config=model.config))
         plain = causal_lm(model, prompts, eos_token_id=None, max_new_tokens=8)
     assert {type(layer) for layer in plain.init_state.cache.layers} == {transformers.cache_utils.DynamicLayer}
     gen = torch.Generator().manual_seed(0)

@@ -214,7 +214,7 @@ def test_a_model_whose_positions_cannot_be_given_per_row_refuses_a_joined_state(
     from beamsearch import hf
 
     model = build("bart", 9)
-    monkeypatch.setattr(hf, "joinable", lambda model: False)  # read once, when the adapter is made
+    monkeypatch.setattr(hf.adapters, "joinable", lambda model: False)  # read once, when the adapter is made
     a = hf.seq2seq_lm(model, [[5, 6, 7]], eos_token_id=3)
     _, sa = a.step(a.init_state, torch.tensor([START]))
     joined = concat_state([sa, a.init_state])

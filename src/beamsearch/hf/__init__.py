@@ -1,0 +1,49 @@
+"""Decode Hugging Face ``transformers`` models with beamsearch (``pip install 'beamsearch[hf]'``).
+
+Importing this package registers ``select_state`` for the library's cache classes
+(``DynamicCache``, ``EncoderDecoderCache``), so the search reorders a model's KV cache row by
+row like any other state, and rows of inputs that have stopped simply leave the cache.
+
+Two layers:
+
+- :func:`generate` takes a model and its generation config (or the model's own) and decodes with
+  the same settings: token ids or text in, :class:`Generation` (hypotheses, and text) out.
+- :func:`causal_lm` and :func:`seq2seq_lm` return a :class:`Prepared`: the ``init_state``,
+  ``step`` and ``prompts`` that :func:`beamsearch.beam_search_batch` takes, and the
+  ``eos_token_id`` to search with::
+
+    dec = causal_lm(model, [[5, 6, 7], [8]])
+    results = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                max_steps=32, beam_size=4)
+
+The prompt (all of it) is run through the model once, in ``causal_lm``, one row per input (not
+one per beam, as ``generate`` does), keeping only the last position's logits: the first ``step``
+returns them, and every later step feeds one token per row with the attention mask and the
+positions of a buffer allocated once.
+
+The package's modules, by concern (each importing only those above it):
+
+- :mod:`beamsearch.hf.caches`: the adapters' KV cache layers (the prompt kept in place, or a
+  reorder deferred into the next write), a cache's rows reordered, and ``inference``;
+- :mod:`beamsearch.hf.states`: :class:`Prepared`, the two states (``CausalState``,
+  ``Seq2SeqState``) with their row selection and joining, and what a joined state needs
+  (:func:`joinable`, the decoder's position table, whether a step may pass a ready 4-D mask);
+- :mod:`beamsearch.hf.inputs`: the inputs read and checked before the model runs
+  (:func:`position_limit`), padded, and the eos and pad ids;
+- :mod:`beamsearch.hf.adapters`: :func:`causal_lm` and :func:`seq2seq_lm`, their step objects
+  and the model calls' helpers;
+- :mod:`beamsearch.hf.generation`: :func:`generate`, :class:`Generation` and a generation
+  config's mapping to the search (:func:`search_settings`, :data:`SEARCH_SETTINGS`,
+  :func:`other_settings`, :func:`saved_generation_config`).
+"""
+
+from __future__ import annotations
+
+from beamsearch.hf.adapters import causal_lm, seq2seq_lm
+from beamsearch.hf.generation import (SEARCH_SETTINGS, Generation, generate, other_settings, saved_generation_config,
+                                      search_settings)
+from beamsearch.hf.inputs import position_limit
+from beamsearch.hf.states import Prepared, joinable
+
+__all__ = ["SEARCH_SETTINGS", "Generation", "Prepared", "causal_lm", "generate", "joinable", "other_settings",
+           "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]

@@ -1,0 +1,223 @@
+"""The adapters' KV caches: the two full-attention cache layers (:class:`PromptLayer`, the prompt
+kept in place in buffers allocated once; :class:`DeferredLayer`, a reorder gathered into the next
+write), how a cache's rows are reordered (``select_state`` for ``DynamicCache`` and
+``EncoderDecoderCache``, registered when this module is imported; :func:`reorder_in_place`) and
+:func:`inference`, which runs the adapters' model calls, reorders and joins under
+``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any, Callable
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+
+from beamsearch.core.state import select_state
+
+
+def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under ``torch.inference_mode`` (entered only when not already on): the adapter's
+    model calls, state reorders and joins. Cheaper than ``no_grad`` for a model's many small
+    operations (no version counters, no view tracking); the tensors it makes (logits, states)
+    are inference tensors: read them anywhere, write into them only inside inference mode."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return inner
+
+
+class PromptLayer(DynamicLayer):
+    """A full-attention layer's keys and values in buffers allocated once, ``[k, heads, C, dh]``,
+    each step's column written in place (``DynamicLayer`` concatenates: a copy of the whole cache
+    per step). The first ``prompt`` columns hold the prompt, the same in every row of an input,
+    so a reorder among an input's own rows gathers only the generated columns (``generate``
+    gathers every column of every layer at every step). ``keys``/``values`` are views of the
+    filled columns, ``[k, heads, t, dh]``."""
+
+    is_croppable = False
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room  # columns allocated beyond those written (at the prefill, and when full)
+        self.prompt = 0  # columns shared by the rows of an input
+        self.length = 0  # columns written
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if self._k is None or self._v is None:  # the prefill: the prompt, and room for the tokens to come
+            self.prompt = end
+            self._k, self._v = (x.new_empty((*x.shape[:2], end + self.room, x.shape[3]))
+                                for x in (key_states, value_states))
+        elif end > self._k.shape[2]:  # out of room (no max_new_tokens): grow once per ``room`` columns
+            k, v = (x.new_empty((*x.shape[:2], end + self.room, x.shape[3])) for x in (self._k, self._v))
+            k[:, :, : self.length], v[:, :, : self.length] = self._k[:, :, : self.length], self._v[:, :, : self.length]
+            self._k, self._v = k, v
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self._views()
+        return self.keys, self.values  # type: ignore[return-value]
+
+    def _views(self) -> None:
+        assert self._k is not None and self._v is not None
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def reset(self) -> None:
+        self.keys = self.values = self._k = self._v = None
+        self.length = self.prompt = 0
+
+    def take(self, idx: torch.Tensor, same_inputs: bool) -> None:
+        """Keep rows ``idx`` (in place). ``same_inputs``: row i of the result belongs to the
+        input row i belongs to now, so only the generated columns move."""
+        if self._k is None or self._v is None:
+            return
+        if not same_inputs:  # only the written columns are copied (the room is written later)
+            self._k, self._v = (_rows_of(buffer, idx, self.length) for buffer in (self._k, self._v))
+        elif self.length > self.prompt:
+            for buffer in (self._k, self._v):
+                generated = buffer[:, :, self.prompt : self.length]
+                generated.copy_(generated.index_select(0, idx))
+        self._views()
+
+    def drop_leading(self, columns: int) -> None:
+        """Forget the first ``columns`` columns (padding for every row)."""
+        assert self._k is not None and self._v is not None
+        self._k, self._v = self._k[:, :, columns:], self._v[:, :, columns:]
+        self.length, self.prompt = self.length - columns, max(self.prompt - columns, 0)
+        self._views()
+
+
+class DeferredLayer(DynamicLayer):
+    """A full-attention layer whose reorder waits for the next write: ``take(idx)`` only records
+    the rows, and the next ``update`` gathers them straight into the grown cache, one copy where
+    ``index_select`` then ``DynamicLayer``'s concatenation are two (``generate`` makes both).
+    :meth:`settle` applies a waiting reorder for any reader of ``keys``/``values`` rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: torch.Tensor | None = None  # int64 [k']: the rows the cache holds next
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        idx, self.pending = self.pending, None
+        if idx is None or self.keys is None or self.keys.dim() < 4:  # nothing waits, or nothing cached yet
+            return super().update(key_states, value_states, *args, **kwargs)
+        self.keys, self.values = _gathered(self.keys, idx, key_states), _gathered(self.values, idx, value_states)
+        return self.keys, self.values
+
+    def take(self, idx: torch.Tensor) -> None:
+        """Keep rows ``idx`` (applied at the next write, or by :meth:`settle`)."""
+        self.pending = idx if self.pending is None else self.pending.index_select(0, idx)
+
+    def settle(self) -> None:
+        if self.pending is not None:
+            if self.keys is not None and self.keys.dim() == 4:
+                self.keys, self.values = self.keys.index_select(0, self.pending), self.values.index_select(0, self.pending)
+            self.pending = None
+
+
+def _rows_of(buffer: torch.Tensor, idx: torch.Tensor, columns: int, width: int | None = None) -> torch.Tensor:
+    """A new ``[k', h, width, d]`` tensor (``width``: ``buffer``'s own ``C`` by default) whose
+    first ``columns`` columns are those of ``buffer`` ``[k, h, C, d]``'s rows ``idx``, gathered
+    straight into it; the rest allocated and not written."""
+    out = buffer.new_empty((idx.shape[0], buffer.shape[1], buffer.shape[2] if width is None else width,
+                            buffer.shape[3]))
+    torch.index_select(buffer[:, :, :columns], 0, idx, out=out[:, :, :columns])
+    return out
+
+
+def _gathered(cache: torch.Tensor, idx: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``cat([cache[idx], new], dim=2)`` in one pass: ``[k, h, t, d]`` rows ``idx`` and ``new``
+    ``[k', h, q, d]`` written into one new ``[k', h, t + q, d]`` tensor."""
+    t = cache.shape[2]
+    out = _rows_of(cache, idx, t, t + new.shape[2])
+    out[:, :, t:] = new
+    return out
+
+
+def settled(cache: Any) -> Any:
+    """``cache`` with every waiting reorder of its layers applied (before its rows are read)."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, DeferredLayer):
+            layer.settle()
+    return cache
+
+
+def plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLayer] = DynamicLayer) -> DynamicLayer:
+    """A ``kind`` layer (``DynamicLayer``, or :class:`DeferredLayer`) holding ``keys`` and
+    ``values`` ``[k, heads, t, dh]``."""
+    layer = kind()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    return layer
+
+
+def _with_keys(layer: Any) -> Any:
+    """``layer``, a cache layer holding ``keys`` and ``values``; a TypeError naming its type
+    otherwise (a layer kind a reorder here does not know)."""
+    if not hasattr(layer, "keys"):
+        raise TypeError(f"select_state: cache layers of type {type(layer).__name__} (no keys/values) are "
+                        "not supported; register a function for them with select_state.register")
+    return layer
+
+
+@select_state.register(DynamicCache)
+def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
+    """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
+    settled(cache)
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        layer_: Any = _with_keys(layer)
+        if isinstance(layer_, (PromptLayer, DeferredLayer)):
+            out.layers.append(plain_layer(select_state(layer_.keys, idx), select_state(layer_.values, idx)))
+            continue
+        new = copy.copy(layer_)
+        if layer_.keys is not None and layer_.keys.dim() > 0:
+            new.keys = select_state(layer_.keys, idx)
+            new.values = select_state(layer_.values, idx)
+        out.layers.append(new)
+    return out
+
+
+@select_state.register(EncoderDecoderCache)
+def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> EncoderDecoderCache:
+    out = copy.copy(cache)
+    out.self_attention_cache = select_state(cache.self_attention_cache, idx)
+    out.cross_attention_cache = select_state(cache.cross_attention_cache, idx)
+    out.is_updated = dict(cache.is_updated)
+    return out
+
+
+def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool = False) -> None:
+    """Every layer's keys and values replaced by their rows ``idx`` (``index_select``); a layer
+    that keeps the prompt in place gathers only its generated columns when ``same_inputs``.
+    (Writing only the rows whose parent is another row, with ``index_copy_``, measured slower
+    here: most rows move, and it is three operations where this is one.)"""
+    for layer in cache.layers:
+        layer_: Any = _with_keys(layer)
+        if isinstance(layer_, PromptLayer):
+            layer_.take(idx, same_inputs)
+            continue
+        if isinstance(layer_, DeferredLayer):
+            layer_.take(idx)
+            continue
+        if layer_.keys is not None and layer_.keys.dim() > 0:
+            layer_.keys = layer_.keys.index_select(0, idx)
+            layer_.values = layer_.values.index_select(0, idx)

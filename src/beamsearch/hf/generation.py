@@ -1,0 +1,377 @@
+""":func:`generate`: a model and its generation config, decoded as ``model.generate`` would with
+beamsearch's rules; :class:`Generation`, what it returns; and the mapping from a
+``GenerationConfig`` to the search (:func:`search_settings`, :data:`SEARCH_SETTINGS`,
+:func:`other_settings`, :func:`saved_generation_config`, which ``beamsearch decode --model
+hf:DIR`` reads too), with the config's logits processors and the settings refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import GenerationConfig
+
+from beamsearch.core import validate as check
+from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.hypothesis import BatchResults
+from beamsearch.core.plan import run_plan
+from beamsearch.hf.adapters import causal_lm, seq2seq_lm
+from beamsearch.hf.caches import inference
+from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
+from beamsearch.modes.beam import beam_search_batch, greedy_plan
+from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
+
+
+@dataclass(frozen=True)
+class _ForcedTokens:
+    """``generate``'s ForcedBOS / ForcedEOS processors: at step ``at[i]`` of input i, every token
+    but ``token_ids`` becomes -inf (after log_softmax a single forced id has logprob 0, the 0
+    ``generate`` gives it).
+
+    Attributes:
+        token_ids: int64 ``[E]``, the forced id (or every eos id).
+        at: int64 ``[N]``, the step at which each input's rows are forced.
+    """
+
+    token_ids: np.ndarray
+    at: np.ndarray
+    needs_history = False
+
+    @property
+    def last_step(self) -> int:
+        return int(self.at.max())
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        rows = np.flatnonzero(self.at[ctx.row_input] == ctx.step)
+        if rows.size == 0:
+            return logits
+        return ctx.backend.keep_only(logits, np.repeat(rows, self.token_ids.size), np.tile(self.token_ids, rows.size))
+
+
+@dataclass
+class Generation:
+    """What :func:`generate` returns.
+
+    Attributes:
+        hypotheses: per input, up to ``num_return_sequences`` :class:`beamsearch.Hypothesis`
+            (new tokens only, eos included iff finished), best first.
+        texts: per input, each hypothesis's tokens decoded by the tokenizer (special tokens
+            skipped), or None when no tokenizer was given.
+        settings: the search the generation config was mapped to: ``beam_search_batch``'s
+            keywords (``beam_size``, ``n_best``, ``max_steps`` (one per input), ``alpha``,
+            ``length_penalty``, ``eos_token_id``, ``min_new_tokens``, ``no_repeat_ngram_size``,
+            ``logits_processors``, ``stop_sequences``); ``beam_size == 1`` is greedy decoding.
+    """
+
+    hypotheses: BatchResults
+    texts: list[list[str]] | None
+    settings: dict[str, Any]
+
+
+# settings of a GenerationConfig that this adapter cannot honour: set away from their default,
+# they are a ValueError naming them
+_UNSUPPORTED = ("num_beam_groups", "diversity_penalty", "constraints", "force_words_ids", "penalty_alpha",
+                "guidance_scale", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty",
+                "exponential_decay_length_penalty", "max_time", "remove_invalid_values", "watermarking_config",
+                "prompt_lookup_num_tokens", "assistant_early_exit", "dola_layers", "token_healing")
+# sampling settings: generate uses them only with do_sample=True, and so (never) do we
+_SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "epsilon_cutoff", "eta_cutoff")
+
+
+def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> GenerationConfig:
+    """The settings ``model.generate`` would use, resolved in its order: ``generation_config``
+    (default: an empty one), its unset fields from the model's generation config, then the
+    library's defaults, then ``overrides``; an override that is not a generation setting is a
+    TypeError naming it."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise TypeError(f"generation_config must be a transformers.GenerationConfig; got "
+                        f"{type(generation_config).__name__}")
+    cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
+    cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
+    cfg.update(**_defaults(), defaults_only=True)
+    unknown = cfg.update(**overrides)
+    if unknown:
+        raise TypeError(f"generate() got settings that are not GenerationConfig fields: {sorted(unknown)}")
+    return cfg
+
+
+def _default_length(model: Any, generation_config: Any, overrides: dict[str, Any]) -> bool:
+    """Whether no ``max_length`` is set by the call, its config or the model's: then ``generate``
+    (transformers 5) makes the library's ``max_length=20`` count new tokens only (capped at the
+    model's ``max_position_embeddings``), not the prompt."""
+    return (overrides.get("max_length") is None
+            and (generation_config is None or generation_config.max_length is None)
+            and model.generation_config.max_length is None)
+
+
+def _defaults() -> dict[str, Any]:
+    """The library's default generation settings (what ``generate`` fills unset fields with)."""
+    return GenerationConfig()._get_default_generation_params()
+
+
+def _refuse_unsupported(cfg: GenerationConfig) -> None:
+    default = _defaults()
+    unsupported = {name: getattr(cfg, name, None) for name in _UNSUPPORTED
+                   if getattr(cfg, name, None) != default.get(name)}
+    if unsupported:
+        raise ValueError(f"these generation settings are not supported by beamsearch.hf.generate: {unsupported}")
+    if cfg.do_sample:
+        sampled = {name: getattr(cfg, name) for name in _SAMPLING if getattr(cfg, name, None) is not None}
+        warnings.warn(f"do_sample=True: beamsearch decodes deterministically (greedy or beam search), so "
+                      f"do_sample and the sampling settings {sampled} are not used; pass do_sample=False to "
+                      "silence this", stacklevel=3)
+
+
+def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool,
+             default_new: int | None = None) -> tuple[list[int], int]:
+    """(max_steps per input, min_new_tokens). ``max_new_tokens`` wins over ``max_length``, which
+    counts the prompt (a causal LM's, per input; an encoder-decoder's decoder start token).
+    ``default_new``: the new tokens of every input when no ``max_length`` was set (see
+    :func:`_default_length`)."""
+    base = [1] * len(rows) if encoder_decoder else [len(r) for r in rows]
+    if cfg.max_new_tokens is not None:
+        steps = [check.at_least("max_new_tokens", cfg.max_new_tokens, 1)] * len(rows)
+    elif default_new is not None:
+        if default_new < 1:
+            raise ValueError("the prompts fill the model's max_position_embeddings: no new token fits; "
+                             "set max_new_tokens")
+        steps = [default_new] * len(rows)
+    else:
+        steps = [check.integer("max_length", cfg.max_length) - b for b in base]
+        short = [i for i, s in enumerate(steps) if s < 1]
+        if short:
+            raise ValueError(f"max_length={cfg.max_length} leaves no new token for inputs[{short[0]}] "
+                             f"({base[short[0]]} tokens already): set max_new_tokens")
+    m = check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0)
+    if cfg.min_length:
+        if len(set(base)) > 1:
+            raise ValueError(f"min_length={cfg.min_length} counts the prompt, and the prompts differ in length "
+                             "(generate would count the padding): set min_new_tokens instead")
+        m = max(m, check.integer("min_length", cfg.min_length) - base[0])
+    return steps, m
+
+
+def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
+                encoder_decoder: bool) -> list[Any]:
+    """The generation config's logits processors, in ``generate``'s order (the n-gram block and
+    the min-new-tokens mask are the search's own keywords)."""
+    out: list[Any] = []
+    if cfg.sequence_bias is not None:
+        bias = cfg.sequence_bias
+        if isinstance(bias, list):  # generate's list form [[ids, bias], ...]
+            bias = {tuple(ids): b for ids, b in bias}
+        out.append(SequenceBias(bias))
+    if cfg.repetition_penalty is not None and cfg.repetition_penalty != 1.0:
+        out.append(RepetitionPenalty(cfg.repetition_penalty))
+    if cfg.bad_words_ids is not None:
+        # as generate does: a bad word that is a single eos id is dropped
+        words = [w for w in cfg.bad_words_ids if eos is None or not (len(w) == 1 and w[0] in eos)]
+        if words:
+            out.append(BadWords(words))
+    n = len(steps)
+    if cfg.forced_bos_token_id is not None:
+        if not encoder_decoder:
+            raise ValueError("forced_bos_token_id is set: generate forces it only where the decoder input is one "
+                             "token (encoder-decoders); unset it for a decoder-only model")
+        ids = np.array([check.token("forced_bos_token_id", cfg.forced_bos_token_id)])
+        out.append(_ForcedTokens(ids, np.ones(n, np.int64)))
+    if cfg.forced_eos_token_id is not None:
+        forced = cfg.forced_eos_token_id
+        out.append(_ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
+    if cfg.suppress_tokens:
+        out.append(SuppressTokens(list(cfg.suppress_tokens)))
+    if cfg.begin_suppress_tokens:
+        if cfg.forced_bos_token_id is not None:
+            raise ValueError("begin_suppress_tokens with forced_bos_token_id (suppression at the second token) is "
+                             "not supported")
+        out.append(SuppressTokens(list(cfg.begin_suppress_tokens), first_steps=1))
+    return out
+
+
+def _stop_sequences(cfg: GenerationConfig, tokenizer: Any) -> list[list[int]]:
+    """``stop_strings`` as token sequences: each string as the tokenizer encodes it alone."""
+    strings = cfg.stop_strings
+    if not strings:
+        return []
+    if tokenizer is None:
+        raise ValueError(f"stop_strings={strings!r} needs the tokenizer: pass tokenizer=")
+    if isinstance(strings, str):
+        strings = [strings]
+    return [list(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in strings]
+
+
+def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any,
+              default_length: bool = False) -> dict[str, Any]:
+    """The search a generation config asks for (see :attr:`Generation.settings`), checked before
+    the model runs. ``default_length``: no ``max_length`` was set (:func:`_default_length`), so
+    ``max_length`` counts new tokens only, as ``generate`` counts them: every input gets
+    ``min(max_length + P, max_position_embeddings) - P`` with ``P`` the padded prompt width (1,
+    the decoder start token, for an encoder-decoder)."""
+    _refuse_unsupported(cfg)
+    encoder_decoder = bool(model.config.is_encoder_decoder)
+    eos, extra = search_eos(model, cfg.eos_token_id)
+    eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
+    common = search_settings(cfg)
+    beams, n_best = common["beam_size"], common["n_best"]
+    if n_best > beams:
+        raise ValueError(f"num_return_sequences={n_best} must be at most num_beams={beams}")
+    if beams == 1:
+        common["alpha"] = 0.0
+    new = None
+    if default_length and cfg.max_new_tokens is None:
+        width = 1 if encoder_decoder else max((len(r) for r in rows), default=0)
+        limit = getattr(model.config, "max_position_embeddings", None)  # as generate reads it
+        total = cfg.max_length + width
+        new = (total if limit is None else min(total, limit)) - width
+    steps, m = _lengths(cfg, rows, encoder_decoder, new)
+    del common["max_new_tokens"]
+    return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
+            "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder),
+            "stop_sequences": _stop_sequences(cfg, tokenizer)}
+
+
+def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The search a ``GenerationConfig`` asks for (its unset fields at ``generate``'s defaults),
+    in the settings that are the same for every input: the one mapping from ``generate``'s
+    settings to the search's keywords, which :func:`generate` builds on and ``beamsearch decode
+    --model hf:DIR`` takes its defaults from.
+
+    Returns:
+        ``{"beam_size": num_beams, "n_best": num_return_sequences (1 when unset),
+        "length_penalty": "power", "alpha": length_penalty, "no_repeat_ngram_size": (0 when
+        unset), "min_new_tokens": (0 when unset), "max_new_tokens": int or None (unset)}``.
+        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: decode
+        with :func:`beamsearch.modes.beam.greedy_plan` and ``alpha=0.0`` then (a beam of one is
+        not greedy decoding: it may return a finished candidate that is not its row's best).
+
+    Raises:
+        ValueError / TypeError: a setting out of range, named with its value (a negative
+            ``length_penalty``, ``num_beams=0``, ...).
+    """
+    cfg = copy.deepcopy(generation_config)
+    cfg.update(**_defaults(), defaults_only=True)  # its unset fields: generate's defaults
+    beams = check.at_least("num_beams", cfg.num_beams, 1)
+    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
+    if alpha < 0:
+        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
+                         "supported")
+    new = None if cfg.max_new_tokens is None else check.at_least("max_new_tokens", cfg.max_new_tokens, 1)
+    return {"beam_size": beams, "n_best": check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1),
+            "length_penalty": "power", "alpha": alpha,
+            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
+            "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
+
+
+# the settings search_settings maps (each shared control's hf name), and those of a generation config that
+# change no search
+SEARCH_SETTINGS = tuple(c.hf for _, c in controls_of(DecodingConfig).values() if c.hf)
+_NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
+               "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
+               "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")
+
+
+def other_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The settings ``generation_config`` sets away from ``transformers``' defaults that
+    :func:`search_settings` does not map and that change a search (``max_length``,
+    ``repetition_penalty``, ``forced_eos_token_id``, ``do_sample``, ...): what ``beamsearch decode
+    --model hf:DIR`` names on stderr as not applied. Token ids and output flags are not listed;
+    nor is ``early_stopping`` (the search's early stop is exact)."""
+    return {k: v for k, v in sorted(generation_config.to_diff_dict().items())
+            if k not in SEARCH_SETTINGS and k not in _NOT_SEARCH}
+
+
+def saved_generation_config(directory: Any) -> GenerationConfig:
+    """The generation config ``from_pretrained`` gives the model saved in ``directory``: its
+    ``generation_config.json``, else the one made from its ``config.json`` (nothing is
+    downloaded; the weights are not read).
+
+    Raises:
+        OSError: ``directory`` holds neither file.
+    """
+    from transformers import AutoConfig
+
+    try:
+        return GenerationConfig.from_pretrained(directory, local_files_only=True)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(directory, local_files_only=True))
+
+
+def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
+    """The pad id of :func:`generate`'s ``hypotheses.arrays()``: the generation config's (the
+    call's, else the model's), else the first eos id, as ``generate`` pads; None without either."""
+    if isinstance(pad_token_id, torch.Tensor):
+        pad_token_id = pad_token_id.reshape(-1)[0].item()
+    if pad_token_id is not None:
+        return check.int64("pad_token_id", pad_token_id)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    return ids[0] if ids else None
+
+
+@inference
+def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
+             attention_mask: Any = None, **overrides: Any) -> Generation:
+    """Decode a batch with a ``transformers`` model under its generation config, as
+    ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
+    differ").
+
+    The settings honoured: ``num_beams`` (1: greedy; more: :func:`beamsearch.beam_search_batch`),
+    ``num_return_sequences`` (n_best), ``length_penalty`` (the power penalty
+    ``logprob / len ** length_penalty``), ``max_new_tokens`` / ``max_length``,
+    ``min_new_tokens`` / ``min_length``, ``eos_token_id`` (one id or several),
+    ``no_repeat_ngram_size``, ``bad_words_ids``, ``repetition_penalty``, ``sequence_bias``,
+    ``suppress_tokens``, ``begin_suppress_tokens``, ``forced_bos_token_id``,
+    ``forced_eos_token_id``, ``stop_strings`` (with ``tokenizer``). ``early_stopping`` is
+    accepted with any value: our early stop is exact (it never loses a better hypothesis), so
+    every value gives what ``"never"`` aims at. Sampling settings are not used (a warning when
+    ``do_sample=True``); output flags (``output_scores``, ...), ``use_cache`` and
+    ``cache_implementation`` change nothing (hypotheses always carry their scores). Any other
+    setting away from its default is a ValueError naming it.
+
+    Args:
+        model: a causal LM or an encoder-decoder, in eval mode.
+        inputs: N strings (with ``tokenizer``), N token-id lists, or a 2-D tensor ``[N, P]`` of
+            ids with its ``attention_mask`` ``[N, P]`` (padding left or right).
+        tokenizer: turns strings into ids and the results back into strings; needed for
+            ``stop_strings``.
+        generation_config: a ``GenerationConfig``; default ``model.generation_config``.
+        attention_mask: with a tensor of ``inputs`` only.
+        **overrides: generation settings that replace the config's (``num_beams=4``, ...).
+
+    Without ``max_new_tokens`` or any ``max_length`` (the call's, the config's, the model's),
+    ``max_length`` is the library's 20 counted as new tokens, as transformers 5 counts it: 20 new
+    tokens per input, fewer where the padded prompt plus 20 passes ``max_position_embeddings``.
+
+    Returns:
+        A :class:`Generation`: ``hypotheses[i]`` best first, and ``texts[i]`` with a tokenizer;
+        ``hypotheses.arrays()`` pads with ``pad_token_id`` (the call's or the model's), else
+        with the first eos id, as ``generate`` pads.
+
+    Raises:
+        ValueError / TypeError: before the model runs, naming the setting or argument at fault.
+    """
+    cfg = _config(model, generation_config, overrides)
+    rows = input_rows(inputs, attention_mask, tokenizer, "inputs")
+    in_vocab(model, rows, "inputs")
+    settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
+    prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
+    eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
+    dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
+                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
+    search = dict(settings, eos_token_id=dec.eos_token_id)
+    beams = search.pop("beam_size")
+    pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
+    if beams == 1:  # greedy: the argmax of each step until an eos (SPEC section 4 with one row)
+        search.pop("n_best")
+        hypotheses = run_plan(dec.step, dec.init_state, greedy_plan(dec.prompts, pad_token_id=pad, **search))
+    else:
+        hypotheses = beam_search_batch(dec.step, dec.init_state, dec.prompts, beam_size=beams, early_stop=True,
+                                       pad_token_id=pad, **search)
+    texts = None
+    if tokenizer is not None:
+        texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
+    return Generation(hypotheses, texts, settings)

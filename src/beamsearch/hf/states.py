@@ -1,0 +1,331 @@
+"""What the adapters hand the search, and the states they step: :class:`Prepared` (the
+``init_state``, ``step``, ``prompts`` and eos of one search), :class:`CausalState` and
+:class:`Seq2SeqState` with their ``select_state`` (rows reordered, the cache in place) and
+``concat_state`` (rows of searches at different steps joined: refill), registered when this
+module is imported; and what a joined state needs to be fed: whether a model's rows can keep their
+own decoder positions (:func:`joinable`, :func:`position_table`, :class:`RowPositions`) and
+whether its steps may pass a ready 4-D mask (:func:`mask_ready`, :func:`as_4d`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+
+from beamsearch.core.state import concat_state, pad_axis, select_state
+from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference, plain_layer, reorder_in_place, settled
+
+
+@dataclass
+class Prepared:
+    """What ``beam_search_batch`` takes to decode a batch with a ``transformers`` model.
+
+    Attributes:
+        init_state: one row per input.
+        step: ``step(state, y_prev [k]) -> (logits [k, V'], new state)``, V' = V, or V + 1 when
+            the search is given an eos the model never produces (``eos_token_id=None``).
+        prompts: the ``prompts`` argument: each input's prompt tokens (causal LM), or
+            ``[decoder_start_token_id]`` (encoder-decoder).
+        eos_token_id: the eos id, or the list of eos ids (the model's generation config may hold
+            several, as Llama 3, Qwen2.5 and Gemma do), to search with: pass it on as
+            ``eos_token_id`` to ``beam_search_batch`` (or as ``eos`` to ``beam_search_each``).
+        forward_seconds: time spent inside the model's forward so far (prefill included).
+        forward_calls: model forward calls so far.
+
+    A ``Prepared`` is for one search: the model extends its KV cache in place, and the search
+    reorders it in place (``select_state`` on the adapter's state), as ``generate`` does; a
+    second search from the same ``init_state`` is a ValueError saying so at its first step (call
+    :func:`causal_lm` / :func:`seq2seq_lm` again).
+    The model runs under ``torch.inference_mode``: the logits and states are inference tensors
+    (read them anywhere; clone one before writing into it outside inference mode).
+    """
+
+    init_state: Any
+    step: Any
+    prompts: list[list[int]]
+    eos_token_id: int | list[int]
+    forward_seconds: float = 0.0
+    forward_calls: int = 0
+
+
+class CausalState(NamedTuple):
+    """A decoder-only model's state; every tensor has one row per live hypothesis.
+
+    Rows may come from searches joined at different steps (refill, :func:`concat_state`): their
+    caches are then aligned by left padding, masked out in ``mask``, and each row keeps its own
+    positions, so the model computes for each row what it computes for it alone."""
+
+    cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]; t = columns
+    mask: torch.Tensor  # int64 [k, M], M > t: column j is 0 where cache column j is padding, 1 elsewhere
+    positions: torch.Tensor  # int64 [k]: the position of the next token each row feeds
+    columns: int  # t, the cache's length (every row's): the step's token goes to column t
+    furthest: int  # at least positions.max() (a bound kept on the host: no device sync per step)
+    first: torch.Tensor | None  # float [k, V]: logits of the prompt's last position, until used
+    pending: torch.Tensor | None  # bool [k]: rows whose next logits are ``first`` (None: every row, when first is set)
+    source: torch.Tensor  # int64 [k]: the input each row decodes (mask, positions, first, pending depend on it alone)
+
+
+class Seq2SeqState(NamedTuple):
+    """An encoder-decoder model's state; every tensor has one row per live hypothesis.
+
+    Rows may come from searches joined at different steps (refill, :func:`concat_state`): the
+    encoder side is then right-padded to the longest source (masked in ``encoder_mask``), the
+    decoder's self-attention cache left-padded to the longest (masked in ``mask``), each row keeps
+    its own decoder positions, and the cross-attention cache is recomputed for every row at the
+    next call."""
+
+    cache: EncoderDecoderCache
+    encoder_hidden: torch.Tensor  # float [k, S, d]
+    encoder_mask: torch.Tensor  # int64 [k, S]
+    fed: int  # decoder cache columns (every row's): the step's token goes to column fed
+    source: torch.Tensor  # int64 [k]: the source each row decodes (what the encoder-side rows depend on)
+    mask: torch.Tensor | None = None  # int64 [k, M], M >= fed: 0 on decoder cache columns that are padding (None: none are)
+    positions: torch.Tensor | None = None  # int64 [k]: the decoder position of each row's next token (None: fed)
+
+
+@select_state.register(CausalState)
+@inference
+def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
+    """Rows ``idx`` of the adapter's state. Its cache belongs to the one search that runs it, so
+    it is reordered in place, as ``generate``'s ``reorder_cache`` does: each old key/value
+    tensor is released as soon as its gathered copy exists (a whole second cache alive at once
+    costs 3 to 5 times the time in fresh memory).
+
+    When every new row decodes the input the row now at its position decodes (a beam that keeps
+    its width: every step after the first until an input stops), only the cache moves: the mask,
+    positions and prefill logits are the input's, and a cache that keeps the prompt in place
+    gathers only its generated columns."""
+    idx = torch.as_tensor(idx, device=state.mask.device)
+    source = state.source.index_select(0, idx)
+    same = source.shape == state.source.shape and torch.equal(source, state.source)
+    reorder_in_place(state.cache, idx, same)
+    if same:
+        return state
+    mask, columns = _drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
+    return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
+                       None if state.first is None else state.first.index_select(0, idx),
+                       None if state.pending is None else state.pending.index_select(0, idx), source)
+
+
+def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple[torch.Tensor, int]:
+    """Drop the leading cache columns that are padding for every row left (rows that joined a
+    refill search later were left-padded to the oldest row's length), so the cache does not keep
+    growing with the length of the whole run (full-attention caches only: a sliding-window layer
+    keeps its own window; a reorder waiting in a layer is not applied: it indexes rows, this
+    drops columns). Returns the mask ``[k, M]`` and the columns left."""
+    full = all(getattr(layer, "keys", None) is not None and layer.keys.dim() == 4 and layer.keys.shape[2] == columns
+               for layer in cache.layers)
+    lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
+    if lead:
+        for layer in cache.layers:
+            layer_: Any = layer
+            if isinstance(layer_, PromptLayer):
+                layer_.drop_leading(lead)
+            else:
+                layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
+    return mask[:, lead:], columns - lead
+
+
+@concat_state.register(CausalState)
+@inference
+def _concat_causal_states(states: list[CausalState]) -> CausalState:
+    """The rows of several states (searches at different steps) in one state: every layer's keys
+    and values left-padded with zeros to the longest cache, the mask with 0 on those columns
+    (and right-padded with 1, the columns of tokens to come, to the widest), positions per row as
+    they were. Rows of a state whose prompt logits are unused yet keep them (``pending``)."""
+    t = max(s.columns for s in states)
+    for s in states:
+        settled(s.cache)
+    cache = copy.copy(states[0].cache)
+    cache.layers = []
+    for i, layer in enumerate(states[0].cache.layers):
+        keys = torch.cat(pad_axis([s.cache.layers[i].keys for s in states], 2, 0.0, side="left"))
+        values = torch.cat(pad_axis([s.cache.layers[i].values for s in states], 2, 0.0, side="left"))
+        if isinstance(layer, PromptLayer):  # the rows of several searches share no prompt columns
+            cache.layers.append(plain_layer(keys, values))
+            continue
+        if isinstance(layer, DeferredLayer):
+            cache.layers.append(plain_layer(keys, values, DeferredLayer))
+            continue
+        new = copy.copy(layer)
+        new.keys, new.values = keys, values
+        cache.layers.append(new)
+    mask = _joined_mask([s.mask for s in states], [s.columns for s in states])
+    first = pending = None
+    if any(s.first is not None for s in states):
+        like = next(s.first for s in states if s.first is not None)
+        first = torch.cat([like.new_zeros(s.mask.shape[0], like.shape[1]) if s.first is None else s.first
+                           for s in states])
+        pending = torch.cat([s.mask.new_full((s.mask.shape[0],), s.first is not None, dtype=torch.bool)
+                             if s.pending is None or s.first is None else s.pending for s in states])
+    return CausalState(cache, mask, torch.cat([s.positions for s in states]), t, max(s.furthest for s in states),
+                       first, pending, _joined_sources([s.source for s in states]))
+
+
+def _joined_mask(masks: list[torch.Tensor], columns: list[int]) -> torch.Tensor:
+    """Masks ``[n_i, M_i]`` of states with ``columns[i]`` cache columns, as one ``[sum n_i, M]``:
+    each left-padded with 0 to the most columns (their caches are left-padded so), then
+    right-padded with 1 (the columns of tokens to come) to the widest."""
+    t = max(columns)
+    masks = [torch.cat([m.new_zeros(m.shape[0], t - c), m], dim=1) for m, c in zip(masks, columns)]
+    return torch.cat(pad_axis(masks, 1, 1, side="right"))
+
+
+def _joined_sources(sources: list[torch.Tensor]) -> torch.Tensor:
+    """Each state numbers its own inputs from 0: the states' ``source`` rows renumbered apart."""
+    out, offset = [], 0
+    for source in sources:
+        out.append(source + offset)
+        offset += int(source.max()) + 1 if source.numel() else 0
+    return torch.cat(out)
+
+
+@select_state.register(Seq2SeqState)
+@inference
+def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
+    """Rows ``idx`` of the adapter's state; its cache reordered in place (see the causal one).
+
+    The encoder-side rows (cross-attention keys and values, encoder output and mask) depend only
+    on the source: when every new row decodes the same source as the row now at its position (a
+    beam that keeps its width, so every step after the first), they are left as they are, where
+    ``generate`` gathers them every step."""
+    idx = torch.as_tensor(idx, device=state.encoder_mask.device)
+    reorder_in_place(state.cache.self_attention_cache, idx)
+    source = state.source.index_select(0, idx)
+    if source.shape == state.source.shape and torch.equal(source, state.source):
+        return state
+    reorder_in_place(state.cache.cross_attention_cache, idx)
+    mask, positions, fed = state.mask, state.positions, state.fed
+    if mask is not None and positions is not None:
+        mask, fed = _drop_leading(state.cache.self_attention_cache, mask.index_select(0, idx), fed)
+        positions = positions.index_select(0, idx)
+    return Seq2SeqState(state.cache, state.encoder_hidden.index_select(0, idx),
+                        state.encoder_mask.index_select(0, idx), fed, source, mask, positions)
+
+
+@concat_state.register(Seq2SeqState)
+@inference
+def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
+    """The rows of several states (searches at different steps) in one state: the encoder output
+    and mask right-padded to the longest source, the decoder's self-attention keys and values
+    left-padded with zeros to the longest (masked in ``mask``), positions per row as they were;
+    the cross-attention cache is left empty, so the next call computes it for every row from the
+    encoder output (it is a function of that alone)."""
+    t = max(s.fed for s in states)
+    for s in states:
+        settled(s.cache.self_attention_cache)
+    like = next((s for s in states if s.fed), None)
+    self_cache = copy.copy(states[0].cache.self_attention_cache)
+    self_cache.layers = []
+    for i in range(len(states[0].cache.self_attention_cache.layers)):
+        if like is None:  # no state has fed a token: nothing cached yet
+            self_cache.layers.append(DynamicLayer())
+            continue
+        ref = like.cache.self_attention_cache.layers[i].keys
+        parts = []
+        for s in states:
+            layer: Any = s.cache.self_attention_cache.layers[i]
+            if s.fed:
+                parts.append((layer.keys, layer.values))
+            else:
+                empty = ref.new_zeros((s.source.shape[0], ref.shape[1], 0, ref.shape[3]))
+                parts.append((empty, empty))
+        keys = torch.cat(pad_axis([k for k, _ in parts], 2, 0.0, side="left"))
+        values = torch.cat(pad_axis([v for _, v in parts], 2, 0.0, side="left"))
+        self_cache.layers.append(plain_layer(keys, values))
+    cross = copy.copy(states[0].cache.cross_attention_cache)
+    cross.layers = [DynamicLayer() for _ in states[0].cache.cross_attention_cache.layers]
+    hidden = torch.cat(pad_axis([s.encoder_hidden for s in states], 1, 0.0, side="right"))
+    encoder_mask = torch.cat(pad_axis([s.encoder_mask for s in states], 1, 0, side="right"))
+    sources = _joined_sources([s.source for s in states])
+    if all(s.fed == t and s.mask is None for s in states):  # one step, no padding: the plain state
+        return Seq2SeqState(EncoderDecoderCache(self_cache, cross), hidden, encoder_mask, t, sources)
+    ones = [s.mask if s.mask is not None else s.encoder_mask.new_ones(s.source.shape[0], s.fed) for s in states]
+    positions = [s.positions if s.positions is not None else s.source.new_full(s.source.shape, s.fed) for s in states]
+    return Seq2SeqState(EncoderDecoderCache(self_cache, cross), hidden, encoder_mask, t, sources,
+                        _joined_mask(ones, [s.fed for s in states]), torch.cat(positions))
+
+
+def joinable(model: Any) -> bool:
+    """Whether states of ``seq2seq_lm`` for ``model`` at different steps can be joined (refill):
+    the decoder's absolute positions come from a table whose row for position p is known (BART
+    and mBART: row p + 2; Marian and Pegasus: row p), so each row's can be read, or it has
+    relative positions only (T5), which padding on the left does not change. Any other decoder
+    (FSMT, M2M100 / NLLB, ...) is not joinable: decode it in fixed batches. Decoder-only models
+    always can (:func:`causal_lm`)."""
+    if not model.config.is_encoder_decoder:
+        return True
+    return position_table(model) is not None or _relative_positions(model)
+
+
+_TABLE_OFFSETS = {"BartLearnedPositionalEmbedding": 2, "MBartLearnedPositionalEmbedding": 2,
+                  "MarianSinusoidalPositionalEmbedding": 0, "PegasusSinusoidalPositionalEmbedding": 0}
+"""Position tables whose row for decoder position p is row ``p + offset`` (their forward reads
+``position_ids + offset``; tested in tests/test_hf_refill.py)."""
+
+
+def position_table(model: Any) -> tuple[torch.nn.Embedding, int] | None:
+    """The decoder's position table and its offset, when it is one of :data:`_TABLE_OFFSETS`."""
+    table = getattr(model.get_decoder(), "embed_positions", None)
+    offset = _TABLE_OFFSETS.get(type(table).__name__)
+    if not isinstance(table, torch.nn.Embedding) or offset is None:
+        return None
+    return table, offset
+
+
+def _relative_positions(model: Any) -> bool:
+    return getattr(model.get_decoder(), "embed_positions", None) is None and \
+        getattr(model.config, "relative_attention_num_buckets", None) is not None
+
+
+_MASK_READY_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3", "bart", "mbart", "marian", "pegasus"})
+"""Model types whose forward takes a 4-D attention mask as it is (``masking_utils`` returns a 4-D
+mask untouched) and applies it in every attention layer alike: the step passes them the boolean
+``[k, 1, 1, t+1]`` mask that ``sdpa_mask`` would build for one query token, which skips the
+model's own mask construction at every step (about 6% of a step of a small model on the CPU).
+Each type is tested against the same search with the model's own mask (tests/test_hf_models.py,
+tests/test_hf_refill.py); GPT-2, Llama, Qwen2, Qwen3, BART and Marian also against ``generate``."""
+
+
+def mask_ready(model: Any, cache: DynamicCache) -> bool:
+    """Whether the steps may pass a ready 4-D boolean mask (:data:`_MASK_READY_TYPES`): the model
+    is on the CPU and uses sdpa attention, and every layer of its (self-attention) cache is full
+    attention (a sliding-window layer needs the model's own windowed mask). On an accelerator
+    the model's own mask is kept: with no padding it passes sdpa none, which lets a GPU take its
+    fastest (flash) kernel, where any mask, even all True, rules it out."""
+    cfg = model.config
+    return (cfg.model_type in _MASK_READY_TYPES and getattr(cfg, "_attn_implementation", None) == "sdpa"
+            and next(model.parameters()).device.type == "cpu"
+            and all(isinstance(layer, (DeferredLayer, PromptLayer)) for layer in cache.layers))
+
+
+def as_4d(mask: torch.Tensor) -> torch.Tensor:
+    """int64 ``[k, L]`` (1 on tokens) -> bool ``[k, 1, 1, L]``: for one query token, the mask
+    ``sdpa_mask`` builds (True: attended)."""
+    return mask[:, None, None, :].bool()
+
+
+class RowPositions:
+    """While in use, the decoder's position table gives each row its own position (``positions``
+    ``[k]``): a forward hook replaces the table's output (one position for all rows, from the
+    cache length) by the rows of the table at ``positions + offset`` (BART's table is offset by 2)."""
+
+    def __init__(self, table: tuple[torch.nn.Embedding, int] | None, positions: torch.Tensor) -> None:
+        self.table, self.positions = table, positions  # the table and offset of position_table, or None
+        self.handle: Any = None
+
+    def __enter__(self) -> None:
+        if self.table is not None:
+            table, offset = self.table
+            rows = self.positions[:, None] + offset  # --> [k, 1]
+            self.handle = table.register_forward_hook(
+                lambda module, args, out: torch.nn.functional.embedding(rows, module.weight).to(out.dtype))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+
