@@ -17,6 +17,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
+from transformers import GenerationConfig  # noqa: E402
+
 from beamsearch import beam_search_batch  # noqa: E402
 from beamsearch.hf import causal_lm, generate, seq2seq_lm  # noqa: E402
 from test_hf_models import EOS, PAD, PROMPTS, build, theirs  # noqa: E402
@@ -227,7 +229,19 @@ class Counting:
 
 BAD_SETTINGS = [
     (dict(num_beemz=3), TypeError, "not GenerationConfig fields: \\['num_beemz'\\]"),
-    (dict(num_beam_groups=2, diversity_penalty=0.5), ValueError, "not supported.*num_beam_groups"),
+    (dict(num_beams=4, num_beam_groups=2, force_words_ids=[[5]]), ValueError,
+     "different modes: force_words_ids=\\[\\[5\\]\\] ask for mode 'constrained'; num_beam_groups=2 ask for mode "
+     "'diverse'"),
+    (dict(mode="beam", num_beams=4, num_beam_groups=2), ValueError,
+     "mode='beam' does not take num_beam_groups=2 \\(options of mode 'diverse'\\)"),
+    (dict(mode="exact", num_beams=4), ValueError, "mode 'exact' does not take num_beams=4: "),
+    (dict(mode="stochastic", length_penalty=2.0, k=2), ValueError, "mode 'stochastic' does not take length_penalty=2.0"),
+    (dict(mode="stochastic"), ValueError, "mode 'stochastic' needs k="),
+    (dict(mode="beem"), ValueError, "mode must be one of beam, greedy, .*; got 'beem'"),
+    (dict(mode="diverse", num_beams=4, num_beam_groups=3), ValueError, "num_groups must divide beam_size=4"),
+    (dict(num_beams=4, force_words_ids=[[5, 3]]), ValueError, "must not hold an eos id"),
+    (dict(constraints=[[[5]]] * 4, num_beams=2, generation_config=GenerationConfig(constraints=["x"])), ValueError,
+     "constraints are transformers Constraint objects"),
     (dict(penalty_alpha=0.6, top_k=4), ValueError, "not supported.*penalty_alpha"),
     (dict(num_beams=2, num_return_sequences=3), ValueError, "num_return_sequences"),
     (dict(num_beams=0), ValueError, "num_beams"),
@@ -384,3 +398,98 @@ def test_a_source_id_outside_the_vocabulary_is_refused_before_the_encoder():
     with pytest.raises(ValueError, match=r"sources\[0\]\[2\] must be in \[0, V\) with V=61 .*got 99"):
         seq2seq_lm(model, [[5, 17, 99]])
     assert calls == []
+
+
+def direct(model, function, **keywords):
+    """``function`` (a library search) over ``hf.causal_lm``'s step on PROMPTS: the documented way
+    that ``generate(mode=...)`` stands for."""
+    dec = causal_lm(model, PROMPTS, max_new_tokens=6)
+    return function(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=6,
+                    length_penalty="power", alpha=1.0, pad_token_id=PAD, **keywords)
+
+
+def test_generates_former_group_and_constraint_settings_run_those_modes():
+    """num_beam_groups + diversity_penalty run diverse beam search and force_words_ids (each
+    input, a word or a list of alternatives) constrained beam search, with generate's length
+    normalization (power, length_penalty): the same hypotheses as the library functions over
+    the adapter's step; every finished output holds the forced word and one of the alternatives
+    (checked on the tokens, independently of the search)."""
+    from beamsearch import AnyOf, constrained_beam_search, diverse_beam_search
+
+    model = build("gpt2")
+    got = generate(model, PROMPTS, num_beams=4, num_beam_groups=2, diversity_penalty=1.5, num_return_sequences=4,
+                   max_new_tokens=6)
+    assert got.mode == "diverse" and got.settings["num_groups"] == 2
+    assert_same_hypotheses(got.hypotheses, direct(model, diverse_beam_search, beam_size=4, n_best=4, num_groups=2,
+                                                  diversity_penalty=1.5), tol=FLOAT32)
+    words = [[11, 12], [[30], [31, 32]]]
+    got = generate(model, PROMPTS, num_beams=3, force_words_ids=words, num_return_sequences=2, max_new_tokens=6)
+    assert got.mode == "constrained"
+    expected = direct(model, constrained_beam_search, beam_size=3, n_best=2,
+                      constraints=[[[11, 12], AnyOf([30], [31, 32])]] * len(PROMPTS))
+    assert_same_hypotheses(got.hypotheses, expected, tol=FLOAT32)
+
+    def holds(tokens, phrase):
+        return any(tokens[i:i + len(phrase)] == phrase for i in range(len(tokens)))
+
+    finished = [h for hyps in got.hypotheses for h in hyps if h.finished]
+    assert finished
+    for h in finished:
+        assert holds(h.tokens, [11, 12]) and (holds(h.tokens, [30]) or holds(h.tokens, [31, 32]))
+
+
+def test_every_registered_mode_runs_from_one_keyword_with_its_own_options():
+    """mode= runs any registered mode, its own options as keywords: the same hypotheses as the
+    library function; exact search's best scores at least beam search's (it is exact)."""
+    from beamsearch import exact_search, stochastic_beam_search
+
+    model = build("gpt2")
+    got = generate(model, PROMPTS, mode="stochastic", k=3, seed=7, max_new_tokens=6)
+    dec = causal_lm(model, PROMPTS, max_new_tokens=6)
+    expected = stochastic_beam_search(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
+                                      max_steps=6, k=3, seed=7, pad_token_id=PAD)
+    assert got.mode == "stochastic"
+    assert_same_hypotheses(got.hypotheses, expected, tol=FLOAT32)
+    exact = generate(model, PROMPTS, mode="exact", node_budget=5000, num_return_sequences=2, max_new_tokens=6)
+    assert_same_hypotheses(exact.hypotheses, direct(model, exact_search, n_best=2, node_budget=5000), tol=FLOAT32)
+    beam = generate(model, PROMPTS, num_beams=2, max_new_tokens=6)
+    for e, b in zip(exact.hypotheses, beam.hypotheses):
+        assert e[0].score >= b[0].score - 1e-5
+
+
+def test_a_mode_registered_later_reaches_generate_without_edits():
+    """A mode added to the registry (beam search whose own option sets the temperature) runs
+    through generate(mode=) with its option; equal to beam_search_batch at that temperature."""
+    import dataclasses
+
+    from beamsearch.core.config import control
+    from beamsearch.core.mode import Mode
+    from beamsearch.modes import registry
+
+    @dataclasses.dataclass(frozen=True)
+    class SharpOptions:
+        sharpness: float = control(2.0, "logits multiplied by S", metavar="S")
+
+    def sharp_search(step_fn, init_state, prompts, *, sharpness=2.0, **keywords):
+        return beam_search_batch(step_fn, init_state, prompts, temperature=1.0 / sharpness, **keywords)
+
+    registry.register(Mode("sharp", "beam search at temperature 1/S", sharp_search, options=SharpOptions,
+                           batch=lambda *a, **k: None, rows=lambda keywords: keywords["beam_size"],
+                           sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id")))
+    try:
+        model = build("gpt2")
+        got = generate(model, PROMPTS, mode="sharp", sharpness=4.0, num_beams=3, max_new_tokens=6)
+        assert got.mode == "sharp"
+        assert_same_hypotheses(got.hypotheses, direct(model, beam_search_batch, beam_size=3, temperature=0.25),
+                               tol=FLOAT32)
+    finally:
+        registry.MODES.pop("sharp")
+
+
+def test_a_setting_of_the_models_config_that_the_mode_does_not_take_is_named_and_not_used():
+    model = build("gpt2")
+    model.generation_config.num_beams = 4
+    with pytest.warns(UserWarning, match="mode 'stochastic' does not take the model's generation settings "
+                                         "\\{'num_beams': 4\\}"):
+        got = generate(model, PROMPTS, mode="stochastic", k=2, seed=0, max_new_tokens=4)
+    assert all(len(hyps) == 2 for hyps in got.hypotheses)

@@ -35,7 +35,8 @@ def _flag_type(annotation: str) -> Any:
 def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annotation: str, owner: str) -> None:
     """One flag (and its older spellings) for option ``name``; its value is None unless given."""
     shown = "" if default is None or default == () else f" (default {default})"
-    read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf else ""
+    # decode reads a saved generation config's shared settings (hf_defaults); a mode's own are read by hf.generate
+    read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf and not owner else ""
     text = f"{owner}{c.help}{shown}{read}"
     names = (flag(name), *c.aliases)
     if annotation.startswith("bool"):

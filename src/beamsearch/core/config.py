@@ -40,8 +40,10 @@ class Control:
         choices: the values it takes, where they are a few names.
         aliases: older spellings of its flag, still accepted (``--beam`` for ``--beam-size``).
         required: a search cannot run without it.
-        hf: the ``transformers`` ``GenerationConfig`` setting it is read from (``num_beams`` for
-            ``beam_size``; see :func:`beamsearch.hf.search_settings`), where there is one.
+        hf: the ``transformers`` ``GenerationConfig`` setting it is read from, where there is one:
+            ``num_beams`` for ``beam_size`` (:func:`beamsearch.hf.search_settings`; ``decode
+            --model hf:DIR`` reads these too), ``num_beam_groups`` for a mode's ``num_groups``
+            (:func:`beamsearch.hf.generate`, which also picks the mode by them).
     """
 
     help: str

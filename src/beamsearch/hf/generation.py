@@ -19,11 +19,10 @@ from transformers import GenerationConfig
 from beamsearch.core import validate as check
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.hypothesis import BatchResults
-from beamsearch.core.plan import run_plan
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
-from beamsearch.modes.beam import beam_search_batch, greedy_plan
+from beamsearch.hf.modes import choose_mode, mode_keywords, own_options
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
 
@@ -62,20 +61,24 @@ class Generation:
             (new tokens only, eos included iff finished), best first.
         texts: per input, each hypothesis's tokens decoded by the tokenizer (special tokens
             skipped), or None when no tokenizer was given.
-        settings: the search the generation config was mapped to: ``beam_search_batch``'s
-            keywords (``beam_size``, ``n_best``, ``max_steps`` (one per input), ``alpha``,
-            ``length_penalty``, ``eos_token_id``, ``min_new_tokens``, ``no_repeat_ngram_size``,
-            ``logits_processors``, ``stop_sequences``); ``beam_size == 1`` is greedy decoding.
+        settings: the search the generation config was mapped to: the keywords ``mode``'s
+            function got (beam search: ``beam_size``, ``n_best``, ``max_steps`` (one per input),
+            ``alpha``, ``length_penalty``, ``eos_token_id``, ``min_new_tokens``,
+            ``no_repeat_ngram_size``, ``logits_processors``, ``stop_sequences``, ``early_stop``;
+            greedy decoding: the same but the sizes and ``early_stop``; a mode's own options),
+            the model's step, state and prompts aside.
+        mode: the registered search mode that ran (``"greedy"``, ``"beam"``, ``"diverse"``, ...).
     """
 
     hypotheses: BatchResults
     texts: list[list[str]] | None
     settings: dict[str, Any]
+    mode: str = "beam"
 
 
 # settings of a GenerationConfig that this adapter cannot honour: set away from their default,
 # they are a ValueError naming them
-_UNSUPPORTED = ("num_beam_groups", "diversity_penalty", "constraints", "force_words_ids", "penalty_alpha",
+_UNSUPPORTED = ("constraints", "penalty_alpha",
                 "guidance_scale", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty",
                 "exponential_decay_length_penalty", "max_time", "remove_invalid_values", "watermarking_config",
                 "prompt_lookup_num_tokens", "assistant_early_exit", "dola_layers", "token_healing")
@@ -94,9 +97,11 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
     cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
     cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
     cfg.update(**_defaults(), defaults_only=True)
-    unknown = cfg.update(**overrides)
+    unknown = sorted(name for name in overrides if not hasattr(cfg, name))
     if unknown:
-        raise TypeError(f"generate() got settings that are not GenerationConfig fields: {sorted(unknown)}")
+        raise TypeError(f"generate() got settings that are not GenerationConfig fields: {unknown}")
+    for name, value in overrides.items():  # not cfg.update: its checks are generate's modes' (this call's
+        setattr(cfg, name, value)           # settings are checked by the search the mode runs)
     return cfg
 
 
@@ -119,12 +124,15 @@ def _refuse_unsupported(cfg: GenerationConfig) -> None:
     unsupported = {name: getattr(cfg, name, None) for name in _UNSUPPORTED
                    if getattr(cfg, name, None) != default.get(name)}
     if unsupported:
-        raise ValueError(f"these generation settings are not supported by beamsearch.hf.generate: {unsupported}")
+        hint = ("; constraints are transformers Constraint objects: give force_words_ids, or constraints= as "
+                "constrained_beam_search takes them (one list per input)" if "constraints" in unsupported else "")
+        raise ValueError(f"these generation settings are not supported by beamsearch.hf.generate: {unsupported}"
+                         f"{hint}")
     if cfg.do_sample:
         sampled = {name: getattr(cfg, name) for name in _SAMPLING if getattr(cfg, name, None) is not None}
-        warnings.warn(f"do_sample=True: beamsearch decodes deterministically (greedy or beam search), so "
-                      f"do_sample and the sampling settings {sampled} are not used; pass do_sample=False to "
-                      "silence this", stacklevel=3)
+        warnings.warn(f"do_sample=True: beamsearch does not sample as generate does, so do_sample and the "
+                      f"sampling settings {sampled} are not used (mode='stochastic' with k= and seed= samples "
+                      "without replacement); pass do_sample=False to silence this", stacklevel=3)
 
 
 def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool,
@@ -217,11 +225,6 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     eos, extra = search_eos(model, cfg.eos_token_id)
     eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
     common = search_settings(cfg)
-    beams, n_best = common["beam_size"], common["n_best"]
-    if n_best > beams:
-        raise ValueError(f"num_return_sequences={n_best} must be at most num_beams={beams}")
-    if beams == 1:
-        common["alpha"] = 0.0
     new = None
     if default_length and cfg.max_new_tokens is None:
         width = 1 if encoder_decoder else max((len(r) for r in rows), default=0)
@@ -232,7 +235,7 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     del common["max_new_tokens"]
     return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
             "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder),
-            "stop_sequences": _stop_sequences(cfg, tokenizer)}
+            "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
 def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
@@ -254,7 +257,9 @@ def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
             ``length_penalty``, ``num_beams=0``, ...).
     """
     cfg = copy.deepcopy(generation_config)
-    cfg.update(**_defaults(), defaults_only=True)  # its unset fields: generate's defaults
+    for name, value in _defaults().items():  # its unset fields: generate's defaults (not cfg.update, whose
+        if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
+            setattr(cfg, name, value)
     beams = check.at_least("num_beams", cfg.num_beams, 1)
     alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
     if alpha < 0:
@@ -314,13 +319,15 @@ def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
 
 @inference
 def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
-             attention_mask: Any = None, **overrides: Any) -> Generation:
+             attention_mask: Any = None, mode: str | None = None, **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
     ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
     differ").
 
     The settings honoured: ``num_beams`` (1: greedy; more: :func:`beamsearch.beam_search_batch`),
-    ``num_return_sequences`` (n_best), ``length_penalty`` (the power penalty
+    ``num_beam_groups`` and ``diversity_penalty`` (:func:`beamsearch.diverse_beam_search`),
+    ``force_words_ids`` (:func:`beamsearch.constrained_beam_search`; every input must contain
+    each word, a list of alternative words: one of them), ``num_return_sequences`` (n_best), ``length_penalty`` (the power penalty
     ``logprob / len ** length_penalty``), ``max_new_tokens`` / ``max_length``,
     ``min_new_tokens`` / ``min_length``, ``eos_token_id`` (one id or several),
     ``no_repeat_ngram_size``, ``bad_words_ids``, ``repetition_penalty``, ``sequence_bias``,
@@ -340,7 +347,17 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
             ``stop_strings``.
         generation_config: a ``GenerationConfig``; default ``model.generation_config``.
         attention_mask: with a tensor of ``inputs`` only.
-        **overrides: generation settings that replace the config's (``num_beams=4``, ...).
+        mode: a registered search mode (``beamsearch.modes.registry.MODES``: ``"beam"``,
+            ``"greedy"``, ``"constrained"``, ``"diverse"``, ``"stochastic"``, ``"exact"``, and any
+            registered later); default: the one the settings ask for (``num_beam_groups``:
+            diverse, ``force_words_ids`` or ``constraints=``: constrained, ``num_beams=1``:
+            greedy, else beam search). A shared setting the mode does not take is an error when
+            the call sets it (``num_beams`` with ``mode="exact"``), and is not used, with a
+            warning, when it comes from the model's generation config.
+        **overrides: generation settings that replace the config's (``num_beams=4``, ...), and
+            the mode's own options by their names (``constraints`` (one list per input, as
+            :func:`beamsearch.constrained_beam_search` takes them), ``ordered``, ``num_groups``,
+            ``diversity_penalty``, ``k``, ``seed``, ``node_budget``, ``seed_beam``, ...).
 
     Without ``max_new_tokens`` or any ``max_length`` (the call's, the config's, the model's),
     ``max_length`` is the library's 20 counted as new tokens, as transformers 5 counts it: 20 new
@@ -354,24 +371,28 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
     Raises:
         ValueError / TypeError: before the model runs, naming the setting or argument at fault.
     """
+    given = own_options(overrides)
     cfg = _config(model, generation_config, overrides)
+    explicit = set(overrides) | set(generation_config.to_diff_dict() if generation_config is not None else ())
     rows = input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
     settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
-    prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
+    spec = choose_mode(mode, cfg, _defaults(), given)
+    if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
+        raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
+    search = mode_keywords(spec, settings, cfg, _defaults(), given, explicit, len(rows))
+    if spec.takes("pad_token_id"):
+        search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
+    encoder_decoder = bool(model.config.is_encoder_decoder)
+    if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (its plan is rebuilt)
+        spec.plan([[0]] * len(rows) if encoder_decoder else rows, **search)
+    prepare = seq2seq_lm if encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
-    search = dict(settings, eos_token_id=dec.eos_token_id)
-    beams = search.pop("beam_size")
-    pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
-    if beams == 1:  # greedy: the argmax of each step until an eos (SPEC section 4 with one row)
-        search.pop("n_best")
-        hypotheses = run_plan(dec.step, dec.init_state, greedy_plan(dec.prompts, pad_token_id=pad, **search))
-    else:
-        hypotheses = beam_search_batch(dec.step, dec.init_state, dec.prompts, beam_size=beams, early_stop=True,
-                                       pad_token_id=pad, **search)
+    search["eos_token_id"] = dec.eos_token_id
+    hypotheses = spec.function(dec.step, dec.init_state, dec.prompts, **search)
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
-    return Generation(hypotheses, texts, settings)
+    return Generation(hypotheses, texts, search, spec.name)

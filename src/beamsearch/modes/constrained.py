@@ -207,7 +207,8 @@ class ConstrainedOptions:
 
     constraints: Any = control((), "every output contains TEXT (target tokens); repeatable; a JSON line's own "
                                    "constraints (texts, or lists of texts for alternatives) replace these",
-                               metavar="TEXT", texts=True, aliases=("--constraint",))
+                               metavar="TEXT", texts=True, aliases=("--constraint",),
+                               hf="force_words_ids")
     ordered: bool = control(False, "the constraints appear in the given order", aliases=("--ordered-constraints",))
 
 

@@ -118,8 +118,9 @@ class DiverseOptions:
     """The options of diverse beam search, beside the shared controls and sizes."""
 
     num_groups: int | None = control(None, "groups (divides the beam size)", metavar="G", required=True,
-                                     aliases=("--groups",))
-    diversity_penalty: float | None = control(None, "the Hamming diversity penalty", metavar="P", required=True)
+                                     aliases=("--groups",), hf="num_beam_groups")
+    diversity_penalty: float | None = control(None, "the Hamming diversity penalty", metavar="P", required=True,
+                                             hf="diversity_penalty")
 
 
 DIVERSE = Mode("diverse", "diverse beam search: groups of the beam kept apart by a diversity penalty",

@@ -1,0 +1,143 @@
+"""Which registered search mode a :func:`beamsearch.hf.generate` call runs, and the keywords it
+gets: the registry (:mod:`beamsearch.modes.registry`) read for ``generate``'s settings.
+
+The mode: ``mode=NAME`` names any registered one; without it, the settings choose, as
+``model.generate``'s did: a mode's own option given as a keyword (``constraints=``, ``seed=``,
+...), or the ``GenerationConfig`` setting that option's :class:`~beamsearch.core.config.Control`
+names (``hf=``: ``num_beam_groups`` / ``diversity_penalty`` for diverse beam search,
+``force_words_ids`` for constrained beam search) set away from ``generate``'s default, selects its
+mode; otherwise ``num_beams=1`` is greedy decoding and more beams are beam search.
+
+The keywords: the shared controls the mode takes (:meth:`~beamsearch.core.mode.Mode.takes`); a
+shared control it does not take, with its setting away from ``generate``'s default, is an error
+when the call set it, and is left out with a warning naming it when it came from the model's
+generation config; then the mode's own options (a keyword of their name, else their
+``GenerationConfig`` setting).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Mapping
+
+from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.mode import Mode
+from beamsearch.modes.constrained import AnyOf
+from beamsearch.modes.registry import MODES, mode as registered
+
+__all__ = ["choose_mode", "mode_keywords", "own_options"]
+
+# the GenerationConfig setting each shared control is read from (num_beams for beam_size, ...)
+_SETTING = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
+
+
+def own_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Take out of ``overrides`` (in place) the keywords that are a registered mode's own
+    options; they are not ``GenerationConfig`` settings, or mean the mode's option here."""
+    names = {name for spec in MODES.values() for name in spec.own}
+    return {name: overrides.pop(name) for name in list(overrides) if name in names}
+
+
+def _asked(cfg: Any, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, list[str]]:
+    """mode name -> the keywords and settings of the call that ask for it."""
+    asked: dict[str, list[str]] = {}
+    for spec in MODES.values():
+        for name, (_, c) in spec.own.items():
+            if name in given:
+                asked.setdefault(spec.name, []).append(f"{name}=")
+            elif c.hf and getattr(cfg, c.hf, None) != defaults.get(c.hf):
+                asked.setdefault(spec.name, []).append(f"{c.hf}={getattr(cfg, c.hf)!r}")
+    return asked
+
+
+def choose_mode(mode: str | None, cfg: Any, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> Mode:
+    """The mode a call runs (see the module's docstring).
+
+    Args:
+        mode: ``generate``'s ``mode=``: a registered name, or None.
+        cfg: the call's resolved ``GenerationConfig``.
+        defaults: ``generate``'s default for each setting.
+        given: the modes' own options passed as keywords (:func:`own_options`).
+
+    Raises:
+        ValueError: an unregistered name (the registered ones listed), or settings that ask for
+            another mode than ``mode`` (or for two modes), each named.
+    """
+    asked = _asked(cfg, defaults, given)
+    if mode is not None:
+        spec = registered(mode)
+        others = {m: s for m, s in asked.items() if m != spec.name}
+        if others:
+            m, settings = next(iter(others.items()))
+            raise ValueError(f"mode={mode!r} does not take {', '.join(settings)} (options of mode {m!r})")
+        return spec
+    if len(asked) > 1:
+        named = "; ".join(f"{', '.join(s)} ask for mode {m!r}" for m, s in asked.items())
+        raise ValueError(f"these settings ask for different modes: {named}")
+    if asked:
+        return MODES[next(iter(asked))]
+    return MODES["greedy" if cfg.num_beams == 1 else "beam"]
+
+
+def _forced_words(value: Any, n_inputs: int) -> list[list[Any]]:
+    """``force_words_ids`` (``generate``'s form, for every input: a list whose items are a word's
+    ids, or a list of alternative words' ids) as the constrained mode's ``constraints`` (one
+    list per input; an item of alternatives is an :class:`AnyOf`)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"force_words_ids must be a list of token-id lists; got {value!r:.80}")
+    words = [AnyOf(*item) if isinstance(item, (list, tuple)) and item and all(
+        isinstance(w, (list, tuple)) for w in item) else item for item in value]
+    return [list(words) for _ in range(n_inputs)]
+
+
+# a GenerationConfig setting read into a mode's option in a form of its own
+_FROM_SETTING = {"force_words_ids": _forced_words}
+
+
+def mode_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: Mapping[str, Any],
+                  given: Mapping[str, Any], explicit: set[str], n_inputs: int) -> dict[str, Any]:
+    """The keywords ``spec.function`` gets.
+
+    Args:
+        spec: the mode (:func:`choose_mode`).
+        settings: the shared controls and sizes read from the config (``beam_size``, ``alpha``,
+            ``max_steps``, ``logits_processors``, ..., and ``early_stop``).
+        cfg, defaults, given: as for :func:`choose_mode`.
+        explicit: the settings this call set (its keywords and its ``generation_config``'s).
+        n_inputs: N, for the options given once for every input.
+
+    Raises:
+        ValueError: a setting of the call that the mode does not take (named with the mode's
+            reason), or an option the mode needs and nobody gave.
+    """
+    out: dict[str, Any] = {}
+    dropped = {}
+    for name, value in settings.items():
+        if spec.takes(name):
+            out[name] = value
+            continue
+        setting = _SETTING.get(name)
+        if setting is None or getattr(cfg, setting) == defaults.get(setting):
+            continue  # generate's default, or a keyword of the search no setting gives (early_stop)
+        if setting in explicit:
+            why = spec.refused.get(name, "it is not one of its options")
+            raise ValueError(f"mode {spec.name!r} does not take {setting}={getattr(cfg, setting)!r}: {why}")
+        dropped[setting] = getattr(cfg, setting)
+    if dropped:
+        warnings.warn(f"mode {spec.name!r} does not take the model's generation settings {dropped}; they are "
+                      "not used", stacklevel=4)
+    out.update(spec.defaults)
+    for name, (_, c) in spec.own.items():
+        if name in given:
+            out[name] = given[name]
+        elif c.hf and getattr(cfg, c.hf, None) is not None:  # the mode is chosen: its setting, even at the default
+            value = getattr(cfg, c.hf)
+            out[name] = _FROM_SETTING[c.hf](value, n_inputs) if c.hf in _FROM_SETTING else value
+    needed = [p.name for p in inspect.signature(spec.function).parameters.values()
+              if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in out]
+    if needed:
+        c = spec.own[needed[0]][1] if needed[0] in spec.own else None
+        also = f" (or generate's {c.hf})" if c is not None and c.hf else ""
+        raise ValueError(f"mode {spec.name!r} needs {needed[0]}={also}")
+    return out
