@@ -2,6 +2,12 @@
 
     python benchmarks/bench_versions.py                 # this checkout against commit ec589ab (v1)
     python benchmarks/bench_versions.py --base REV      # against another revision
+    python benchmarks/bench_versions.py --base REV --script bench_corpus.py -- --quick
+        # each revision's own copy of a benchmark script, against its own package, one after the other
+
+With ``--script``, each revision runs its own copy of the script (a script may have followed a
+renamed keyword), base first, then this checkout, then the base again, so that a drift of the
+machine's speed shows as a difference between the two base runs.
 
 Each version's package is imported in its own subprocess (``PYTHONPATH`` = its ``src``); the
 measurement code is this checkout's ``bench_search.search_per_step`` for both, so only the engine
@@ -48,12 +54,21 @@ def measure(src: pathlib.Path, label: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="ec589ab", help="the older revision (default: engine v1)")
+    parser.add_argument("--script", help="a script of benchmarks/ to run in each revision (its own copy)")
+    parser.add_argument("args", nargs="*", help="the script's arguments (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tree = pathlib.Path(tmp) / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), args.base],
                        check=True)
         try:
+            if args.script:
+                for root, label in [(tree, f"{args.base} (base)"), (ROOT, "this checkout"),
+                                    (tree, f"{args.base} (base, again)")]:
+                    print(f"== {args.script} at {label}", flush=True)
+                    subprocess.run([sys.executable, str(root / "benchmarks" / args.script), *args.args], check=True,
+                                   env=dict(os.environ, PYTHONPATH=str(root / "src")), cwd=str(root))
+                return
             measure(tree / "src", f"{args.base} (base)")
             measure(ROOT / "src", "this checkout")
         finally:
