@@ -12,7 +12,9 @@ runs back to back: how much a cell moves on this machine); the cache reorder tim
 ``generate`` its ``reorder_cache`` calls, for us every ``select_state`` call of the search
 (cache, mask, positions, encoder states), timed the same way by wrapping the function; the
 search + adapter share: everything outside the model's forward (forward hooks on the model and
-its encoder, the same for both) as a share of the total.
+its encoder, the same for both) as a share of the total; "rule": ours with ``mode="transformers"``
+(generate's own beam search rule, ``beamsearch.transformers_beam_search``), its seconds and its
+time over our own rule's (below 1.10: within 10%), timed in the same interleaved repetitions.
 
     python benchmarks/bench_hf.py            # every row, 9 repetitions
     python benchmarks/bench_hf.py --reps 3
@@ -125,6 +127,10 @@ def run_ours(model, prompts) -> None:
     hf.generate(model, prompts, **SETTINGS)
 
 
+def run_rule(model, prompts) -> None:
+    hf.generate(model, prompts, mode="transformers", **SETTINGS)
+
+
 def once(fn, model, prompts, forward: Clock) -> tuple[float, float, float]:
     """(total seconds, reorder seconds, share outside the forward) of one call."""
     forward.seconds = REORDER.seconds = 0.0
@@ -147,7 +153,7 @@ def main() -> None:
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; N=8 prompts (8-16 tokens; 'long': "
           f"256 each), beam {BEAMS}, {NEW} new tokens; median of {args.reps} interleaved repetitions")
     print(f"{'model':<18} {'thr':>3} | {'generate':>8} {'ours':>7} {'speed-up':>8} {'range':>9} | "
-          f"{'reorder ms gen':>14} {'ours':>6} | {'share gen':>9} {'ours':>6}")
+          f"{'reorder ms gen':>14} {'ours':>6} | {'share gen':>9} {'ours':>6} | {'rule':>6} {'rule/ours':>9}")
     for name, build, prompts in rows:
         if args.rows not in name:
             continue
@@ -158,16 +164,17 @@ def main() -> None:
         for rep in range(args.reps):
             for threads in (1, 2):
                 torch.set_num_threads(threads)
-                order = [("generate", run_generate), ("ours", run_ours)]
+                order = [("generate", run_generate), ("ours", run_ours), ("rule", run_rule)]
                 for who, fn in order if rep % 2 == 0 else order[::-1]:
                     cells.setdefault((threads, who), []).append(once(fn, model, prompts, forward))
         for threads in (1, 2):
             g = [statistics.median(col) for col in zip(*cells[threads, "generate"])]
             o = [statistics.median(col) for col in zip(*cells[threads, "ours"])]
+            r = statistics.median(c[0] for c in cells[threads, "rule"])
             paired = [a[0] / b[0] for a, b in zip(cells[threads, "generate"], cells[threads, "ours"])]
             print(f"{name:<18} {threads:>3} | {g[0]:>8.3f} {o[0]:>7.3f} {g[0] / o[0]:>7.2f}x "
                   f"{min(paired):>4.2f}-{max(paired):<4.2f} | {g[1] * 1e3:>14.1f} {o[1] * 1e3:>6.1f} | "
-                  f"{g[2]:>9.1%} {o[2]:>6.1%}", flush=True)
+                  f"{g[2]:>9.1%} {o[2]:>6.1%} | {r:>6.3f} {r / o[0]:>8.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -324,6 +324,20 @@ def test_decode_diverse_mode_equals_diverse_beam_search_alone(tmp_path):
                                        diversity_penalty=1.5, n_best=3, max_steps=12)
 
 
+def test_decode_transformers_mode_equals_transformers_beam_search_alone(tmp_path):
+    """--mode transformers (generate's own rule) with its option --early-stopping; its defaults
+    are generate's: the power penalty, alpha 1.0."""
+    from beamsearch import transformers_beam_search
+
+    for early in ("never", "true", "false"):
+        code, records = run_decode(tmp_path, OPTION_TEXTS, "--mode", "transformers", "--beam-size", "3",
+                                   "--n-best", "2", "--early-stopping", early, "--max-rows", "7")
+        assert code == 0 and len(records) == len(OPTION_TEXTS)
+        for r in records:
+            assert r["nbest"] == toy_alone(transformers_beam_search, r["input"], beam_size=3, n_best=2,
+                                           max_steps=12, early_stopping=early)
+
+
 def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     # line i gets the noise of input i of one stochastic_beam_search over all lines with the seed
     from beamsearch import stochastic_beam_search

@@ -99,7 +99,9 @@ def test_the_contract_lists_what_each_mode_refuses_as_the_code_does():
     import beamsearch.modes.constrained as constrained
     import beamsearch.modes.exact as exact
     import beamsearch.modes.stochastic as stochastic
+    import beamsearch.modes.transformers_beam as transformers_beam
 
     written = _refused_lists()
     assert written == {"constrained_beam_search": set(constrained._REFUSED), "diverse_beam_search": set(),
-                       "stochastic_beam_search": set(stochastic._REFUSED), "exact_search": set(exact._REFUSED)}
+                       "stochastic_beam_search": set(stochastic._REFUSED), "exact_search": set(exact._REFUSED),
+                       "transformers_beam_search": set(transformers_beam._REFUSED)}

@@ -419,6 +419,7 @@ REFUSED = {
     "diverse_beam_search": set(),
     "stochastic_beam_search": {"alpha", "length_penalty", "prefix", "beam_size", "n_best", "early_stop"},
     "exact_search": {"beam_size", "early_stop", "return_token_logprobs", "callback", "trace", "trace_width"},
+    "transformers_beam_search": {"temperature", "top_k", "early_stop"},
 }
 
 

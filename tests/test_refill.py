@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from beamsearch import (AnyOf, beam_search_batch, constrained_beam_search, diverse_beam_search,
-                        stochastic_beam_search)
+                        stochastic_beam_search, transformers_beam_search)
 from beamsearch.refill import decode_stream
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.processors import RepetitionPenalty
@@ -91,9 +91,12 @@ CASES = {
                                 no_repeat_ngram_size=3), with_prefix_and_limits),
     "constrained": ("constrained", dict(beam_size=3, n_best=2, temperature=1.2), with_constraints),
     "stochastic": ("stochastic", dict(k=3, seed=11, temperature=0.9, min_new_tokens=1), with_seeds),
+    "transformers": ("transformers", dict(beam_size=3, n_best=2, early_stopping="never", no_repeat_ngram_size=2,
+                                          min_new_tokens=1, stop_sequences=[[1, 2]]), with_prefix_and_limits),
+    "transformers-early": ("transformers", dict(beam_size=2, eos_token_id=[EOS, 4], alpha=0.5), plain),
 }
 FUNCS = {"beam": beam_search_batch, "diverse": diverse_beam_search, "constrained": constrained_beam_search,
-         "stochastic": stochastic_beam_search}
+         "stochastic": stochastic_beam_search, "transformers": transformers_beam_search}
 
 
 def fields(item):

@@ -13,6 +13,7 @@ from beamsearch.modes.beam import beam_search, beam_search_batch, beam_search_ea
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
 from beamsearch.core.trace import StepRecord
+from beamsearch.modes.transformers_beam import transformers_beam_search
 from beamsearch.viz import Trace
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "score_sequences",
     "select_state",
     "stochastic_beam_search",
+    "transformers_beam_search",
 ]
 
 __version__ = "0.3.0"

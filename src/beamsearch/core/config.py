@@ -44,6 +44,10 @@ class Control:
             ``num_beams`` for ``beam_size`` (:func:`beamsearch.hf.search_settings`; ``decode
             --model hf:DIR`` reads these too), ``num_beam_groups`` for a mode's ``num_groups``
             (:func:`beamsearch.hf.generate`, which also picks the mode by them).
+        selects_mode: for a mode's own option: whether its ``hf`` setting away from its default
+            (or the option given to :func:`beamsearch.hf.generate` by its name) asks for the
+            mode. False for a setting every ``generate`` call has (``early_stopping``): it is
+            read as the option only when the mode runs.
     """
 
     help: str
@@ -54,6 +58,7 @@ class Control:
     aliases: tuple[str, ...] = ()
     required: bool = False
     hf: str | None = None
+    selects_mode: bool = True
 
 
 def control(default: Any, help: str, **kw: Any) -> Any:

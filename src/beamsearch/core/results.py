@@ -21,7 +21,8 @@ def build(outcome: Outcome, n_inputs: int, penalty: PenaltyFn, alpha: float, *, 
         outcome: what the search left.
         penalty, alpha: score = logprob / penalty(len(tokens), alpha).
         n_best: with ``finished_first``: the finished ones by score cut to n_best, filled from
-            the unfinished by score (SPEC section 6). None: every hypothesis.
+            the unfinished by score (SPEC section 6); without it, the first n_best. None: every
+            hypothesis.
         finished_first: False ranks finished and unfinished together by score, finished first on
             a tie (SPEC section 4). Ties otherwise keep production order (a stable sort).
         token_logprobs: build :class:`TokenLogprobHypothesis` objects.
@@ -59,9 +60,11 @@ def ranking(ended: Ended, n_inputs: int, penalty: PenaltyFn, alpha: float, *, n_
         rank = np.lexsort((order, -scores, unfinished, ended.input))
     else:
         rank = np.lexsort((order, unfinished, -scores, ended.input))
-    if n_best is not None:
+    if n_best is not None and finished_first:
         rank = rank[_first_n_best(ended.input[rank], unfinished[rank], ended.finished, ended.input,
                                   n_inputs, n_best)]
+    elif n_best is not None:  # ranked together: each input's first n_best
+        rank = rank[positions(ended.input[rank]) < n_best]
     return rank, scores
 
 

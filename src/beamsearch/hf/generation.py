@@ -348,8 +348,9 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
         generation_config: a ``GenerationConfig``; default ``model.generation_config``.
         attention_mask: with a tensor of ``inputs`` only.
         mode: a registered search mode (``beamsearch.modes.registry.MODES``: ``"beam"``,
-            ``"greedy"``, ``"constrained"``, ``"diverse"``, ``"stochastic"``, ``"exact"``, and any
-            registered later); default: the one the settings ask for (``num_beam_groups``:
+            ``"greedy"``, ``"constrained"``, ``"diverse"``, ``"stochastic"``, ``"exact"``,
+            ``"transformers"`` (``generate``'s own beam search rule: its sequences and scores,
+            its ``early_stopping`` read as the rule's), and any registered later); default: the one the settings ask for (``num_beam_groups``:
             diverse, ``force_words_ids`` or ``constraints=``: constrained, ``num_beams=1``:
             greedy, else beam search). A shared setting the mode does not take is an error when
             the call sets it (``num_beams`` with ``mode="exact"``), and is not used, with a

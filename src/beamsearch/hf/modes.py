@@ -35,7 +35,7 @@ _SETTING = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() i
 def own_options(overrides: dict[str, Any]) -> dict[str, Any]:
     """Take out of ``overrides`` (in place) the keywords that are a registered mode's own
     options; they are not ``GenerationConfig`` settings, or mean the mode's option here."""
-    names = {name for spec in MODES.values() for name in spec.own}
+    names = {name for spec in MODES.values() for name, (_, c) in spec.own.items() if c.selects_mode or name != c.hf}
     return {name: overrides.pop(name) for name in list(overrides) if name in names}
 
 
@@ -46,7 +46,7 @@ def _asked(cfg: Any, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> d
         for name, (_, c) in spec.own.items():
             if name in given:
                 asked.setdefault(spec.name, []).append(f"{name}=")
-            elif c.hf and getattr(cfg, c.hf, None) != defaults.get(c.hf):
+            elif c.hf and c.selects_mode and getattr(cfg, c.hf, None) != defaults.get(c.hf):
                 asked.setdefault(spec.name, []).append(f"{c.hf}={getattr(cfg, c.hf)!r}")
     return asked
 
@@ -127,7 +127,10 @@ def mode_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: M
     if dropped:
         warnings.warn(f"mode {spec.name!r} does not take the model's generation settings {dropped}; they are "
                       "not used", stacklevel=4)
-    out.update(spec.defaults)
+    for name, value in spec.defaults.items():  # the mode's default, unless the call's config set the setting
+        setting = _SETTING.get(name)
+        if setting is None or getattr(cfg, setting) == defaults.get(setting):
+            out[name] = value
     for name, (_, c) in spec.own.items():
         if name in given:
             out[name] = given[name]

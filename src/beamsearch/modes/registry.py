@@ -16,6 +16,7 @@ from beamsearch.modes.constrained import CONSTRAINED
 from beamsearch.modes.diverse import DIVERSE
 from beamsearch.modes.exact import EXACT
 from beamsearch.modes.stochastic import STOCHASTIC
+from beamsearch.modes.transformers_beam import TRANSFORMERS
 
 __all__ = ["MODES", "mode", "register"]
 
@@ -53,3 +54,4 @@ register(CONSTRAINED)
 register(DIVERSE)
 register(STOCHASTIC)
 register(EXACT)
+register(TRANSFORMERS)
