@@ -288,10 +288,15 @@ def test_a_generation_config_that_is_not_one_is_a_type_error():
 
 
 def test_sampling_is_not_done_and_says_so():
+    """do_sample=True in the call is refused (pointing to the stochastic mode); in the model's own
+    generation config (as chat models ship it) it is a warning, and the search is greedy's."""
     model = build("gpt2", 19)
-    with pytest.warns(UserWarning, match="do_sample=True.*not used"):
-        sampled = generate(model, PROMPTS, do_sample=True, temperature=0.7, max_new_tokens=5)
+    with pytest.raises(ValueError, match="do_sample=True: .*mode='stochastic'"):
+        generate(model, PROMPTS, do_sample=True, temperature=0.7, max_new_tokens=5)
     greedy = generate(model, PROMPTS, max_new_tokens=5)
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.7
+    with pytest.warns(UserWarning, match="do_sample=True in the model's generation config.*not used"):
+        sampled = generate(model, PROMPTS, max_new_tokens=5)
     assert [h[0].tokens for h in sampled.hypotheses] == [h[0].tokens for h in greedy.hypotheses]
 
 

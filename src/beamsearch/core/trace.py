@@ -32,7 +32,7 @@ from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import StepScores, accumulate
 from beamsearch.strategies import Selection
 
-__all__ = ["STATUS", "STOP_REASONS", "StepRecord", "SearchTree", "Tracer", "tracer"]
+__all__ = ["STATUS", "STOP_REASONS", "LogprobsCallback", "StepRecord", "SearchTree", "Tracer", "tracer"]
 
 STATUS = ("root", "kept", "pruned", "finished", "unfinished")
 """Node / candidate status names, indexed by the int8 codes below."""
@@ -70,6 +70,9 @@ class StepRecord:
         node: int64 ``[c]``, each candidate's node in the trace.
         stop_reason: int8 ``[N]``, why each input stops at this step (names in
             :data:`STOP_REASONS`; 0: it does not, or it stopped before).
+        logprobs: the step's processed log-probabilities ``[k, V]`` (a copy on the logits'
+            backend, the rows as ``row_input``), for a callback that is a
+            :class:`LogprobsCallback`; None otherwise.
     """
 
     step: int
@@ -88,6 +91,7 @@ class StepRecord:
     node: np.ndarray
     stop_reason: np.ndarray
     trail: Trail = dataclasses.field(repr=False)
+    logprobs: Any = dataclasses.field(default=None, repr=False)
 
     def tokens(self, candidates: Sequence[int] | np.ndarray) -> np.ndarray:
         """int64 ``[len(candidates), t]``: the generated tokens (prompt excluded) of the given
@@ -219,6 +223,15 @@ class SearchTree:
         return out
 
 
+class LogprobsCallback:
+    """A step callback whose records carry the step's processed log-probabilities
+    (:attr:`StepRecord.logprobs`, ``[k, V]``): subclass it and define ``__call__(record)``. Other
+    callbacks do not pay for the copy."""
+
+    def __call__(self, record: StepRecord) -> Any:
+        raise NotImplementedError
+
+
 class Tracer:
     """The engine's observer when a search has a callback or a trace (see the module docstring).
 
@@ -239,6 +252,8 @@ class Tracer:
                  prompts: Sequence[Sequence[int]] | None = None) -> None:
         self.n, self.penalty, self.alpha, self.width, self.keep = n_inputs, penalty, alpha, width, keep
         self.callback, self.trace = callback, trace
+        self.copy_logprobs = isinstance(callback, LogprobsCallback)
+        self.logprobs: Any = None
         self.row_node = np.arange(n_inputs)  # the node of each live row: the roots at step 1
         self.next_node = n_inputs
         if trace is not None:
@@ -246,7 +261,10 @@ class Tracer:
 
     def before_select(self, scores: StepScores) -> tuple[np.ndarray, np.ndarray] | None:
         """Each row's ``keep + width`` best tokens and their log-probabilities, host ``[k, m]``
-        each, read on the backend before the strategy may write into the scores."""
+        each, read on the backend before the strategy may write into the scores (and, for a
+        :class:`LogprobsCallback`, a copy of the scores)."""
+        if self.copy_logprobs:
+            self.logprobs = scores.backend.copy(scores.logp)
         if self.width == 0:
             return None
         return scores.backend.topk_stable(scores.logp, min(scores.vocab, self.keep + self.width))
@@ -301,7 +319,7 @@ class Tracer:
             self.row_node, parent, beam.input[parent], np.concatenate([c.token for c in chosen]), logprob,
             token_logprob, score(logprob, np.asarray(step), self.penalty, self.alpha), status,
             self.next_node + np.arange(parent.shape[0]), self._reasons(beam.input, live_inputs, selection.stop, step,
-                                                                       controls), trail)
+                                                                       controls), trail, self.logprobs)
 
     def _pruned(self, seen: tuple[np.ndarray, np.ndarray] | None, scores: StepScores, live: Candidates,
                 ended: Candidates) -> Candidates:

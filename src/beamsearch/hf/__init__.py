@@ -32,18 +32,24 @@ The package's modules, by concern (each importing only those above it):
   (:func:`position_limit`), padded, and the eos and pad ids;
 - :mod:`beamsearch.hf.adapters`: :func:`causal_lm` and :func:`seq2seq_lm`, their step objects
   and the model calls' helpers;
-- :mod:`beamsearch.hf.generation`: :func:`generate`, :class:`Generation` and a generation
-  config's mapping to the search (:func:`search_settings`, :data:`SEARCH_SETTINGS`,
-  :func:`other_settings`, :func:`saved_generation_config`).
+- :mod:`beamsearch.hf.generation`: :func:`generate` and :class:`Generation`;
+  :mod:`beamsearch.hf.settings`: a generation config's mapping to the search
+  (:func:`search_settings`, :data:`SEARCH_SETTINGS`, :func:`other_settings`,
+  :func:`saved_generation_config`); :mod:`beamsearch.hf.keywords`: what ``generate`` does with
+  each of ``model.generate``'s keywords; :mod:`beamsearch.hf.calls` and
+  :mod:`beamsearch.hf.outputs`: ``generate``'s calling conventions and outputs;
+- :mod:`beamsearch.hf.custom`: the search behind ``model.generate(custom_generate=...)``
+  (:func:`custom_generate`, :data:`CUSTOM_GENERATE_DIR`).
 """
 
 from __future__ import annotations
 
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
-from beamsearch.hf.generation import (SEARCH_SETTINGS, Generation, generate, other_settings, saved_generation_config,
-                                      search_settings)
+from beamsearch.hf.generation import Generation, generate
+from beamsearch.hf.custom import CUSTOM_GENERATE_DIR, custom_generate
+from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_generation_config, search_settings
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.states import Prepared, joinable
 
-__all__ = ["SEARCH_SETTINGS", "Generation", "Prepared", "causal_lm", "generate", "joinable", "other_settings",
+__all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "causal_lm", "generate", "joinable", "other_settings",
            "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]

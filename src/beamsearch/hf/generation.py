@@ -8,7 +8,6 @@ hf:DIR`` reads too), with the config's logits processors and the settings refuse
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +16,14 @@ import torch
 from transformers import GenerationConfig
 
 from beamsearch.core import validate as check
-from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
+from beamsearch.hf.calls import call_inputs, inferred_mask
+from beamsearch.hf.keywords import refuse, refuse_arguments
+from beamsearch.hf.settings import generate_defaults, search_settings
+from beamsearch.hf.outputs import LogitsTap, dec_head, generate_outputs, step_outputs
 from beamsearch.hf.modes import choose_mode, mode_keywords, own_options
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
 
@@ -68,22 +70,35 @@ class Generation:
             greedy decoding: the same but the sizes and ``early_stop``; a mode's own options),
             the model's step, state and prompts aside.
         mode: the registered search mode that ran (``"greedy"``, ``"beam"``, ``"diverse"``, ...).
+        sequences: ``generate``'s ``sequences``, int64 ``[R, P + L]``: per hypothesis (input-major,
+            best first; R = N * num_return_sequences), a causal LM's prompt as ``generate`` holds it
+            (the tensor as given, padding included; lists left-padded) or an encoder-decoder's
+            decoder start token, then its new tokens, right-padded with the pad id (else the first
+            eos id), L the most new tokens of any.
+        sequences_scores: float32 ``[R]``, each hypothesis's score (None for greedy decoding, as
+            in ``generate``).
+        scores: with ``output_scores=True``: a tuple of T float32 tensors ``[N * W, V]``, T the
+            steps the search ran, W its rows per input (``num_beams``; 1 for greedy decoding):
+            row ``i * W + j`` holds the processed log-probabilities of input i's j-th row of that
+            step (the search's rows, best first), -inf where the input had no such row (one row
+            at step 1; none after it stopped). ``generate``'s values under ``mode="transformers"``
+            (its processors act after log_softmax); under the library's rule and in greedy
+            decoding, the log_softmax of the processed logits (``generate``'s greedy ``scores``
+            are the processed logits before it). None when not asked.
+        logits: with ``output_logits=True``: the model's raw logits, laid out as ``scores``.
+        beam_indices: with ``output_scores=True`` (beam modes): int64 ``[R, L]``, the row
+            (``i * W + j``) each hypothesis's token of each step extended, -1 past its end.
     """
 
     hypotheses: BatchResults
     texts: list[list[str]] | None
     settings: dict[str, Any]
     mode: str = "beam"
-
-
-# settings of a GenerationConfig that this adapter cannot honour: set away from their default,
-# they are a ValueError naming them
-_UNSUPPORTED = ("constraints", "penalty_alpha",
-                "guidance_scale", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty",
-                "exponential_decay_length_penalty", "max_time", "remove_invalid_values", "watermarking_config",
-                "prompt_lookup_num_tokens", "assistant_early_exit", "dola_layers", "token_healing")
-# sampling settings: generate uses them only with do_sample=True, and so (never) do we
-_SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "epsilon_cutoff", "eta_cutoff")
+    sequences: Any = None
+    sequences_scores: Any = None
+    scores: tuple[Any, ...] | None = None
+    logits: tuple[Any, ...] | None = None
+    beam_indices: Any = None
 
 
 def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> GenerationConfig:
@@ -96,7 +111,7 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
                         f"{type(generation_config).__name__}")
     cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
     cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
-    cfg.update(**_defaults(), defaults_only=True)
+    cfg.update(**generate_defaults(), defaults_only=True)
     unknown = sorted(name for name in overrides if not hasattr(cfg, name))
     if unknown:
         raise TypeError(f"generate() got settings that are not GenerationConfig fields: {unknown}")
@@ -112,27 +127,6 @@ def _default_length(model: Any, generation_config: Any, overrides: dict[str, Any
     return (overrides.get("max_length") is None
             and (generation_config is None or generation_config.max_length is None)
             and model.generation_config.max_length is None)
-
-
-def _defaults() -> dict[str, Any]:
-    """The library's default generation settings (what ``generate`` fills unset fields with)."""
-    return GenerationConfig()._get_default_generation_params()
-
-
-def _refuse_unsupported(cfg: GenerationConfig) -> None:
-    default = _defaults()
-    unsupported = {name: getattr(cfg, name, None) for name in _UNSUPPORTED
-                   if getattr(cfg, name, None) != default.get(name)}
-    if unsupported:
-        hint = ("; constraints are transformers Constraint objects: give force_words_ids, or constraints= as "
-                "constrained_beam_search takes them (one list per input)" if "constraints" in unsupported else "")
-        raise ValueError(f"these generation settings are not supported by beamsearch.hf.generate: {unsupported}"
-                         f"{hint}")
-    if cfg.do_sample:
-        sampled = {name: getattr(cfg, name) for name in _SAMPLING if getattr(cfg, name, None) is not None}
-        warnings.warn(f"do_sample=True: beamsearch does not sample as generate does, so do_sample and the "
-                      f"sampling settings {sampled} are not used (mode='stochastic' with k= and seed= samples "
-                      "without replacement); pass do_sample=False to silence this", stacklevel=3)
 
 
 def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool,
@@ -220,7 +214,6 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     ``max_length`` counts new tokens only, as ``generate`` counts them: every input gets
     ``min(max_length + P, max_position_embeddings) - P`` with ``P`` the padded prompt width (1,
     the decoder start token, for an encoder-decoder)."""
-    _refuse_unsupported(cfg)
     encoder_decoder = bool(model.config.is_encoder_decoder)
     eos, extra = search_eos(model, cfg.eos_token_id)
     eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
@@ -238,74 +231,6 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
-def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
-    """The search a ``GenerationConfig`` asks for (its unset fields at ``generate``'s defaults),
-    in the settings that are the same for every input: the one mapping from ``generate``'s
-    settings to the search's keywords, which :func:`generate` builds on and ``beamsearch decode
-    --model hf:DIR`` takes its defaults from.
-
-    Returns:
-        ``{"beam_size": num_beams, "n_best": num_return_sequences (1 when unset),
-        "length_penalty": "power", "alpha": length_penalty, "no_repeat_ngram_size": (0 when
-        unset), "min_new_tokens": (0 when unset), "max_new_tokens": int or None (unset)}``.
-        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: decode
-        with :func:`beamsearch.modes.beam.greedy_plan` and ``alpha=0.0`` then (a beam of one is
-        not greedy decoding: it may return a finished candidate that is not its row's best).
-
-    Raises:
-        ValueError / TypeError: a setting out of range, named with its value (a negative
-            ``length_penalty``, ``num_beams=0``, ...).
-    """
-    cfg = copy.deepcopy(generation_config)
-    for name, value in _defaults().items():  # its unset fields: generate's defaults (not cfg.update, whose
-        if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
-            setattr(cfg, name, value)
-    beams = check.at_least("num_beams", cfg.num_beams, 1)
-    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
-    if alpha < 0:
-        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
-                         "supported")
-    new = None if cfg.max_new_tokens is None else check.at_least("max_new_tokens", cfg.max_new_tokens, 1)
-    return {"beam_size": beams, "n_best": check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1),
-            "length_penalty": "power", "alpha": alpha,
-            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
-            "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
-
-
-# the settings search_settings maps (each shared control's hf name), and those of a generation config that
-# change no search
-SEARCH_SETTINGS = tuple(c.hf for _, c in controls_of(DecodingConfig).values() if c.hf)
-_NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
-               "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
-               "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")
-
-
-def other_settings(generation_config: GenerationConfig) -> dict[str, Any]:
-    """The settings ``generation_config`` sets away from ``transformers``' defaults that
-    :func:`search_settings` does not map and that change a search (``max_length``,
-    ``repetition_penalty``, ``forced_eos_token_id``, ``do_sample``, ...): what ``beamsearch decode
-    --model hf:DIR`` names on stderr as not applied. Token ids and output flags are not listed;
-    nor is ``early_stopping`` (the search's early stop is exact)."""
-    return {k: v for k, v in sorted(generation_config.to_diff_dict().items())
-            if k not in SEARCH_SETTINGS and k not in _NOT_SEARCH}
-
-
-def saved_generation_config(directory: Any) -> GenerationConfig:
-    """The generation config ``from_pretrained`` gives the model saved in ``directory``: its
-    ``generation_config.json``, else the one made from its ``config.json`` (nothing is
-    downloaded; the weights are not read).
-
-    Raises:
-        OSError: ``directory`` holds neither file.
-    """
-    from transformers import AutoConfig
-
-    try:
-        return GenerationConfig.from_pretrained(directory, local_files_only=True)
-    except OSError:
-        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(directory, local_files_only=True))
-
-
 def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
     """The pad id of :func:`generate`'s ``hypotheses.arrays()``: the generation config's (the
     call's, else the model's), else the first eos id, as ``generate`` pads; None without either."""
@@ -318,8 +243,9 @@ def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
 
 
 @inference
-def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
-             attention_mask: Any = None, mode: str | None = None, **overrides: Any) -> Generation:
+def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention_mask: Any = None,
+             tokenizer: Any = None, generation_config: Any = None, mode: str | None = None,
+             **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
     ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
     differ").
@@ -373,15 +299,20 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
         ValueError / TypeError: before the model runs, naming the setting or argument at fault.
     """
     given = own_options(overrides)
+    refuse_arguments(overrides)
+    inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
     cfg = _config(model, generation_config, overrides)
     explicit = set(overrides) | set(generation_config.to_diff_dict() if generation_config is not None else ())
+    refuse(cfg, generate_defaults(), explicit, mode)
+    if isinstance(inputs, torch.Tensor) and attention_mask is None:  # generate's mask, inferred from the pad id
+        attention_mask = inferred_mask(inputs, cfg.pad_token_id, cfg.eos_token_id)
     rows = input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
     settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
-    spec = choose_mode(mode, cfg, _defaults(), given)
+    spec = choose_mode(mode, cfg, generate_defaults(), given)
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
-    search = mode_keywords(spec, settings, cfg, _defaults(), given, explicit, len(rows))
+    search = mode_keywords(spec, settings, cfg, generate_defaults(), given, explicit, len(rows))
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
@@ -389,11 +320,18 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
         spec.plan([[0]] * len(rows) if encoder_decoder else rows, **search)
     prepare = seq2seq_lm if encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
+    start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else {}
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
-                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
+                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start)
     search["eos_token_id"] = dec.eos_token_id
-    hypotheses = spec.function(dec.step, dec.init_state, dec.prompts, **search)
+    steps = step_outputs(spec, search, cfg)
+    step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
+    hypotheses = spec.function(step, dec.init_state, dec.prompts, **search,
+                               **({} if steps is None else {"callback": steps}))
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
-    return Generation(hypotheses, texts, search, spec.name)
+    pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
+    head = dec_head(inputs, rows, dec.prompts, encoder_decoder, pad)
+    return Generation(hypotheses, texts, search, spec.name,
+                      **generate_outputs(hypotheses, head, pad, dec.eos_token_id, steps, spec.name != "greedy"))

@@ -1,0 +1,91 @@
+"""The one mapping from a ``GenerationConfig`` to the search's settings that are the same for
+every input (:func:`search_settings`, :data:`SEARCH_SETTINGS`), the settings it does not map
+(:func:`other_settings`), a saved model's generation config (:func:`saved_generation_config`), and
+``generate``'s defaults: what :func:`beamsearch.hf.generate` builds on and ``beamsearch decode
+--model hf:DIR`` reads.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from transformers import GenerationConfig
+
+from beamsearch.core import validate as check
+from beamsearch.core.config import DecodingConfig, controls_of
+
+__all__ = ["SEARCH_SETTINGS", "generate_defaults", "other_settings", "saved_generation_config", "search_settings"]
+
+
+def generate_defaults() -> dict[str, Any]:
+    """The library's default generation settings (what ``generate`` fills unset fields with)."""
+    return GenerationConfig()._get_default_generation_params()
+
+
+def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The search a ``GenerationConfig`` asks for (its unset fields at ``generate``'s defaults),
+    in the settings that are the same for every input: the one mapping from ``generate``'s
+    settings to the search's keywords, which :func:`generate` builds on and ``beamsearch decode
+    --model hf:DIR`` takes its defaults from.
+
+    Returns:
+        ``{"beam_size": num_beams, "n_best": num_return_sequences (1 when unset),
+        "length_penalty": "power", "alpha": length_penalty, "no_repeat_ngram_size": (0 when
+        unset), "min_new_tokens": (0 when unset), "max_new_tokens": int or None (unset)}``.
+        With ``beam_size`` 1, ``generate`` decodes greedily, without a length penalty: decode
+        with :func:`beamsearch.modes.beam.greedy_plan` and ``alpha=0.0`` then (a beam of one is
+        not greedy decoding: it may return a finished candidate that is not its row's best).
+
+    Raises:
+        ValueError / TypeError: a setting out of range, named with its value (a negative
+            ``length_penalty``, ``num_beams=0``, ...).
+    """
+    cfg = copy.deepcopy(generation_config)
+    for name, value in generate_defaults().items():  # its unset fields: generate's defaults (not cfg.update, whose
+        if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
+            setattr(cfg, name, value)
+    beams = check.at_least("num_beams", cfg.num_beams, 1)
+    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
+    if alpha < 0:
+        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
+                         "supported")
+    new = None if cfg.max_new_tokens is None else check.at_least("max_new_tokens", cfg.max_new_tokens, 1)
+    return {"beam_size": beams, "n_best": check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1),
+            "length_penalty": "power", "alpha": alpha,
+            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
+            "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
+
+
+# the settings search_settings maps (each shared control's hf name), and those of a generation config that
+# change no search
+SEARCH_SETTINGS = tuple(c.hf for _, c in controls_of(DecodingConfig).values() if c.hf)
+_NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
+               "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
+               "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")
+
+
+def other_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The settings ``generation_config`` sets away from ``transformers``' defaults that
+    :func:`search_settings` does not map and that change a search (``max_length``,
+    ``repetition_penalty``, ``forced_eos_token_id``, ``do_sample``, ...): what ``beamsearch decode
+    --model hf:DIR`` names on stderr as not applied. Token ids and output flags are not listed;
+    nor is ``early_stopping`` (the search's early stop is exact)."""
+    return {k: v for k, v in sorted(generation_config.to_diff_dict().items())
+            if k not in SEARCH_SETTINGS and k not in _NOT_SEARCH}
+
+
+def saved_generation_config(directory: Any) -> GenerationConfig:
+    """The generation config ``from_pretrained`` gives the model saved in ``directory``: its
+    ``generation_config.json``, else the one made from its ``config.json`` (nothing is
+    downloaded; the weights are not read).
+
+    Raises:
+        OSError: ``directory`` holds neither file.
+    """
+    from transformers import AutoConfig
+
+    try:
+        return GenerationConfig.from_pretrained(directory, local_files_only=True)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(directory, local_files_only=True))
