@@ -21,35 +21,11 @@ from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
+from beamsearch.hf.forced import ForcedTokens
+from beamsearch.hf.hooks import generate_hooks
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.modes import choose_mode, mode_keywords, own_options
-from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
-
-
-@dataclass(frozen=True)
-class _ForcedTokens:
-    """``generate``'s ForcedBOS / ForcedEOS processors: at step ``at[i]`` of input i, every token
-    but ``token_ids`` becomes -inf (after log_softmax a single forced id has logprob 0, the 0
-    ``generate`` gives it).
-
-    Attributes:
-        token_ids: int64 ``[E]``, the forced id (or every eos id).
-        at: int64 ``[N]``, the step at which each input's rows are forced.
-    """
-
-    token_ids: np.ndarray
-    at: np.ndarray
-    needs_history = False
-
-    @property
-    def last_step(self) -> int:
-        return int(self.at.max())
-
-    def __call__(self, logits: Any, ctx: StepContext) -> Any:
-        rows = np.flatnonzero(self.at[ctx.row_input] == ctx.step)
-        if rows.size == 0:
-            return logits
-        return ctx.backend.keep_only(logits, np.repeat(rows, self.token_ids.size), np.tile(self.token_ids, rows.size))
+from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
 
 
 @dataclass
@@ -187,10 +163,10 @@ def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
             raise ValueError("forced_bos_token_id is set: generate forces it only where the decoder input is one "
                              "token (encoder-decoders); unset it for a decoder-only model")
         ids = np.array([check.token("forced_bos_token_id", cfg.forced_bos_token_id)])
-        out.append(_ForcedTokens(ids, np.ones(n, np.int64)))
+        out.append(ForcedTokens(ids, np.ones(n, np.int64)))
     if cfg.forced_eos_token_id is not None:
         forced = cfg.forced_eos_token_id
-        out.append(_ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
+        out.append(ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
     if cfg.suppress_tokens:
         out.append(SuppressTokens(list(cfg.suppress_tokens)))
     if cfg.begin_suppress_tokens:
@@ -319,7 +295,9 @@ def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
 
 @inference
 def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_config: Any = None,
-             attention_mask: Any = None, mode: str | None = None, **overrides: Any) -> Generation:
+             attention_mask: Any = None, mode: str | None = None, logits_processor: Any = None,
+             prefix_allowed_tokens_fn: Any = None, stopping_criteria: Any = None, streamer: Any = None,
+             **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
     ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
     differ").
@@ -381,7 +359,9 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
     spec = choose_mode(mode, cfg, _defaults(), given)
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
-    search = mode_keywords(spec, settings, cfg, _defaults(), given, explicit, len(rows))
+    hooks = generate_hooks(model, spec, cfg, inputs, rows, logits_processor=logits_processor, streamer=streamer,
+                           prefix_allowed_tokens_fn=prefix_allowed_tokens_fn, stopping_criteria=stopping_criteria)
+    search = hooks.keywords(mode_keywords(spec, settings, cfg, _defaults(), given, explicit, len(rows)))
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
@@ -392,7 +372,7 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]))
     search["eos_token_id"] = dec.eos_token_id
-    hypotheses = spec.function(dec.step, dec.init_state, dec.prompts, **search)
+    hypotheses = hooks.run(spec.function, dec.step, dec.init_state, dec.prompts, **search)
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
