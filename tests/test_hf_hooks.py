@@ -76,6 +76,21 @@ def test_logits_processors_give_generates_outputs(name, mode):
     assert all(len(h.tokens) >= 4 for hs in got.hypotheses for h in hs)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "bart"])
+def test_with_our_beam_rule_a_transformers_processor_acts_as_the_librarys_own(name):
+    """mode="beam" (no generate oracle: our rule): transformers' repetition penalty as a
+    logits_processor gives what the setting repetition_penalty (the library's RepetitionPenalty,
+    tested against its definition) gives, on one unpadded prompt; both act before log_softmax."""
+    model = build(name, 11, eos_bias=1.0)
+    kw = dict(num_beams=3, num_return_sequences=2, max_new_tokens=NEW)
+    for prompt in PROMPTS:
+        hooked = generate(model, [prompt], logits_processor=[RepetitionPenaltyLogitsProcessor(2.5)], **kw)
+        setting = generate(model, [prompt], repetition_penalty=2.5, **kw)
+        assert [h.tokens for h in hooked.hypotheses[0]] == [h.tokens for h in setting.hypotheses[0]]
+        assert [h.score for h in hooked.hypotheses[0]] == pytest.approx([h.score for h in setting.hypotheses[0]],
+                                                                        abs=1e-5)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["gpt2", "bart"])
 def test_prefix_allowed_tokens_fn_gives_generates_outputs_and_sees_its_rows(name, mode):

@@ -333,6 +333,20 @@ def generate(model: Any, inputs: Any, *, tokenizer: Any = None, generation_confi
             greedy, else beam search). A shared setting the mode does not take is an error when
             the call sets it (``num_beams`` with ``mode="exact"``), and is not used, with a
             warning, when it comes from the model's generation config.
+        logits_processor: ``transformers`` logits processors (a ``LogitsProcessorList``), run
+            after the config's own, each ``p(input_ids [k, P + t], scores [k, V])`` on the live
+            rows (``input_ids``: the prompt as ``generate`` holds it, then the row's tokens),
+            before log_softmax (greedy, beam) or after it (``mode="transformers"``, as
+            ``generate``'s beam search); ones tied to ``generate``'s row layout are a ValueError
+            (:data:`beamsearch.hf.hooks.LAYOUT_BOUND`).
+        prefix_allowed_tokens_fn: ``fn(batch_id, input_ids [P + t]) -> allowed ids``, as
+            ``generate`` calls it (:class:`beamsearch.processors.AllowedTokens`).
+        stopping_criteria: ``criterion(input_ids [k, P + t], None) -> bool [k]``, called after
+            each step on the rows that go on; a flagged row stops its input (its live rows end
+            unfinished; :mod:`beamsearch.hf.streaming`).
+        streamer: an object with ``put(tensor)`` and ``end()``, for one input: the prompt, then
+            the best hypothesis's tokens (greedy: ``generate``'s calls; beams: each token once
+            every hypothesis that may still be the best shares it, the rest at the end).
         **overrides: generation settings that replace the config's (``num_beams=4``, ...), and
             the mode's own options by their names (``constraints`` (one list per input, as
             :func:`beamsearch.constrained_beam_search` takes them), ``ordered``, ``num_groups``,

@@ -199,9 +199,12 @@ class Hooks:
         called whether the search returns or raises (a reader thread is never left waiting)."""
         if self.callback is None:
             return function(step, state, prompts, **search)
+        watch: dict[str, Any] = {"callback": self.callback}
+        if "trace_width" in inspect.signature(function).parameters:
+            watch["trace_width"] = 0  # no pruned candidates read per step
         self.callback.start()
         try:
-            results = function(step, state, prompts, callback=self.callback, trace_width=0, **search)
+            results = function(step, state, prompts, **watch, **search)
             self.callback.flush(results)
         finally:
             self.callback.end()
