@@ -18,6 +18,11 @@ The search's rows per step vary (an input's rows leave when it stops; an input s
 row, not ``num_beams``), so a processor must treat rows independently. ``transformers``'
 processors that assume ``generate``'s ``[batch * num_beams]`` layout, or keep state across
 steps by row position, are refused (:data:`LAYOUT_BOUND`).
+A custom processor of a type ``generate`` also builds from a setting of the call is refused
+(``generate`` would use it in the setting's place). Not reproduced: ``generate``'s prefix
+constraint gives the allowed tokens a score of 0 when every beam of an input has them all at
+-inf (here such a row has no extension), and its forced BOS token (set to 0 after the prefix
+constraint) wins over a prefix function that disallows it (here the two masks intersect).
 """
 
 from __future__ import annotations
@@ -169,7 +174,8 @@ def _check_processors(processors: list[Any], cfg: Any) -> None:
                              "it maps rows to inputs by generate's layout")
         setting = _FROM_SETTING.get(kind)
         value = getattr(cfg, setting, None) if setting else None
-        if setting and not any(value is off or value == off for off in _OFF):
+        off = (None,) if setting in ("forced_bos_token_id", "forced_eos_token_id") else _OFF  # token 0 is a token
+        if setting and not any(value is o or (not isinstance(value, list) and value == o) for o in off):
             raise ValueError(f"logits_processor[{i}] ({kind}) and {setting}={value!r} are both given: generate "
                              f"would use the custom processor in place of the setting's; give one of them")
 

@@ -10,7 +10,11 @@ A criterion returns bool ``[k']``; the rows flagged by any criterion stop their 
 step: each kept row of such an input ends as an unfinished hypothesis (the flagged token its
 last), the hypotheses the input finished before or at this step stay, and its results are
 ranked from these by the mode's rule, exactly as when its ``max_steps`` ends at this step.
-Rows that finished or ended at this step are not passed (they have ended).
+Rows that finished or ended at this step are not passed (they have ended). A criterion only
+stops inputs earlier than ``max_new_tokens`` / ``max_length`` (``generate`` lets a custom
+``MaxLengthCriteria`` replace its own length limit). ``generate``'s beam search reads a flag
+differently: it finishes the flagged candidate like an eos and goes on; the two agree when a
+criterion flags every row of an input at once (length and time criteria), and with greedy decoding.
 
 Streamer. ``put(prompt)`` (the held prompt ``[1, P]``) before the search; then, per step, each
 new token of the prefix that every hypothesis that may still be the best shares: every kept row
