@@ -32,6 +32,11 @@ The package's modules, by concern (each importing only those above it):
   (:func:`position_limit`), padded, and the eos and pad ids;
 - :mod:`beamsearch.hf.adapters`: :func:`causal_lm` and :func:`seq2seq_lm`, their step objects
   and the model calls' helpers;
+- :mod:`beamsearch.hf.forced`: ``generate``'s forced BOS / EOS tokens as a processor;
+- :mod:`beamsearch.hf.streaming`: the step callback of ``generate``'s stopping criteria and
+  streamer;
+- :mod:`beamsearch.hf.hooks`: ``model.generate``'s hooks (``logits_processor``,
+  ``prefix_allowed_tokens_fn``, ``stopping_criteria``, ``streamer``) on the search's seams;
 - :mod:`beamsearch.hf.generation`: :func:`generate` and :class:`Generation`;
   :mod:`beamsearch.hf.settings`: a generation config's mapping to the search
   (:func:`search_settings`, :data:`SEARCH_SETTINGS`, :func:`other_settings`,

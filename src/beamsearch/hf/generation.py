@@ -19,39 +19,15 @@ from beamsearch.core import validate as check
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
+from beamsearch.hf.forced import ForcedTokens
+from beamsearch.hf.hooks import generate_hooks, held_prompts
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.calls import call_inputs, inferred_mask
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
-from beamsearch.hf.outputs import LogitsTap, dec_head, generate_outputs, step_outputs
+from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
 from beamsearch.hf.modes import choose_mode, mode_keywords, own_options
-from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, StepContext, SuppressTokens
-
-
-@dataclass(frozen=True)
-class _ForcedTokens:
-    """``generate``'s ForcedBOS / ForcedEOS processors: at step ``at[i]`` of input i, every token
-    but ``token_ids`` becomes -inf (after log_softmax a single forced id has logprob 0, the 0
-    ``generate`` gives it).
-
-    Attributes:
-        token_ids: int64 ``[E]``, the forced id (or every eos id).
-        at: int64 ``[N]``, the step at which each input's rows are forced.
-    """
-
-    token_ids: np.ndarray
-    at: np.ndarray
-    needs_history = False
-
-    @property
-    def last_step(self) -> int:
-        return int(self.at.max())
-
-    def __call__(self, logits: Any, ctx: StepContext) -> Any:
-        rows = np.flatnonzero(self.at[ctx.row_input] == ctx.step)
-        if rows.size == 0:
-            return logits
-        return ctx.backend.keep_only(logits, np.repeat(rows, self.token_ids.size), np.tile(self.token_ids, rows.size))
+from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
 
 
 @dataclass
@@ -181,10 +157,10 @@ def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
             raise ValueError("forced_bos_token_id is set: generate forces it only where the decoder input is one "
                              "token (encoder-decoders); unset it for a decoder-only model")
         ids = np.array([check.token("forced_bos_token_id", cfg.forced_bos_token_id)])
-        out.append(_ForcedTokens(ids, np.ones(n, np.int64)))
+        out.append(ForcedTokens(ids, np.ones(n, np.int64)))
     if cfg.forced_eos_token_id is not None:
         forced = cfg.forced_eos_token_id
-        out.append(_ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
+        out.append(ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
     if cfg.suppress_tokens:
         out.append(SuppressTokens(list(cfg.suppress_tokens)))
     if cfg.begin_suppress_tokens:
@@ -245,6 +221,8 @@ def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
 @inference
 def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention_mask: Any = None,
              tokenizer: Any = None, generation_config: Any = None, mode: str | None = None,
+             logits_processor: Any = None, prefix_allowed_tokens_fn: Any = None, stopping_criteria: Any = None,
+             streamer: Any = None,
              **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
     ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
@@ -260,19 +238,24 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     ``suppress_tokens``, ``begin_suppress_tokens``, ``forced_bos_token_id``,
     ``forced_eos_token_id``, ``stop_strings`` (with ``tokenizer``). ``early_stopping`` is
     accepted with any value: our early stop is exact (it never loses a better hypothesis), so
-    every value gives what ``"never"`` aims at. Sampling settings are not used (a warning when
-    ``do_sample=True``); output flags (``output_scores``, ...), ``use_cache`` and
-    ``cache_implementation`` change nothing (hypotheses always carry their scores). Any other
-    setting away from its default is a ValueError naming it.
+    every value gives what ``"never"`` aims at (``mode="transformers"`` reads it as ``generate``
+    does). ``output_scores`` / ``output_logits`` fill :attr:`Generation.scores`, ``.logits`` and
+    ``.beam_indices``. ``do_sample=True`` in the call is refused (a warning when the model's config
+    sets it). What every other keyword of ``model.generate`` does here:
+    :data:`beamsearch.hf.keywords.KEYWORDS` (README: "From generate() in one line"); a refused one
+    away from its default is a ValueError naming it.
 
     Args:
         model: a causal LM or an encoder-decoder, in eval mode.
-        inputs: N strings (with ``tokenizer``), N token-id lists, or a 2-D tensor ``[N, P]`` of
-            ids with its ``attention_mask`` ``[N, P]`` (padding left or right).
+        inputs: N strings (with ``tokenizer``), N token-id lists, a 2-D tensor ``[N, P]`` of
+            ids with its ``attention_mask`` ``[N, P]`` (padding left or right; without a mask,
+            ``generate``'s, inferred from the pad id), or a tokenizer's ``BatchEncoding``.
+        input_ids: ``[N, P]``, in place of ``inputs`` (``**tokenizer(texts, return_tensors="pt",
+            padding=True)`` passes it and the mask).
+        attention_mask: ``[N, P]``, with a tensor of ids only.
         tokenizer: turns strings into ids and the results back into strings; needed for
             ``stop_strings``.
         generation_config: a ``GenerationConfig``; default ``model.generation_config``.
-        attention_mask: with a tensor of ``inputs`` only.
         mode: a registered search mode (``beamsearch.modes.registry.MODES``: ``"beam"``,
             ``"greedy"``, ``"constrained"``, ``"diverse"``, ``"stochastic"``, ``"exact"``,
             ``"transformers"`` (``generate``'s own beam search rule: its sequences and scores,
@@ -281,6 +264,20 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
             greedy, else beam search). A shared setting the mode does not take is an error when
             the call sets it (``num_beams`` with ``mode="exact"``), and is not used, with a
             warning, when it comes from the model's generation config.
+        logits_processor: ``transformers`` logits processors (a ``LogitsProcessorList``), run
+            after the config's own, each ``p(input_ids [k, P + t], scores [k, V])`` on the live
+            rows (``input_ids``: the prompt as ``generate`` holds it, then the row's tokens),
+            before log_softmax (greedy, beam) or after it (``mode="transformers"``, as
+            ``generate``'s beam search); ones tied to ``generate``'s row layout are a ValueError
+            (:data:`beamsearch.hf.hooks.LAYOUT_BOUND`).
+        prefix_allowed_tokens_fn: ``fn(batch_id, input_ids [P + t]) -> allowed ids``, as
+            ``generate`` calls it (:class:`beamsearch.processors.AllowedTokens`).
+        stopping_criteria: ``criterion(input_ids [k, P + t], None) -> bool [k]``, called after
+            each step on the rows that go on; a flagged row stops its input (its live rows end
+            unfinished; :mod:`beamsearch.hf.streaming`).
+        streamer: an object with ``put(tensor)`` and ``end()``, for one input: the prompt, then
+            the best hypothesis's tokens (greedy: ``generate``'s calls; beams: each token once
+            every hypothesis that may still be the best shares it, the rest at the end).
         **overrides: generation settings that replace the config's (``num_beams=4``, ...), and
             the mode's own options by their names (``constraints`` (one list per input, as
             :func:`beamsearch.constrained_beam_search` takes them), ``ordered``, ``num_groups``,
@@ -312,7 +309,9 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     spec = choose_mode(mode, cfg, generate_defaults(), given)
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
-    search = mode_keywords(spec, settings, cfg, generate_defaults(), given, explicit, len(rows))
+    hooks = generate_hooks(model, spec, cfg, inputs, rows, logits_processor=logits_processor, streamer=streamer,
+                           prefix_allowed_tokens_fn=prefix_allowed_tokens_fn, stopping_criteria=stopping_criteria)
+    search = hooks.keywords(mode_keywords(spec, settings, cfg, generate_defaults(), given, explicit, len(rows)))
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
@@ -326,12 +325,11 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     search["eos_token_id"] = dec.eos_token_id
     steps = step_outputs(spec, search, cfg)
     step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
-    hypotheses = spec.function(step, dec.init_state, dec.prompts, **search,
-                               **({} if steps is None else {"callback": steps}))
+    hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
     pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
-    head = dec_head(inputs, rows, dec.prompts, encoder_decoder, pad)
+    head = held_prompts(model, inputs, rows, 0 if pad is None else pad, dec.prompts[0][0]).ids.cpu()
     return Generation(hypotheses, texts, search, spec.name,
                       **generate_outputs(hypotheses, head, pad, dec.eos_token_id, steps, spec.name != "greedy"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping
 
+from beamsearch.hf.calls import MODEL_INPUTS
+
 __all__ = ["HONOURED", "KEYWORDS", "MAPPED", "REFUSED", "refuse", "refuse_arguments"]
 
 HONOURED, MAPPED, REFUSED = "honoured", "mapped", "refused"
@@ -41,6 +43,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "input_ids": (HONOURED, "the prompts (a causal LM's) or the sources (an encoder-decoder's), [N, P]"),
     "attention_mask": (HONOURED, "[N, P], left or right padding; without it, generate's inferred mask and warning"),
     "tokenizer": (HONOURED, "strings in, texts out, stop_strings"),
+    **{name: (REFUSED, "a model input hf.generate does not pass to the model (it feeds input_ids and "
+                       "attention_mask only)") for name in MODEL_INPUTS},
     # GenerationConfig: lengths, sizes, the search
     "max_new_tokens": (HONOURED, ""),
     "max_length": (HONOURED, "counts each input's own prompt, not the batch's padding"),
@@ -161,7 +165,7 @@ def refuse(cfg: Any, defaults: Mapping[str, Any], explicit: set[str], mode: str 
         ValueError: naming every refused setting set, with its value and the way to get it here.
     """
     refused = {name: getattr(cfg, name, None) for name, (status, _) in KEYWORDS.items()
-               if status == REFUSED and name not in _ARGUMENTS and name != "do_sample"
+               if status == REFUSED and name not in _ARGUMENTS and name not in MODEL_INPUTS and name != "do_sample"
                and getattr(cfg, name, None) not in (None, False, defaults.get(name), _NEUTRAL.get(name))}
     if cfg.do_sample and "do_sample" in explicit:
         refused["do_sample"] = True

@@ -165,20 +165,6 @@ def step_outputs(spec: Any, search: dict[str, Any], cfg: Any) -> StepOutputs | N
     return StepOutputs(spec.rows(search), scores=bool(cfg.output_scores), logits=bool(cfg.output_logits))
 
 
-def dec_head(inputs: Any, rows: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]], encoder_decoder: bool,
-             pad: int | None) -> torch.Tensor:
-    """int64 ``[N, P]``: what ``generate``'s ``sequences`` start with: an encoder-decoder's
-    decoder start token, a causal LM's prompts as given when they came as a tensor (padding
-    included), else its prompts left-padded with ``pad`` (as a tokenizer pads for ``generate``)."""
-    if encoder_decoder:
-        return torch.tensor([list(p) for p in prompts], dtype=torch.long)
-    if isinstance(inputs, torch.Tensor):
-        return inputs.detach().to("cpu", torch.long)
-    width = max(len(r) for r in rows)
-    fill = 0 if pad is None else pad
-    return torch.tensor([[fill] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
-
-
 def generate_outputs(hypotheses: Sequence[Sequence[Any]], head: torch.Tensor, pad: int | None, eos: Any,
                      steps: StepOutputs | None, scored: bool) -> dict[str, Any]:
     """The :class:`~beamsearch.hf.Generation` fields of ``generate``'s output: ``sequences``,
