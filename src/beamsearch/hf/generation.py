@@ -49,8 +49,10 @@ class Generation:
         sequences: ``generate``'s ``sequences``, int64 ``[R, P + L]``: per hypothesis (input-major,
             best first; R = N * num_return_sequences), a causal LM's prompt as ``generate`` holds it
             (the tensor as given, padding included; lists left-padded) or an encoder-decoder's
-            decoder start token, then its new tokens, right-padded with the pad id (else the first
-            eos id), L the most new tokens of any.
+            decoder start token, then its new tokens, right-padded as ``generate`` pads: greedy
+            decoding with the pad id (else the first eos id), beam search with ``pad_token_id or
+            eos_token_id[0]`` (its fill value, where a pad id of 0 counts as unset); L the most new
+            tokens of any.
         sequences_scores: float32 ``[R]``, each hypothesis's score (None for greedy decoding, as
             in ``generate``).
         scores: with ``output_scores=True``: a tuple of T float32 tensors ``[N * W, V]``, T the
