@@ -282,3 +282,90 @@ def test_without_llguidance_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llguidance", None)
     with pytest.raises(ImportError, match=r"pip install 'beamsearch\[grammar\]'"):
         Grammar.regex("a+b", VOCAB, eos_token_id=EOS)
+
+
+# ---- every finished output of a search is accepted by the independent parser: generated grammars
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+JSON_VOCAB = ["</s>"] + list('{}[]":,-0123456789abtruefalsn') + ['":', '"a', "tr", "ue", "null", "12", '},{']
+JSON_VOCAB = list(dict.fromkeys(JSON_VOCAB))  # repeated characters once
+GENERATED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+atoms = st.sampled_from(["a", "b", "1", "2"]).map(lambda c: ("lit", c))
+expressions = st.recursive(atoms, lambda inner: st.one_of(
+    st.tuples(st.just("seq"), inner, inner), st.tuples(st.just("alt"), inner, inner),
+    st.tuples(st.sampled_from(["opt", "star", "plus"]), inner)), max_leaves=6)
+
+
+def as_regex(e) -> str:
+    op = e[0]
+    if op == "lit":
+        return e[1]
+    if op in ("seq", "alt"):
+        return f"({as_regex(e[1])}{'|' if op == 'alt' else ''}{as_regex(e[2])})"
+    return f"({as_regex(e[1])}){ {'opt': '?', 'star': '*', 'plus': '+'}[op] }"
+
+
+def as_lark(e) -> str:
+    op = e[0]
+    if op == "lit":
+        return f'"{e[1]}"'
+    if op in ("seq", "alt"):
+        return f"({as_lark(e[1])}{' | ' if op == 'alt' else ' '}{as_lark(e[2])})"
+    return f"({as_lark(e[1])}){ {'opt': '?', 'star': '*', 'plus': '+'}[op] }"
+
+
+def run_search(grammar: Grammar, vocab, seed: int):
+    table = np.random.default_rng(seed).normal(scale=2.0, size=(len(vocab), len(vocab)))
+    return beam_search_batch(step_of(table, "numpy"), np.zeros((2, 1)), [[1], [2]], eos_token_id=EOS, max_steps=12,
+                             beam_size=3, n_best=3, logits_processors=[grammar])
+
+
+CHAR_VOCAB = ["</s>", "a", "b", "1", "2", "ab", "b1", "12"]
+
+
+@GENERATED
+@given(expressions, st.integers(0, 2**16))
+def test_every_finished_output_matches_a_generated_regex(e, seed):
+    pattern = as_regex(e)
+    for hyps in run_search(Grammar.regex(pattern, CHAR_VOCAB, eos_token_id=EOS), CHAR_VOCAB, seed):
+        for h in (h for h in hyps if h.finished):
+            assert regex_parser(pattern)(text(h.tokens, CHAR_VOCAB)), (pattern, h.tokens)
+
+
+@GENERATED
+@given(expressions, expressions, st.integers(0, 2**16))
+def test_every_finished_output_parses_under_a_generated_lark_grammar(e1, e2, seed):
+    grammar = f'start: item ("," item)?\nitem: {as_lark(e1)} | "[" {as_lark(e2)} "]"\n'
+    vocab = CHAR_VOCAB + [",", "[", "]", "],["]
+    accepts = lark_parser(grammar)
+    for hyps in run_search(Grammar.lark(grammar, vocab, eos_token_id=EOS), vocab, seed):
+        for h in (h for h in hyps if h.finished):
+            assert accepts(text(h.tokens, vocab)), (grammar, h.tokens)
+
+
+leaf_schemas = st.one_of(
+    st.builds(lambda lo, n: {"type": "integer", "minimum": lo, "maximum": lo + n}, st.integers(-20, 20),
+              st.integers(0, 200)),
+    st.just({"type": "boolean"}), st.just({"type": "null"}),
+    st.lists(st.sampled_from([1, 12, "a", "ab", True, None]), min_size=1, max_size=3, unique=True).map(
+        lambda values: {"enum": values}),
+    st.just({"type": "string", "maxLength": 2, "pattern": "^[ab]*$"}))
+schemas = st.recursive(leaf_schemas, lambda inner: st.one_of(
+    st.builds(lambda items, n: {"type": "array", "items": items, "maxItems": n}, inner, st.integers(0, 3)),
+    st.builds(lambda props, req: {"type": "object", "properties": props, "additionalProperties": False,
+                                  "required": [k for k in props if k in req]},
+              st.dictionaries(st.sampled_from(["a", "b", "ab"]), inner, min_size=1, max_size=2),
+              st.sets(st.sampled_from(["a", "b", "ab"])))), max_leaves=4)
+
+
+@GENERATED
+@given(schemas, st.integers(0, 2**16))
+def test_every_finished_output_is_valid_under_a_generated_json_schema(schema, seed):
+    import jsonschema
+
+    grammar = Grammar.json_schema(schema, JSON_VOCAB, eos_token_id=EOS)
+    for hyps in run_search(grammar, JSON_VOCAB, seed):
+        for h in (h for h in hyps if h.finished):
+            jsonschema.validate(json.loads(text(h.tokens, JSON_VOCAB)), schema)
