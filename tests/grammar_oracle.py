@@ -74,8 +74,8 @@ def constrained_logp(logits: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return x - (m + np.log(np.exp(x[keep] - m).sum()))
 
 
-def all_outputs(table: np.ndarray, first: int, strings: set[str], vocab: Sequence[str], max_steps: int
-                ) -> dict[tuple[int, ...], float]:
+def all_outputs(table: np.ndarray, first: int, strings: set[str], vocab: Sequence[str], max_steps: int,
+                eos: int = EOS) -> dict[tuple[int, ...], float]:
     """Every token sequence (eos last) of at most ``max_steps`` tokens whose text is in the
     language, with its constrained log-probability under the bigram model ``table [V, V]``
     (logits of the next token by the last one; ``first`` is the prompt's last token)."""
@@ -84,12 +84,12 @@ def all_outputs(table: np.ndarray, first: int, strings: set[str], vocab: Sequenc
     def walk(tokens: tuple[int, ...], text: str, last: int, logp: float) -> None:
         if len(tokens) == max_steps:
             return
-        keep = allowed(text, strings, vocab)
+        keep = allowed(text, strings, vocab, eos=(eos,))
         if not keep.any():
             return
         lp = constrained_logp(table[last], keep)
         for t in np.flatnonzero(keep).tolist():
-            if t == EOS:
+            if t == eos:
                 out[tokens + (t,)] = logp + lp[t]
             else:
                 walk(tokens + (t,), text + vocab[t], t, logp + lp[t])

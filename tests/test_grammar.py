@@ -369,3 +369,15 @@ def test_every_finished_output_is_valid_under_a_generated_json_schema(schema, se
     for hyps in run_search(grammar, JSON_VOCAB, seed):
         for h in (h for h in hyps if h.finished):
             jsonschema.validate(json.loads(text(h.tokens, JSON_VOCAB)), schema)
+
+
+def test_a_grammar_the_vocabulary_cannot_spell_further_never_allows_eos():
+    vocab = ["</s>", "{", "}", '"', "a", "b", ":", ",", "1", "2", '":']  # no "[": an array cannot start
+    schema = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "array"}}, "required": ["a"],
+              "additionalProperties": False}
+    g = Grammar.json_schema(schema, vocab, eos_token_id=EOS)
+    assert not g.allowed_after([vocab.index(c) for c in '{"a":2,"b":']).any()
+    table = np.random.default_rng(0).normal(size=(len(vocab), len(vocab)))
+    out = beam_search_batch(step_of(table, "numpy"), np.zeros((1, 1)), [[4]], eos_token_id=EOS, max_steps=16,
+                            beam_size=4, n_best=4, logits_processors=[g])
+    assert out[0] and all(json.loads(text(h.tokens, vocab))["a"] in (1, 2) for h in out[0] if h.finished)

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from beamsearch import beam_search_batch  # noqa: E402
 from beamsearch.processors import Grammar  # noqa: E402
-from grammar_oracle import allowed, constrained_logp, schema_parser  # noqa: E402
+from grammar_oracle import all_outputs, allowed, schema_parser  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"enum": ["x", "xb"]}},
           "required": ["a"], "additionalProperties": False}
@@ -50,25 +50,6 @@ def texts(tok) -> list[str]:
     return ["" if i in special else tok.decode([i]) for i in range(len(tok))]
 
 
-def brute_force(table, first, vocab, eos, max_steps=20):
-    """Every token sequence whose text is in LANGUAGE, eos last, with its constrained logprob."""
-    out = {}
-
-    def walk(tokens, prefix, last, logp):
-        if len(tokens) == max_steps:
-            return
-        keep = allowed(prefix, LANGUAGE, vocab, eos=(eos,))
-        lp = constrained_logp(table[last], keep)
-        for t in np.flatnonzero(keep).tolist():
-            if t == eos:
-                out[tokens + (t,)] = logp + lp[t]
-            else:
-                walk(tokens + (t,), prefix + vocab[t], t, logp + lp[t])
-
-    walk((), "", first, 0.0)
-    return out
-
-
 def test_the_trained_merges_cross_the_grammar_tokens(tokenizer):
     vocab = texts(tokenizer)
     assert {'{"', '":', '"a":'} & set(vocab) and len(tokenizer.encode('{"a":1,"b":"xb"}')) < 10
@@ -79,7 +60,7 @@ def test_the_trained_merges_cross_the_grammar_tokens(tokenizer):
 def test_an_exhaustive_beam_over_a_bpe_equals_brute_force(tokenizer, extra):
     vocab, eos = texts(tokenizer) + [""] * extra, tokenizer.eos_token_id
     table = np.random.default_rng(8).normal(scale=2.0, size=(len(vocab), len(vocab)))
-    want = brute_force(table, 5, vocab, eos)
+    want = all_outputs(table, 5, LANGUAGE, vocab, 20, eos=eos)
     assert {tokenizer.decode(list(t[:-1])) for t in want} == LANGUAGE and len(want) > len(LANGUAGE)
     width = max(len({t[:d] for t in want if len(t) > d}) for d in range(20))  # the most prefixes at a depth
     grammar = Grammar.json_schema(SCHEMA, tokenizer)

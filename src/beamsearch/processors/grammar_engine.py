@@ -61,7 +61,13 @@ class Compiled:
         bits = llg.numpy.allocate_token_bitmask(len(matchers), self.n_vocab)  # --> int32 [k, ceil(n_vocab / 32)]
         if matchers:
             llg.numpy.fill_next_token_bitmask_par(self.executor, [(m, i) for i, m in enumerate(matchers)], bits)
-        return unpack_bits(bits, self.n_vocab)
+        keep = unpack_bits(bits, self.n_vocab)
+        # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
+        # into an error state whose mask holds eos: it allows nothing; eos only where it can end
+        state = np.array([(m.is_error(), m.is_accepting()) for m in matchers], dtype=bool).reshape(-1, 2)
+        keep[state[:, 0]] = False
+        keep[np.ix_(~state[:, 1], self.eos[self.eos < self.n_vocab])] = False
+        return keep
 
     def consume(self, matchers: Sequence[Any], tokens: np.ndarray) -> np.ndarray:
         """Advance each matcher by its token (int64 ``[k]``), in one call; bool ``[k]``: which
