@@ -216,3 +216,13 @@ def test_compute_dtypes(name):
         x = np.array([[1, 2]], dtype=dtype)
         assert to_np(be.compute(as_backend(x, name))).dtype == expected
     assert isinstance(backend_of([1.0]), NumpyBackend)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_keep_where_sets_the_dropped_entries_to_minus_inf(lib):
+    rng = np.random.default_rng(0)
+    x, keep = rng.normal(size=(5, 37)), rng.random((5, 37)) < 0.4
+    want = np.where(keep, x, -np.inf)  # the plain reference
+    arr = torch.tensor(x) if lib == "torch" else x.copy()
+    got = backend_of(arr).keep_where(arr, keep)
+    assert np.array_equal(backend_of(got).to_numpy(got), want)

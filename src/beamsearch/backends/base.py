@@ -65,6 +65,9 @@ class Backend(Protocol):
     def fill_columns(self, x: Any, cols: np.ndarray, value: float) -> Any:
         """``x`` with every row's ``cols`` set to ``value``."""
 
+    def keep_where(self, x: Any, keep: np.ndarray) -> Any:
+        """``x`` with every entry where ``keep`` (bool ``[k, V]`` on the host) is False set to -inf."""
+
     def keep_only(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
         """``x`` with row ``rows[i]`` set to -inf everywhere but column ``cols[i]``."""
 

@@ -80,6 +80,10 @@ class NumpyBackend:
         x[:, cols] = value
         return x
 
+    def keep_where(self, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        np.copyto(x, NEG_INF, where=~keep)
+        return x
+
     def keep_only(self, x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         kept = x[rows, cols]
         x[rows] = NEG_INF

@@ -92,6 +92,10 @@ class TorchBackend:
             x[:, self.index(cols, x)] = value
         return x
 
+    def keep_where(self, x: torch.Tensor, keep: np.ndarray) -> torch.Tensor:
+        drop = torch.from_numpy(~keep).to(x.device, non_blocking=True)  # --> [k, V] bool, beside x
+        return x.masked_fill_(drop, NEG_INF)
+
     def keep_only(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
         r, c = self.index(rows, x), self.index(cols, x)
         kept = x[r, c]

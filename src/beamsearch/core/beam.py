@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
+
+from beamsearch.core.state import select_state
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,11 @@ class Beam:
         tags: the strategy's per-row data (each value an array with leading axis ``[k]``), as its
             :class:`Candidates` ``live.tags`` carried them, with the rows the engine retired
             dropped; None when the strategy keeps none.
+        carried: the row states of the processors that carry one (a grammar's matchers: see
+            :class:`beamsearch.processors.RowStates`), by the processor's ``id``, each ``[k]`` rows
+            in this beam's order; None when no processor carries one. :func:`select_state` takes
+            their rows (forking a row taken twice); the engine's ``extend`` advances them by the
+            kept tokens, which consumes the parent beam's row states.
     """
 
     input: np.ndarray
@@ -34,6 +43,7 @@ class Beam:
     history: np.ndarray | None
     recent: np.ndarray | None
     tags: dict[str, np.ndarray] | None = None
+    carried: dict[int, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -42,9 +52,10 @@ class Beam:
     def take(self, idx: np.ndarray) -> Beam:
         """The rows ``idx`` (int64 ``[k']``, positions in this beam), in that order."""
         tags = None if self.tags is None else {name: a[idx] for name, a in self.tags.items()}
+        carried = None if self.carried is None else {key: select_state(rows, idx) for key, rows in self.carried.items()}
         return Beam(self.input[idx], self.logprob[idx], self.token[idx],
                     None if self.history is None else self.history[idx],
-                    None if self.recent is None else self.recent[idx], tags)
+                    None if self.recent is None else self.recent[idx], tags, carried)
 
 
 @dataclass(frozen=True)

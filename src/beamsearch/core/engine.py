@@ -164,7 +164,19 @@ def start_beam(n: int, controls: Controls) -> Beam:
         for i, x in enumerate(prompts):
             if len(x):
                 history[i, p - len(x) : p] = x
-    return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent)
+    carried = {key: p.start_rows(n) for key, p in carriers(controls).items()} or None
+    return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent, carried=carried)
+
+
+def carriers(controls: Controls) -> dict[int, Any]:
+    """The processors that carry a per-row state (a ``start_rows`` method: see
+    :class:`beamsearch.processors.RowStates`), by ``id``, each once (a caller's as it gave it)."""
+    found = {}
+    for piece in (*controls.processors, *controls.masks):
+        inner = piece.processor if isinstance(piece, model_checks.CheckedProcessor) else piece
+        if callable(getattr(inner, "start_rows", None)):
+            found[id(inner)] = inner
+    return found
 
 
 def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
@@ -191,7 +203,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
     if processors or masks:
-        ctx = StepContext(step, _history(beam, step, trail), beam.input, backend)
+        ctx = StepContext(step, _history(beam, step, trail), beam.input, backend, beam.carried)
     buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
     if processors:
         if x is logits:  # processors may write: never into the model's array
@@ -248,12 +260,20 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
 def extend(beam: Beam, live: Candidates, trail: Trail) -> Beam:
     """The rows of the next call: ``live`` (``[k']`` extensions of ``beam``'s rows), their
     back-pointers added to ``trail``, each row one token longer (its history and recent tokens
-    too) and its strategy tags kept."""
+    too, its processors' row states too) and its strategy tags kept."""
     parent = live.parent
     with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
     return Beam(beam.input[parent], live.logprob, live.token, extend_history(beam, live),
-                extend_recent(beam.recent, live), live.tags)
+                extend_recent(beam.recent, live), live.tags, extend_carried(beam.carried, live))
+
+
+def extend_carried(carried: dict[int, Any] | None, live: Candidates) -> dict[int, Any] | None:
+    """The kept rows' processor row states: each parent's taken (forked where a parent has
+    several children), then advanced by the row's new token. The parents' states are consumed."""
+    if carried is None:
+        return None
+    return {key: select_state(rows, live.parent).advance(live.token) for key, rows in carried.items()}
 
 
 def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: Controls) -> np.ndarray:

@@ -22,12 +22,15 @@ Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`
 :class:`SuppressTokens`; allowed-token constraints (generated tokens only, see
 ``docs/allowed_tokens.md``): :class:`AllowedTokens` (a per-row callback), :class:`Catalogue` (a
 trie of allowed outputs), :class:`TokenDFA` (a finite automaton over token ids, and
-``TokenDFA.from_regex``).
+``TokenDFA.from_regex``); :class:`Grammar` (a JSON Schema, a Lark grammar or a regex through the
+grammar engine llguidance, ``docs/grammar.md``), which carries a matcher per row
+(:class:`RowStates`).
 """
 
-from beamsearch.processors._base import LogitsProcessor, StepContext
+from beamsearch.processors._base import LogitsProcessor, RowStates, StepContext
 from beamsearch.processors.allowed_tokens import AllowedTokens
 from beamsearch.processors.catalogue import Catalogue
+from beamsearch.processors.grammar import Grammar
 from beamsearch.processors.no_repeat_ngram import NoRepeatNGram, banned_ngram_tokens
 from beamsearch.processors.repetition_penalty import RepetitionPenalty
 from beamsearch.processors.sequence_bias import BadWords, SequenceBias
@@ -41,9 +44,11 @@ __all__ = [
     "AllowedTokens",
     "BadWords",
     "Catalogue",
+    "Grammar",
     "LogitsProcessor",
     "NoRepeatNGram",
     "RepetitionPenalty",
+    "RowStates",
     "SequenceBias",
     "StepContext",
     "SuppressTokens",

@@ -7,8 +7,9 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from beamsearch.backends import Backend
+from beamsearch.core.state import select_state
 
-__all__ = ["LogitsProcessor", "StepContext"]
+__all__ = ["LogitsProcessor", "RowStates", "StepContext"]
 
 
 class StepContext:
@@ -21,16 +22,19 @@ class StepContext:
             Without such a processor it holds the generated tokens only, rebuilt on first access.
         row_input: int64 ``[k]``: the input (prompt index) each row belongs to.
         backend: the array backend of this step's logits (:mod:`beamsearch.backends`).
+        carried: the row states of the processors that carry one, by the processor's ``id``
+            (:meth:`row_states`), or None.
     """
 
-    __slots__ = ("step", "_history", "row_input", "backend")
+    __slots__ = ("step", "_history", "row_input", "backend", "carried")
 
     def __init__(self, step: int, history: np.ndarray | Callable[[], np.ndarray], row_input: np.ndarray,
-                 backend: Backend) -> None:
+                 backend: Backend, carried: dict[int, Any] | None = None) -> None:
         self.step = step
         self._history = history
         self.row_input = row_input
         self.backend = backend
+        self.carried = carried
 
     @property
     def history(self) -> np.ndarray:
@@ -40,7 +44,21 @@ class StepContext:
 
     def rows(self, index: np.ndarray) -> StepContext:
         """The context of the rows ``index`` alone."""
-        return StepContext(self.step, self.history[index], self.row_input[index], self.backend)
+        carried = None if self.carried is None else {key: select_state(r, index) for key, r in self.carried.items()}
+        return StepContext(self.step, self.history[index], self.row_input[index], self.backend, carried)
+
+    def row_states(self, processor: Any) -> Any:
+        """The ``[k]`` row states of ``processor`` (one that carries them: :class:`RowStates`).
+
+        Raises:
+            ValueError: the search did not start them (the processor was called outside a search
+                that lists it in ``logits_processors``).
+        """
+        rows = None if self.carried is None else self.carried.get(id(processor))
+        if rows is None:
+            raise ValueError(f"{type(processor).__name__} carries a state per row that the search starts and "
+                             "advances: pass it in logits_processors= of a search, do not call it alone")
+        return rows
 
 
 class LogitsProcessor(Protocol):
@@ -52,6 +70,21 @@ class LogitsProcessor(Protocol):
     """
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any: ...
+
+
+class RowStates(Protocol):
+    """The per-row state a processor carries through the search (a grammar's matchers).
+
+    A processor that carries one has a method ``start_rows(n) -> RowStates`` (the states of the
+    ``n`` first rows, one per input, before any token is generated) and reads its rows' states at
+    each step with ``ctx.row_states(self)``. The engine keeps them beside each live row
+    (``Beam.carried``): ``select_state(states, idx)`` takes rows ``idx`` (int64 ``[k']``, a row
+    taken twice is forked), and ``advance(tokens)`` (int64 ``[k]``) moves each row by its new
+    token. So a state follows its row's parents and is never rebuilt from the row's history.
+    Register ``select_state`` for the class (``@select_state.register(cls)``).
+    """
+
+    def advance(self, tokens: np.ndarray) -> RowStates: ...
 
 
 def history_suffix_matches(history: np.ndarray, prefix: tuple[int, ...]) -> np.ndarray:

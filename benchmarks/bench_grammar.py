@@ -1,0 +1,134 @@
+"""Grammar-constrained beam search: what the grammar costs (issue 23).
+
+One run, torch, a byte-level BPE trained here with ``tokenizers`` (about 32,000 tokens by default;
+nothing downloaded), N inputs, beam 4 and 16, a null model (fixed random logits picked by the
+last token: only the search and the masks are timed). Every search runs exactly ``steps`` steps
+(``min_new_tokens`` holds eos back, the schema never forces an end). Columns, ms per step:
+
+- ``plain``: the search without a grammar;
+- ``schema``: the same search with a JSON Schema (:class:`beamsearch.processors.Grammar`: one
+  matcher per row, forked and advanced, never replayed);
+- ``replay``: the same search with a reference that rebuilds each row's matcher from the
+  grammar's start along the row's generated tokens at every step (vLLM's approach), then fills
+  the same masks.
+
+Ratios: schema / plain (the issue asks at most 1.3), the schema's ms per step at the longest
+length over the shortest (flat: within 15%), and replay / schema at the longest length.
+
+    python benchmarks/bench_grammar.py                       # the issue's settings
+    python benchmarks/bench_grammar.py --vocab 4000 --steps 16 64 --repeat 1   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import numpy as np
+import torch
+
+from beamsearch import beam_search_batch
+from beamsearch.processors import Grammar
+
+SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+          "required": ["items"], "additionalProperties": False}
+
+
+def corpus(n: int, seed: int = 0):
+    """Synthetic JSON and prose lines to train the BPE on."""
+    r = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "name", "value", "items", "count", "true", "null", "user", "price", "the",
+             "quick", "brown", "fox", "description", "id", "tags"]
+    for _ in range(n):
+        obj = {r.choice(words): r.choice([r.randint(0, 10**6), f"{r.choice(words)} {r.choice(words)}",
+                                          [r.choice(words) for _ in range(3)], {"k": r.choice(words)}])
+               for _ in range(r.randint(1, 4))}
+        yield json.dumps(obj)
+        yield " ".join(r.choice(words) for _ in range(12)) + f" {r.randint(0, 99999)}."
+
+
+def train_bpe(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(max(2000, vocab_size)), trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+class Replay:
+    """The reference: each row's matcher rebuilt from the start along its generated tokens, at
+    every step, then the masks of all rows filled in one call (as :class:`Grammar` fills them)."""
+
+    needs_history = False
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.compiled = grammar._compiled
+
+    def __call__(self, logits, ctx):
+        generated = ctx.history[:, ctx.history.shape[1] - (ctx.step - 1):]
+        matchers = []
+        for row in generated.tolist():
+            m = self.compiled.root.deep_copy()
+            m.consume_tokens(row)
+            matchers.append(m)
+        keep = self.compiled.fill(matchers)
+        keep = np.pad(keep, ((0, 0), (0, logits.shape[1] - keep.shape[1])))
+        return ctx.backend.keep_where(logits, keep)
+
+
+def null_model(vocab: int, seed: int = 0):
+    table = torch.randn(64, vocab, generator=torch.Generator().manual_seed(seed)) * 3.0
+
+    def step(state, y_prev):
+        return table[y_prev % 64], state
+
+    return step
+
+
+def timed(step, n, beam, steps, eos, processors, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        beam_search_batch(step, torch.zeros((n, 1)), [[5]] * n, eos_token_id=eos, max_steps=steps, beam_size=beam,
+                          min_new_tokens=steps - 1, alpha=0.0, logits_processors=processors)
+        best = min(best, time.perf_counter() - t)
+    return 1e3 * best / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--beams", type=int, nargs="+", default=[4, 16])
+    ap.add_argument("--steps", type=int, nargs="+", default=[32, 512])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tok = train_bpe(args.vocab)
+    grammar = Grammar.json_schema(SCHEMA, tok)
+    step, eos = null_model(len(tok)), tok.eos_token_id
+    print(f"tokenizer: byte-level BPE, {len(tok)} tokens; N={args.n}; torch {torch.__version__}, 1 thread")
+    print("beam  steps  plain ms/step  schema ms/step  replay ms/step  schema/plain  replay/schema")
+    for beam in args.beams:
+        per_step = {}
+        for steps in args.steps:
+            plain = timed(step, args.n, beam, steps, eos, [], args.repeat)
+            schema = timed(step, args.n, beam, steps, eos, [grammar], args.repeat)
+            replay = timed(step, args.n, beam, steps, eos, [Replay(grammar)], 1) if steps == max(args.steps) else None
+            per_step[steps] = schema
+            shown = f"{replay:14.2f}  " if replay is not None else f"{'-':>14}  "
+            ratio = f"{replay / schema:13.1f}" if replay is not None else f"{'-':>13}"
+            print(f"{beam:4d}  {steps:5d}  {plain:13.2f}  {schema:14.2f}  {shown}{schema / plain:12.2f}  {ratio}")
+        lo, hi = min(args.steps), max(args.steps)
+        print(f"beam {beam}: schema ms/step at {hi} over {lo} steps: {per_step[hi] / per_step[lo]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Outputs restricted to a grammar: a JSON Schema, a Lark (EBNF) grammar or a regular expression,
+through a grammar engine (llguidance, the optional extra ``beamsearch[grammar]``).
+
+:class:`Grammar` is a logits processor that carries a state per row: each live row has its own
+matcher, the engine's incremental parser of the row's generated tokens. The search keeps the
+matchers beside the rows (``Beam.carried``, :class:`~beamsearch.processors.RowStates`): when a
+row is kept its parent's matcher is moved to it, or forked (copied) for a second child of the same
+parent, then advanced by the row's new token; a row that leaves drops its matcher. No row's prefix
+is ever replayed, so a step costs the same at token 10 as at token 1000.
+
+Per step: every row's allowed tokens are filled into one bitmask by one engine call (in
+parallel), unpacked on the host to bool ``[k, V]`` and applied to the logits on their backend
+(numpy or torch) in one masked fill: a token the grammar does not allow becomes -inf before
+log_softmax, so the search ranks the model's distribution renormalized over the allowed tokens.
+An eos id is allowed only where the grammar can end. A row whose grammar allows nothing (a token
+it rejected was forced on it: a forced prefix, a scored target) gets no token and dies.
+
+The grammar constrains the generated tokens only (every row starts at the grammar's start, the
+prompt is not read). Guarantees and limits: ``docs/grammar.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from beamsearch.core import validate as check
+from beamsearch.core.state import select_state
+from beamsearch.processors._base import StepContext
+from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_grammar
+
+__all__ = ["Grammar", "MatcherRows"]
+
+
+class MatcherRows:
+    """The grammar matchers of ``k`` rows (a :class:`~beamsearch.processors.RowStates`).
+
+    Attributes:
+        compiled: the compiled grammar the matchers were copied from.
+        matchers: ``k`` llguidance matchers, row i's at i.
+        dead: bool ``[k]``: a row that took a token its grammar rejects (it allows nothing since).
+    """
+
+    __slots__ = ("compiled", "matchers", "dead")
+
+    def __init__(self, compiled: Compiled, matchers: list[Any], dead: np.ndarray) -> None:
+        self.compiled, self.matchers, self.dead = compiled, matchers, dead
+
+    def __len__(self) -> int:
+        return len(self.matchers)
+
+    def advance(self, tokens: np.ndarray) -> MatcherRows:
+        """Each row's matcher advanced by its token (int64 ``[k]``), in one engine call; these
+        rows' matchers are moved into the result (this object is consumed)."""
+        ok = self.compiled.consume(self.matchers, np.asarray(tokens, dtype=np.int64))
+        return MatcherRows(self.compiled, self.matchers, self.dead | ~ok)
+
+    def allowed(self) -> np.ndarray:
+        """bool ``[k, n_vocab]``: each row's allowed next tokens (none for a dead row)."""
+        keep = self.compiled.fill(self.matchers)
+        keep[self.dead] = False
+        return keep
+
+
+@select_state.register(MatcherRows)
+def _select_matchers(rows: MatcherRows, idx: Any) -> MatcherRows:
+    """Rows ``idx`` (``[k']``): a row's first occurrence takes its matcher, every further one a
+    fork (a deep copy: the two rows then parse independently)."""
+    if hasattr(idx, "detach"):
+        idx = idx.detach().cpu().numpy()
+    idx = np.asarray(idx, dtype=np.int64)
+    taken = np.zeros(len(rows), dtype=bool)
+    out = []
+    for i in idx.tolist():  # one object per kept row: a move, or a fork of a parent kept twice
+        out.append(rows.matchers[i].deep_copy() if taken[i] else rows.matchers[i])
+        taken[i] = True
+    return MatcherRows(rows.compiled, out, rows.dead[idx])
+
+
+@dataclass(frozen=True, eq=False)
+class Grammar:
+    """A grammar over the generated text as a logits processor (module docstring).
+
+    Build it with :meth:`json_schema`, :meth:`lark` or :meth:`regex`. The grammar is compiled
+    once per ``(grammar, tokenizer, eos ids)`` and cached: building the same one again is free.
+
+    Args:
+        kind: ``"json_schema"``, ``"lark"`` or ``"regex"``.
+        source: the schema (a dict or its JSON text), the Lark grammar text, or the pattern.
+        tokenizer: a fast Hugging Face tokenizer (``PreTrainedTokenizerFast``: its tokens' bytes,
+            byte-level BPE included; special tokens are never allowed, eos excepted), or a
+            sequence of V strings, ``tokenizer[v]`` the text of token v.
+        eos_token_id: the eos id, or a sequence of them, allowed where the grammar can end; use
+            the search's ``eos_token_id``. None: the Hugging Face tokenizer's ``eos_token_id``.
+        options: for ``json_schema`` only, llguidance's JSON options (``whitespace_flexible``,
+            ``item_separator``, ``key_separator``, ...), over the schema's own ``x-guidance``;
+            by default compact JSON, no whitespace between tokens (``{"a":1,"b":[2]}``).
+
+    Raises:
+        ImportError: llguidance is not installed (``pip install 'beamsearch[grammar]'``).
+        ValueError, TypeError: a bad argument, or a grammar the engine refuses (its message).
+    """
+
+    kind: str
+    source: Any
+    tokenizer: Any
+    eos_token_id: int | Sequence[int] | None = None
+    options: dict[str, Any] | None = None
+    needs_history = False  # the matchers carry the rows' tokens
+    _compiled: Compiled = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {self.kind!r}")
+        _check_source(self.kind, self.source)
+        _check_tokenizer(self.tokenizer)
+        eos = self.eos_token_id
+        if eos is None:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            if eos is None:
+                raise ValueError("eos_token_id is required: the tokenizer has no eos_token_id (pass the search's)")
+        eos_ids = check.eos_ids("eos_token_id", eos)
+        if self.options is not None and (self.kind != "json_schema" or not isinstance(self.options, dict)):
+            raise ValueError(f"options must be None or a dict, for json_schema only; got {self.options!r:.80} "
+                             f"for kind {self.kind!r}")
+        compiled = compile_grammar(self.kind, self.source, self.tokenizer, eos_ids, self.options)
+        object.__setattr__(self, "_compiled", compiled)
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | str, tokenizer: Any, *, eos_token_id: int | Sequence[int] | None = None,
+                    options: dict[str, Any] | None = None) -> Grammar:
+        """JSON text valid under ``schema`` (a dict or its JSON text; JSON Schema as llguidance
+        supports it: ``docs/grammar.md``)."""
+        return cls("json_schema", schema, tokenizer, eos_token_id, options)
+
+    @classmethod
+    def lark(cls, grammar: str, tokenizer: Any, *, eos_token_id: int | Sequence[int] | None = None) -> Grammar:
+        """Text of the Lark grammar ``grammar`` (rule ``start``; EBNF: ``|``, ``*``, ``+``, ``?``,
+        ``"literals"``, ``/regex/`` terminals, ``%ignore``)."""
+        return cls("lark", grammar, tokenizer, eos_token_id)
+
+    @classmethod
+    def regex(cls, pattern: str, tokenizer: Any, *, eos_token_id: int | Sequence[int] | None = None) -> Grammar:
+        """Text that fully matches ``pattern`` (``re.fullmatch`` semantics, no anchors needed)."""
+        return cls("regex", pattern, tokenizer, eos_token_id)
+
+    @property
+    def n_vocab(self) -> int:
+        """The tokenizer's vocabulary size (ids at or above it are never allowed)."""
+        return self._compiled.n_vocab
+
+    @property
+    def vocab_checks(self) -> tuple[tuple[str, Any], ...]:
+        return (("eos_token_id", self._compiled.eos.tolist()),)
+
+    def start_rows(self, n: int) -> MatcherRows:
+        """The matchers of ``n`` rows at the grammar's start (copies of the compiled one)."""
+        root = self._compiled.root
+        return MatcherRows(self._compiled, [root.deep_copy() for _ in range(n)], np.zeros(n, dtype=bool))
+
+    def __call__(self, logits: Any, ctx: StepContext) -> Any:
+        """``logits [k, V]`` with -inf wherever the row's grammar does not allow the token."""
+        vocab, n_vocab = int(logits.shape[1]), self._compiled.n_vocab
+        if vocab < n_vocab:
+            raise ValueError(f"Grammar's tokenizer has {n_vocab} tokens but the logits have V={vocab} "
+                             f"(logits shape {tuple(logits.shape)})")
+        keep = ctx.row_states(self).allowed()  # --> [k, n_vocab]
+        if vocab > n_vocab:  # the model's ids past the tokenizer's: never allowed
+            keep = np.pad(keep, ((0, 0), (0, vocab - n_vocab)))
+        return ctx.backend.keep_where(logits, keep)
+
+    def allowed_after(self, tokens: Sequence[int]) -> np.ndarray:
+        """bool ``[n_vocab]``: the tokens allowed after ``tokens`` by a matcher replayed from the
+        start along them (the reference a row's carried matcher equals); none if one is rejected."""
+        rows = self.start_rows(1)
+        for t in check.token_list("tokens", tokens, allow_empty=True):
+            rows = rows.advance(np.array([t]))
+        return rows.allowed()[0]
+
+    def accepts(self, tokens: Sequence[int]) -> bool:
+        """Whether the grammar accepts the token sequence (without eos) as a whole output."""
+        allowed = self.allowed_after(tokens)
+        return bool(allowed[self._compiled.eos].any())
+
+
+def _check_source(kind: str, source: Any) -> None:
+    if kind == "json_schema":
+        if not isinstance(source, (dict, str)):
+            raise TypeError(f"json_schema must be a dict or its JSON text; got {source!r:.80}")
+    elif not isinstance(source, str):
+        name = "grammar" if kind == "lark" else "pattern"
+        raise TypeError(f"{name} must be a str; got {source!r:.80}")
+
+
+def _check_tokenizer(tokenizer: Any) -> None:
+    if isinstance(tokenizer, (list, tuple)):
+        if not tokenizer:
+            raise ValueError("tokenizer must not be an empty vocabulary")
+        for v, text in enumerate(tokenizer):
+            if not isinstance(text, str):
+                raise TypeError(f"tokenizer[{v}] must be a str (the text of token {v}); got {text!r:.80}")
+    elif not hasattr(tokenizer, "backend_tokenizer"):
+        raise TypeError("tokenizer must be a fast Hugging Face tokenizer (PreTrainedTokenizerFast) or a list of "
+                        f"token strings; got {type(tokenizer).__name__}")

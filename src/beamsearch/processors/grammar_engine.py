@@ -1,0 +1,176 @@
+"""The grammar engine under :class:`beamsearch.processors.Grammar`: llguidance, imported lazily.
+
+Three things live here: the llguidance tokenizer of a vocabulary (built once per tokenizer and
+eos ids, cached), the compiled grammar (one llguidance matcher per ``(kind, source, options,
+tokenizer)``, cached; every row's matcher is a copy of it), and the two batched calls of a step:
+every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel), every
+row's new token consumed in one call. llguidance is the optional extra ``beamsearch[grammar]``;
+why it and not xgrammar is in ``docs/grammar.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Compiled", "compile_grammar", "engine", "unpack_bits"]
+
+KINDS = ("json_schema", "lark", "regex")
+_CACHE_SIZE = 64  # compiled grammars kept (least recently used dropped)
+_COMPILED: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+_VOCABS: dict[tuple[Any, ...], Any] = {}
+
+
+def engine() -> Any:
+    """The ``llguidance`` module, or an ImportError that names the extra to install."""
+    try:
+        import llguidance
+        import llguidance.numpy  # noqa: F401  (the bitmask helpers)
+    except ImportError as e:  # an optional extra
+        raise ImportError("beamsearch.processors.Grammar needs the llguidance package: pip install "
+                          "'beamsearch[grammar]' (or pip install llguidance==1.9.1)") from e
+    return llguidance
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """A grammar compiled for a tokenizer: what every row's matcher is copied from.
+
+    Attributes:
+        root: the llguidance matcher before any token (never advanced itself).
+        executor: the llguidance thread pool the batched calls run on.
+        n_vocab: the tokenizer's vocabulary size (the bitmask covers ids ``[0, n_vocab)``).
+        eos: int64 ``[E]``, the eos ids the grammar allows where it can end.
+    """
+
+    root: Any
+    executor: Any
+    n_vocab: int
+    eos: np.ndarray
+
+    def fill(self, matchers: Sequence[Any]) -> np.ndarray:
+        """bool ``[k, n_vocab]``: the tokens each matcher allows next (eos where it can end), all
+        rows in one call of the engine (its executor, in parallel)."""
+        llg = engine()
+        bits = llg.numpy.allocate_token_bitmask(len(matchers), self.n_vocab)  # --> int32 [k, ceil(n_vocab / 32)]
+        if matchers:
+            llg.numpy.fill_next_token_bitmask_par(self.executor, [(m, i) for i, m in enumerate(matchers)], bits)
+        keep = unpack_bits(bits, self.n_vocab)
+        # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
+        # into an error state whose mask holds eos: it allows nothing; eos only where it can end
+        state = np.array([(m.is_error(), m.is_accepting()) for m in matchers], dtype=bool).reshape(-1, 2)
+        keep[state[:, 0]] = False
+        keep[np.ix_(~state[:, 1], self.eos[self.eos < self.n_vocab])] = False
+        return keep
+
+    def consume(self, matchers: Sequence[Any], tokens: np.ndarray) -> np.ndarray:
+        """Advance each matcher by its token (int64 ``[k]``), in one call; bool ``[k]``: which
+        accepted it (a rejected token leaves its matcher in an error state)."""
+        if not matchers:
+            return np.zeros(0, bool)
+        ok = self.executor.consume_token_par(list(zip(matchers, tokens.tolist())))
+        return np.asarray(ok, dtype=bool)
+
+
+def unpack_bits(bits: np.ndarray, n_vocab: int) -> np.ndarray:
+    """bool ``[k, n_vocab]`` from an int32 bitmask ``[k, W]`` (bit j of word w: token ``32 w + j``)."""
+    little = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
+    return np.unpackbits(little, axis=1, count=n_vocab, bitorder="little").view(bool)
+
+
+def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, options: dict[str, Any] | None
+                    ) -> Compiled:
+    """The grammar ``source`` of ``kind`` compiled for ``tokenizer``, from the cache when it holds it.
+
+    Raises:
+        ValueError: the engine refuses the grammar (its message is included).
+    """
+    llg = engine()
+    lltok, tok_key = _lltokenizer(llg, tokenizer, eos)
+    text = source if isinstance(source, str) else json.dumps(source, sort_keys=True)
+    key = (kind, text, json.dumps(options, sort_keys=True), tok_key)
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        _COMPILED.move_to_end(key)
+        return hit
+    root = llg.LLMatcher(lltok, lark_text(llg, kind, source, options), log_level=0)
+    if root.is_error():
+        raise ValueError(f"{kind} {text!r:.200} is refused by the grammar engine: {root.get_error()}")
+    compiled = Compiled(root, llg.LLExecutor(), int(lltok.vocab_size), eos)
+    _COMPILED[key] = compiled
+    if len(_COMPILED) > _CACHE_SIZE:
+        _COMPILED.popitem(last=False)
+    return compiled
+
+
+def lark_text(llg: Any, kind: str, source: Any, options: dict[str, Any] | None) -> str:
+    """The grammar as llguidance's Lark text, with forcing off (``no_forcing``): the engine then
+    allows every tokenization of an accepted text, not only the tokenizer's own, so the search
+    ranks all of them (as the brute force over token sequences does). A JSON Schema is embedded
+    with ``%json``; its options: compact JSON (no whitespace between tokens), then the schema's own
+    ``x-guidance``, then ``options``."""
+    if kind == "json_schema":
+        try:
+            schema = json.loads(source) if isinstance(source, str) else source
+        except ValueError as e:
+            raise ValueError(f"json_schema is not valid JSON text: {e}") from e
+        if not isinstance(schema, dict):
+            raise ValueError(f"json_schema must be a JSON object; got {source!r:.80}")
+        guidance = {"whitespace_flexible": False, **schema.get("x-guidance", {}), **(options or {})}
+        schema = {**schema, "x-guidance": guidance}
+        body = "start: %json " + json.dumps(schema)
+    elif kind == "regex":
+        body = json.loads(llg.LLMatcher.grammar_from_regex(source))["grammars"][0]["lark_grammar"]
+    else:
+        body = source
+    return '%llguidance {"no_forcing": true}\n' + body
+
+
+def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
+    """llguidance's tokenizer of ``tokenizer`` (a fast Hugging Face tokenizer, or a sequence of
+    token strings) with ``eos`` as its eos ids, and its cache key; built once per pair."""
+    eos_key = tuple(eos.tolist())
+    if isinstance(tokenizer, (list, tuple)):
+        key = ("vocab", tuple(tokenizer), eos_key)
+        if key not in _VOCABS:
+            wrapper = llg.TokenizerWrapper(_VocabTokenizer(tokenizer, eos_key))
+            _VOCABS[key] = llg.LLTokenizer(wrapper, eos_token=list(eos_key), slices=[])
+        return _VOCABS[key], key
+    per_eos = _TOKENIZERS.setdefault(tokenizer, {})
+    if eos_key not in per_eos:
+        import llguidance.hf
+
+        n_vocab = len(tokenizer)  # added tokens included
+        per_eos[eos_key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos_key))
+    return per_eos[eos_key], ("hf", id(tokenizer), eos_key)
+
+
+class _VocabTokenizer:
+    """A vocabulary given as strings (``vocab[v]`` token v's text), as llguidance reads a
+    tokenizer: each token's bytes, the eos ids (special: never text), and a greedy longest-match
+    tokenization (llguidance tokenizes a grammar's literal strings with it)."""
+
+    def __init__(self, vocab: Sequence[str], eos: tuple[int, ...]) -> None:
+        self.eos_token_id = eos[0]
+        self.bos_token_id = None
+        self.special_token_ids = list(eos)
+        self.tokens = [text.encode("utf-8") for text in vocab]
+        self._by_length = sorted((v for v, t in enumerate(self.tokens) if t and v not in eos), key=lambda v: -len(self.tokens[v]))
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        out, i = [], 0
+        while i < len(data):
+            v = next((v for v in self._by_length if data.startswith(self.tokens[v], i)), None)
+            if v is None:  # a byte no token starts with: skipped (the grammar can never produce it)
+                i += 1
+                continue
+            out.append(v)
+            i += len(self.tokens[v])
+        return out
