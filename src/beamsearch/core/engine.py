@@ -34,7 +34,7 @@ from beamsearch.controls import Controls
 from beamsearch.core.select import StepScores, Terminals
 from beamsearch.core.state import select_state
 from beamsearch.strategies import Selection, Strategy
-from beamsearch.processors import StepContext
+from beamsearch.processors import RowCarrier, StepContext
 
 StepFn = Callable[[Any, Any], tuple[Any, Any]]
 
@@ -169,12 +169,12 @@ def start_beam(n: int, controls: Controls) -> Beam:
 
 
 def carriers(controls: Controls) -> dict[int, Any]:
-    """The processors that carry a per-row state (a ``start_rows`` method: see
-    :class:`beamsearch.processors.RowStates`), by ``id``, each once (a caller's as it gave it)."""
+    """The processors that carry a per-row state (a :class:`beamsearch.processors.RowCarrier`:
+    see :class:`beamsearch.processors.RowStates`), by ``id``, each once (a caller's as it gave it)."""
     found = {}
     for piece in (*controls.processors, *controls.masks):
         inner = piece.processor if isinstance(piece, model_checks.CheckedProcessor) else piece
-        if callable(getattr(inner, "start_rows", None)):
+        if isinstance(inner, RowCarrier):
             found[id(inner)] = inner
     return found
 

@@ -27,7 +27,7 @@ grammar engine llguidance, ``docs/grammar.md``), which carries a matcher per row
 (:class:`RowStates`).
 """
 
-from beamsearch.processors._base import LogitsProcessor, RowStates, StepContext
+from beamsearch.processors._base import LogitsProcessor, RowCarrier, RowStates, StepContext
 from beamsearch.processors.allowed_tokens import AllowedTokens
 from beamsearch.processors.catalogue import Catalogue
 from beamsearch.processors.grammar import Grammar
@@ -48,6 +48,7 @@ __all__ = [
     "LogitsProcessor",
     "NoRepeatNGram",
     "RepetitionPenalty",
+    "RowCarrier",
     "RowStates",
     "SequenceBias",
     "StepContext",

@@ -75,8 +75,8 @@ class LogitsProcessor(Protocol):
 class RowStates(Protocol):
     """The per-row state a processor carries through the search (a grammar's matchers).
 
-    A processor that carries one has a method ``start_rows(n) -> RowStates`` (the states of the
-    ``n`` first rows, one per input, before any token is generated) and reads its rows' states at
+    A processor that carries one subclasses :class:`RowCarrier` (its ``start_rows(n) -> RowStates``:
+    the states of the ``n`` first rows, one per input, before any token is generated) and reads its rows' states at
     each step with ``ctx.row_states(self)``. The engine keeps them beside each live row
     (``Beam.carried``): ``select_state(states, idx)`` takes rows ``idx`` (int64 ``[k']``, a row
     taken twice is forked), and ``advance(tokens)`` (int64 ``[k]``) moves each row by its new
@@ -85,6 +85,15 @@ class RowStates(Protocol):
     """
 
     def advance(self, tokens: np.ndarray) -> RowStates: ...
+
+
+class RowCarrier:
+    """Base class of a processor that carries a per-row state (:class:`RowStates`): the engine
+    keeps the state of each subclass instance in the search beside the live rows."""
+
+    def start_rows(self, n: int) -> RowStates:
+        """The states of the ``n`` first rows (one per input), before any token is generated."""
+        raise NotImplementedError
 
 
 def history_suffix_matches(history: np.ndarray, prefix: tuple[int, ...]) -> np.ndarray:

@@ -28,7 +28,7 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state
-from beamsearch.processors._base import StepContext
+from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_grammar
 
 __all__ = ["Grammar", "MatcherRows"]
@@ -80,7 +80,7 @@ def _select_matchers(rows: MatcherRows, idx: Any) -> MatcherRows:
 
 
 @dataclass(frozen=True, eq=False)
-class Grammar:
+class Grammar(RowCarrier):
     """A grammar over the generated text as a logits processor (module docstring).
 
     Build it with :meth:`json_schema`, :meth:`lark` or :meth:`regex`. The grammar is compiled
