@@ -551,3 +551,112 @@ def test_constraints_read_generated_tokens_only(backend):
         for other in runs[1:]:
             assert [[(h.tokens, h.logprob) for h in r] for r in other] == \
                    [[(h.tokens, h.logprob) for h in r] for r in runs[0]]
+
+
+# ---- edges: sizes, bounds, off-trie rows -------------------------------------------------------
+
+
+def direct_ctx(history, logits, step):
+    """A StepContext for one direct call (one input per row)."""
+    history = np.asarray(history, dtype=np.int64)
+    return StepContext(step, history, np.arange(history.shape[0]), backend_of(logits))
+
+
+def test_token_dfa_smallest_tables_and_empty_accepting():
+    """One state (S = 1) and one token (V = 1, the eos alone) are valid automata; an empty
+    ``accepting`` is allowed (nothing finishes)."""
+    loop = TokenDFA(np.array([[-1, 0]]), 0, [0], EOS)  # S = 1: token 1 loops, the state accepts
+    assert loop.n_states == 1 and loop.accepts([]) and loop.accepts([1, 1])
+    only_eos = TokenDFA(np.array([[-1]]), 0, [0], EOS)  # V = 1: the empty output is accepted
+    assert only_eos.accepts([])
+    never = TokenDFA(np.array([[-1, 0]]), 0, [], EOS)
+    assert not never.accepts([]) and not never.accepts([1])
+    logits = np.zeros((1, 2))
+    assert never(logits, direct_ctx([[1]], logits, 2)).tolist() == [[-math.inf, 0.0]]  # no eos, token 1 kept
+
+
+def test_token_dfa_bounds_at_the_edge():
+    """The bounds, each one value past the edge: an entry -2 (only -1 means none), an accepting
+    state S, a transition on eos to state 0 (any transition on eos is refused)."""
+    with pytest.raises(ValueError, match=r"transitions\[0, 2\] is -2"):
+        TokenDFA(np.array([[-1, 1, -2], [-1, 1, -1]]), 0, [0], EOS)
+    with pytest.raises(ValueError, match=r"accepting must hold states in \[0, 2\)"):
+        TokenDFA(np.array([[-1, 1, 0], [-1, 1, -1]]), 0, [2], EOS)
+    with pytest.raises(ValueError, match="transition on eos id 0 from state 1"):
+        TokenDFA(np.array([[-1, 1, 0], [0, 1, -1]]), 0, [0], EOS)
+
+
+def test_token_dfa_states_reports_dead_rows_as_minus_one():
+    """``states``: -1 where a token had no transition (hand walk of the 2-state table: 2 -> state
+    0, 1 -> state 1, 2 from state 1 has none), ``n_states`` the table's S."""
+    dfa = TokenDFA(np.array([[-1, 1, 0], [-1, 1, -1]]), 0, [1], EOS)
+    assert dfa.n_states == 2
+    assert dfa.states(np.array([[2, 1], [1, 2], [2, 2]])).tolist() == [1, -1, 0]
+    assert dfa.accepts([2, 1]) and not dfa.accepts([1, 2])
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_token_dfa_from_a_torch_table_on_both_backends():
+    """A torch tensor as the table is read like the numpy one; the same processor then serves
+    numpy and torch logits in turn (a mask kept per library, dtype and device)."""
+    table = np.array([[-1, 1, 0], [-1, 1, -1]])
+    dfa = TokenDFA(torch.tensor(table), 0, [1], EOS)
+    assert dfa.states(np.array([[2, 1], [1, 2]])).tolist() == [1, -1]
+    # after (1,): state 1, accepting (eos and 1 allowed); after (2,): state 0 (1 and 2 allowed)
+    want = [[0.0, 0.0, -math.inf], [-math.inf, 0.0, 0.0]]
+    for logits in (np.zeros((2, 3)), torch.zeros((2, 3)), np.zeros((2, 3), np.float32), torch.zeros((2, 3))):
+        out = backend_of(logits).to_numpy(dfa(logits, direct_ctx([[1], [2]], logits, 2)))
+        assert out.tolist() == want
+
+
+def test_regex_small_automata_by_hand():
+    """Hand-made cases: a* and (ab)* by hand, and a dead end removed ('ab' with tokens 'a' and
+    'ab': after 'a' no token can finish, so 'a' is not allowed at the start)."""
+    pytest.importorskip("interegular")
+    star = TokenDFA.from_regex("a*", ["<eos>", "a"], EOS)
+    assert star.accepts([]) and star.accepts([1, 1, 1])
+    pairs = TokenDFA.from_regex("(ab)*", ["<eos>", "a", "b"], EOS)
+    assert pairs.accepts([1, 2]) and pairs.accepts([1, 2, 1, 2]) and not pairs.accepts([1])
+    assert pairs.states(np.array([[1, 2, 1]])).tolist() != [-1]
+    dead = TokenDFA.from_regex("ab", ["<eos>", "a", "ab"], EOS)
+    assert dead.states(np.array([[1], [2]])).tolist()[0] == -1 and dead.accepts([2]) and dead.n_states == 2
+
+
+def test_regex_vocab_must_be_a_non_empty_sequence_of_strings():
+    pytest.importorskip("interegular")
+    with pytest.raises(TypeError, match="vocab must be a non-empty sequence"):
+        TokenDFA.from_regex("ab", "ab", EOS)  # a str is not a vocabulary
+    with pytest.raises(TypeError, match="vocab must be a non-empty sequence"):
+        TokenDFA.from_regex("ab", [], EOS)
+
+
+def test_catalogue_bounds_and_rows_off_the_trie():
+    """eos = V is refused at the call; rows whose generated tokens left the trie get no token:
+    (1, 1, 1) walks past the end of the entry (1, 1), and (3,) with 3 = the trie's width (ids
+    {0, 1, 2}) must not be read as the edge (node of (1,), 0)."""
+    with pytest.raises(ValueError, match=r"Catalogue token ids must be in \[0, 3\)"):
+        logits = np.zeros((1, 3))
+        Catalogue([[1]], 3)(logits, direct_ctx(np.zeros((1, 0)), logits, 1))
+    logits = np.zeros((1, 4))
+    out = Catalogue([[1, 1]], 3)(logits, direct_ctx([[1, 1, 1]], logits, 4))
+    assert np.isinf(out).all()
+    logits = np.zeros((2, 6))
+    out = Catalogue([[1, 0], [2]], 5)(logits, direct_ctx([[3], [1]], logits, 2))
+    assert np.isinf(out[0]).all() and out[1].tolist() == [0.0] + [-math.inf] * 5  # after (1,): only 0
+
+
+def test_allowed_tokens_reads_the_whole_prompt_and_any_iterable():
+    """The callback gets the prompt from its first token even when that token is 0 (only -1 pads);
+    it may answer with a generator or a set; an id equal to V is refused."""
+    seen = []
+
+    def fn(i, tokens):
+        seen.append(tokens)
+        return (t for t in (1, 2)) if i == 0 else {0, 3}
+
+    logits = np.arange(8, dtype=np.float64).reshape(2, 4)
+    out = AllowedTokens(fn)(logits.copy(), direct_ctx([[-1, 0, 2], [3, 0, 1]], logits, 1))
+    assert seen == [(0, 2), (3, 0, 1)]
+    assert out.tolist() == [[-math.inf, 1.0, 2.0, -math.inf], [4.0, -math.inf, -math.inf, 7.0]]
+    with pytest.raises(ValueError, match=r"returned token id 4 for input 0; ids must be in \[0, 4\)"):
+        AllowedTokens(lambda i, t: [4])(logits.copy(), direct_ctx([[1]], logits[:1], 1))

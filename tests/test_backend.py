@@ -226,3 +226,78 @@ def test_keep_where_sets_the_dropped_entries_to_minus_inf(lib):
     arr = torch.tensor(x) if lib == "torch" else x.copy()
     got = backend_of(arr).keep_where(arr, keep)
     assert np.array_equal(backend_of(got).to_numpy(got), want)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_count_below_is_strict(name):
+    """Base.count_below counts entries strictly below the value: 0.25 only, not 0.5 itself."""
+    x = as_backend(np.array([[0.25, 0.5, 0.75], [0.5, 0.5, 0.5]]), name)
+    assert to_np(backend_of(x).count_below(x, 0.5)).tolist() == [[1], [0]]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_softmax_cumsum_is_per_row_at_any_scale(name):
+    """Each row's own softmax: two equal logits give (1/2, 1) whether they are 0 or 1000, and a
+    row of 0 beside a row of 1000 (the max is each row's, not the array's) stays finite."""
+    x = as_backend(np.array([[0.0, 0.0], [1000.0, 1000.0], [-1000.0, -1000.0]]), name)
+    np.testing.assert_allclose(to_np(backend_of(x).softmax_cumsum(x)), [[0.5, 1.0]] * 3, atol=1e-12)
+
+
+def test_numpy_softmaxes_emit_no_warnings():
+    """A row with no finite entry gives NaN quietly (log_softmax's documented result): no
+    RuntimeWarning from numpy (a user running with -W error would get an exception)."""
+    import warnings
+
+    be = NumpyBackend()
+    x = np.array([[0.0, -np.inf], [-np.inf, -np.inf]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = be.log_softmax(x.copy())
+        reach = be.softmax_cumsum(x.copy())
+    assert out[0].tolist() == [0.0, -np.inf] and np.isnan(out[1]).all()
+    assert reach[0].tolist() == [1.0, 1.0]
+
+
+def test_numeric_refuses_ragged_bool_and_complex():
+    """Backend.numeric: float or integer only; a ragged list is not an array of logits."""
+    be = NumpyBackend()
+    assert be.numeric([[1.0, 2.0]]) and be.numeric(np.array([[1, 2]]))
+    assert not be.numeric([[1.0], [1.0, 2.0]])  # ragged: numpy refuses it
+    assert not be.numeric(np.array([[True, False]]))
+    if torch is not None:
+        tb = backend_of(torch.zeros(1))
+        assert tb.numeric(torch.zeros((1, 2))) and tb.numeric(torch.zeros((1, 2), dtype=torch.int64))
+        assert not tb.numeric(torch.zeros((1, 2), dtype=torch.bool))
+        assert not tb.numeric(torch.zeros((1, 2), dtype=torch.complex64))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_from_host_and_index_dtypes(name):
+    """from_host gives like's dtype (float32 here, from float64 values); index gives int64 (from
+    int32 indices), as Backend documents."""
+    like = as_backend(np.zeros((2, 3), np.float32), name)
+    be = backend_of(like)
+    got = be.from_host(np.array([1.5, -2.0]), like=like)
+    assert str(got.dtype).endswith("float32") and to_np(got).tolist() == [1.5, -2.0]
+    idx = be.index(np.array([2, 0], dtype=np.int32), like)
+    assert str(idx.dtype).endswith("int64") and to_np(idx).tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_copy_writes_into_out(name):
+    """Backend.copy(x, out=buffer) writes x into the buffer (the fast path reuses it)."""
+    x = as_backend(np.array([[1.0, -np.inf], [2.5, 3.0]]), name)
+    buffer = as_backend(np.zeros((2, 2)), name)
+    got = backend_of(x).copy(x, out=buffer)
+    assert to_np(buffer).tolist() == [[1.0, -np.inf], [2.5, 3.0]] and to_np(got).tolist() == to_np(buffer).tolist()
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_add_rows_casts_the_offset_to_x_dtype_first(name):
+    """add_rows rounds the float64 offset to x's dtype, then adds (Backend.add_rows). Hand
+    computed for float32: o = 2**-24 + 2**-50 rounds to 2**-24 (2**-50 is below half an ulp of
+    2**-24, 2**-48); 1 + 2**-24 is the tie between 1 and 1 + 2**-23 and rounds to even, 1.0.
+    Adding in float64 first would give 1 + 2**-24 + 2**-50, above the tie: 1 + 2**-23."""
+    x = as_backend(np.ones((1, 2), np.float32), name)
+    got = to_np(backend_of(x).add_rows(x, np.array([2.0 ** -24 + 2.0 ** -50])))
+    assert got.dtype == np.float32 and got.tolist() == [[1.0, 1.0]]

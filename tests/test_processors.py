@@ -805,3 +805,15 @@ def test_a_non_finite_row_is_blamed_on_the_processor_that_made_it():
 
     # +inf masked afterwards: the row is left with no entry, which is no error (no extension)
     assert run(logits_processors=[inf_token_0, mask_all]) == [[]]
+
+
+def test_banned_ngram_tokens_of_a_history_shorter_than_n_is_empty():
+    """No n-gram fits in a history of fewer than n columns: two empty int64 arrays (the documented
+    return), and NoRepeatNGram leaves the logits as they are."""
+    history = np.array([[5, 6], [-1, 7]])
+    rows, tokens = P.banned_ngram_tokens(history, 3)
+    assert rows.shape == (0,) and tokens.shape == (0,)
+    assert rows.dtype == np.int64 and tokens.dtype == np.int64
+    logits = np.arange(16, dtype=np.float64).reshape(2, 8)
+    ctx = P.StepContext(3, history, np.zeros(2, np.int64), backend_of(logits))
+    assert P.NoRepeatNGram(3)(logits.copy(), ctx).tolist() == logits.tolist()
