@@ -129,7 +129,7 @@ def lark_text(llg: Any, kind: str, source: Any, options: dict[str, Any] | None) 
         body = json.loads(llg.LLMatcher.grammar_from_regex(source))["grammars"][0]["lark_grammar"]
     else:
         body = source
-    return '%llguidance {"no_forcing": true}\n' + body
+    return body + '\n%llguidance {"no_forcing": true}\n'  # last: the engine's line numbers are the source's
 
 
 def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
