@@ -78,9 +78,9 @@ class Replay:
             m = self.compiled.root.deep_copy()
             m.consume_tokens(row)
             matchers.append(m)
-        keep = self.compiled.fill(matchers)
-        keep = np.pad(keep, ((0, 0), (0, logits.shape[1] - keep.shape[1])))
-        return ctx.backend.keep_where(logits, keep)
+        bits = self.compiled.fill(matchers)  # --> uint8 [k, B], packed
+        bits = np.pad(bits, ((0, 0), (0, max(0, -(-logits.shape[1] // 8) - bits.shape[1]))))
+        return ctx.backend.keep_bits(logits, bits)
 
 
 def null_model(vocab: int, seed: int = 0):

@@ -219,13 +219,18 @@ def test_compute_dtypes(name):
 
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
-def test_keep_where_sets_the_dropped_entries_to_minus_inf(lib):
-    rng = np.random.default_rng(0)
-    x, keep = rng.normal(size=(5, 37)), rng.random((5, 37)) < 0.4
-    want = np.where(keep, x, -np.inf)  # the plain reference
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("width, spare", [(37, 0), (37, 3), (64, 0)])  # 8 B = 40, 64; bytes past V
+def test_keep_bits_sets_the_entries_of_zero_bits_to_minus_inf(lib, dtype, width, spare):
+    rng = np.random.default_rng(width + spare)
+    x = rng.normal(size=(5, width)).astype(dtype)
+    x[0, 3] = -np.inf  # already -inf: stays -inf, kept or not
+    bits = rng.integers(0, 256, size=(5, -(-width // 8) + spare), dtype=np.uint8)
+    keep = np.array([[bits[i, j // 8] >> (j % 8) & 1 for j in range(width)] for i in range(5)], dtype=bool)
+    want = np.where(keep, x, -np.inf)  # the plain reference: bit j % 8 of byte j // 8, one by one
     arr = torch.tensor(x) if lib == "torch" else x.copy()
-    got = backend_of(arr).keep_where(arr, keep)
-    assert np.array_equal(backend_of(got).to_numpy(got), want)
+    got = backend_of(arr).keep_bits(arr, bits)
+    assert got.dtype == arr.dtype and np.array_equal(backend_of(got).to_numpy(got), want)
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -10,7 +10,7 @@ import numpy as np
 
 NEG_INF = float("-inf")
 
-__all__ = ["NEG_INF", "Backend"]
+__all__ = ["NEG_INF", "Backend", "byte_bias"]
 
 
 class Backend(Protocol):
@@ -65,8 +65,12 @@ class Backend(Protocol):
     def fill_columns(self, x: Any, cols: np.ndarray, value: float) -> Any:
         """``x`` with every row's ``cols`` set to ``value``."""
 
-    def keep_where(self, x: Any, keep: np.ndarray) -> Any:
-        """``x`` with every entry where ``keep`` (bool ``[k, V]`` on the host) is False set to -inf."""
+    def keep_bits(self, x: Any, bits: np.ndarray) -> Any:
+        """``x`` with every entry whose bit is 0 set to -inf: ``bits`` is a packed mask on the host,
+        uint8 ``[k, B]`` with ``8 B >= V``, bit j of byte b (least significant first) column
+        ``8 b + j`` (a grammar engine's int32 bitmask viewed as bytes). Applied on ``x``'s device:
+        the bytes are sent (8 times less than a bool mask), expanded by a 256-entry table and added
+        (0 or -inf) in one vectorized pass."""
 
     def keep_only(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
         """``x`` with row ``rows[i]`` set to -inf everywhere but column ``cols[i]``."""
@@ -104,3 +108,16 @@ class Backend(Protocol):
 
     def index(self, a: np.ndarray, like: Any) -> Any:
         """int64 host indices ``a`` as an index array for ``like`` (its library, its device)."""
+
+
+_BIASES: dict[str, np.ndarray] = {}
+
+
+def byte_bias(dtype: Any) -> np.ndarray:
+    """``[256, 8]`` of ``dtype``: row ``b`` holds 0 where bit j of byte ``b`` is set, else -inf
+    (what :meth:`Backend.keep_bits` adds per byte of its mask)."""
+    key = np.dtype(dtype).str
+    if key not in _BIASES:
+        bit = (np.arange(256)[:, None] >> np.arange(8)) & 1  # --> [256, 8]
+        _BIASES[key] = np.where(bit == 1, 0.0, NEG_INF).astype(dtype)
+    return _BIASES[key]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch.backends.base import NEG_INF
+from beamsearch.backends.base import NEG_INF, byte_bias
 from beamsearch.backends.ties import order_top, take_with_lowest_ties
 
 
@@ -80,8 +80,9 @@ class NumpyBackend:
         x[:, cols] = value
         return x
 
-    def keep_where(self, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-        np.copyto(x, NEG_INF, where=~keep)
+    def keep_bits(self, x: np.ndarray, bits: np.ndarray) -> np.ndarray:
+        bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
+        np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
         return x
 
     def keep_only(self, x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from beamsearch.backends.base import NEG_INF
+from beamsearch.backends.base import NEG_INF, byte_bias
 from beamsearch.backends.ties import order_top
 
 
@@ -30,6 +30,7 @@ class TorchBackend:
     """Array operations on torch tensors (see :class:`beamsearch.backends.Backend`)."""
 
     name = "torch"
+    _biases: dict[tuple[Any, Any], torch.Tensor] = {}  # byte_bias per (dtype, device), shared
 
     def numeric(self, x: Any) -> bool:
         return not (x.dtype.is_complex or x.dtype == torch.bool)
@@ -92,9 +93,21 @@ class TorchBackend:
             x[:, self.index(cols, x)] = value
         return x
 
-    def keep_where(self, x: torch.Tensor, keep: np.ndarray) -> torch.Tensor:
-        drop = torch.from_numpy(~keep).to(x.device, non_blocking=True)  # --> [k, V] bool, beside x
-        return x.masked_fill_(drop, NEG_INF)
+    def keep_bits(self, x: torch.Tensor, bits: np.ndarray) -> torch.Tensor:
+        # an add, not masked_fill_: branch-free (masked_fill_ on the CPU slows down 4x on masks
+        # without long runs); the bytes go to x's device and are expanded there
+        table = self._bias(x)
+        index = torch.from_numpy(np.ascontiguousarray(bits)).to(x.device, non_blocking=True).reshape(-1).int()
+        bias = torch.index_select(table, 0, index).view(bits.shape[0], -1)  # --> [k, 8 B]: 0 or -inf
+        return x.add_(bias[:, : x.shape[1]])
+
+    def _bias(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`byte_bias` of ``x``'s dtype on its device (made once per dtype and device)."""
+        key = (x.dtype, x.device)
+        table = self._biases.get(key)
+        if table is None:
+            table = self._biases[key] = torch.from_numpy(byte_bias(np.float64)).to(x.device, x.dtype)
+        return table
 
     def keep_only(self, x: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
         r, c = self.index(rows, x), self.index(cols, x)

@@ -1,6 +1,8 @@
 """``decode``'s search flags, generated: one flag per field of
 :class:`~beamsearch.core.config.DecodingConfig` that the command line offers, and one per option of
-each registered mode (:mod:`beamsearch.modes.registry`), named after the field (``beam_size`` is
+each registered mode (:mod:`beamsearch.modes.registry`), and one per grammar option
+(:class:`~beamsearch.corpus.grammar.GrammarOptions`: ``--json-schema FILE``, ``--grammar FILE``,
+``--regex PATTERN``), named after the field (``beam_size`` is
 ``--beam-size``), with its help. A flag's default is the field's: none is typed here. The values
 given are passed to :func:`beamsearch.corpus.decode_records` by the fields' names; an hf: model's
 saved generation config fills the fields it sets that were not given.
@@ -16,6 +18,7 @@ from typing import Any
 
 from beamsearch.cli.common import CliError
 from beamsearch.core.config import Control, DecodingConfig, controls_of, flag
+from beamsearch.corpus.grammar import GrammarOptions
 from beamsearch.modes.registry import MODES
 
 __all__ = ["RUNNER_FLAGS", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
@@ -39,7 +42,9 @@ def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annota
     read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf and not owner else ""
     text = f"{owner}{c.help}{shown}{read}"
     names = (flag(name), *c.aliases)
-    if annotation.startswith("bool"):
+    if c.file:
+        p.add_argument(*names, dest=name, default=None, metavar=c.metavar or "FILE", help=text)
+    elif annotation.startswith("bool"):
         p.add_argument(*names, dest=name, action="store_const", const=True, default=None, help=text)
     elif c.texts:
         p.add_argument(*names, dest=name, action="append", default=None, metavar=c.metavar or "TEXT", help=text)
@@ -51,16 +56,17 @@ def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annota
 def option_names() -> dict[str, str]:
     """Every search option decode offers -> the mode that owns it ("" for the shared ones)."""
     out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
+    out.update({name: "" for name in controls_of(GrammarOptions)})
     for spec in MODES.values():
         out.update({name: spec.name for name in spec.own})
     return out
 
 
 def add_search_flags(p: argparse.ArgumentParser) -> None:
-    """The search flags of ``decode``: the shared controls', then each mode's own."""
+    """The search flags of ``decode``: the shared controls', the grammar's, then each mode's own."""
     import dataclasses
 
-    for f in dataclasses.fields(DecodingConfig):
+    for f in (*dataclasses.fields(DecodingConfig), *dataclasses.fields(GrammarOptions)):
         c = f.metadata["control"]
         if c.cli:
             _add(p, f.name, f.default, c, str(f.type), "")
@@ -70,8 +76,28 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
-    """The search options given on the command line, by name."""
-    return {name: getattr(args, name) for name in option_names() if getattr(args, name) is not None}
+    """The search options given on the command line, by name; an option whose flag names a file
+    (``--json-schema FILE``) holds the file's text.
+
+    Raises:
+        CliError: such a file cannot be read, or is not UTF-8 (exit 2, naming the flag and file).
+    """
+    out = {name: getattr(args, name) for name in option_names() if getattr(args, name) is not None}
+    for name, (_, c) in controls_of(GrammarOptions).items():
+        if c.file and name in out:
+            out[name] = _file_text(flag(name), out[name])
+    return out
+
+
+def _file_text(name: str, path: str) -> str:
+    """The text of the file ``path`` given to flag ``name``."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except OSError as e:
+        raise CliError(f"beamsearch: error: {name} {path}: cannot read it: {e.strerror}", 2) from None
+    except UnicodeDecodeError as e:
+        raise CliError(f"beamsearch: error: {name} {path}: not UTF-8 (byte {e.start})", 2) from None
 
 
 def hf_defaults(spec: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class Control:
             (or the option given to :func:`beamsearch.hf.generate` by its name) asks for the
             mode. False for a setting every ``generate`` call has (``early_stopping``): it is
             read as the option only when the mode runs.
+        file: its flag names a file whose text is the option's value (``decode`` reads it; a
+            file that cannot be read is a usage error naming the flag).
     """
 
     help: str
@@ -59,6 +61,7 @@ class Control:
     required: bool = False
     hf: str | None = None
     selects_mode: bool = True
+    file: bool = False
 
 
 def control(default: Any, help: str, **kw: Any) -> Any:

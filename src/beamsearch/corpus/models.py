@@ -28,6 +28,9 @@ class CorpusModel(Protocol):
             outputs or why it gets none (its record is then ``{"index", "input", "error": why}``);
             called on up to ``max_rows // rows`` finished lines at a time (the zoo models:
             ``Translator.verdict``, what ``beamsearch translate`` prints).
+        tokenizer: what a :class:`~beamsearch.processors.Grammar` reads the model's tokens with
+            (``json_schema`` / ``grammar`` / ``regex``): a fast Hugging Face tokenizer, or the text
+            of each token id (``""`` for a special one: never text); optional: None, no grammar.
     """
 
     bos: int
@@ -36,6 +39,7 @@ class CorpusModel(Protocol):
     processors: Sequence[Any]
     refill: bool
     verdicts: Callable[[list[str], list[list[Any]]], list[str | None]] | None
+    tokenizer: Any
 
     def problem(self, text: str) -> str | None:
         """Why the model cannot read ``text`` (empty, too long, out of vocabulary), or None."""
@@ -62,13 +66,14 @@ class CorpusModel(Protocol):
 
 class CorpusModelBase:
     """The optional members of a :class:`CorpusModel` at their defaults: no processors, refill
-    on, no verdicts, the source length in characters, the prompt ``[bos]``. A model subclasses it
+    on, no verdicts, no tokenizer, the source length in characters, the prompt ``[bos]``. A model subclasses it
     and defines the rest."""
 
     bos: int
     processors: Sequence[Any] = ()
     refill: bool = True
     verdicts: Callable[[list[str], list[list[Any]]], list[str | None]] | None = None
+    tokenizer: Any = None
 
     def source_length(self, text: str) -> int:
         return len(text)
@@ -79,7 +84,7 @@ class CorpusModelBase:
 
 MEMBERS = ("bos", "eos", "max_steps", "processors", "refill", "verdicts", "problem", "make_state", "step", "tokens",
            "text", "source_length", "prompt")
-"""Every member of a :class:`CorpusModel`."""
+"""Every member of a :class:`CorpusModel` (``tokenizer`` aside: read only for a grammar, None when absent)."""
 
 
 def check_model(model: Any) -> Any:
@@ -120,6 +125,7 @@ class ToyModel(CorpusModelBase):
 
     LETTERS = "abcdef"
     bos, eos, max_steps, max_source = 1, 2, 12, 40
+    tokenizer = ("", "", "", *LETTERS)  # each id's text, for a grammar (pad, bos, eos: none)
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay

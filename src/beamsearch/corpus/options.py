@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode
+from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, grammar_processors
 from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
 from beamsearch.modes import registry
@@ -55,7 +56,8 @@ class LengthRule:
 def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> dict[str, Any]:
     """The keywords of ``spec``'s search for ``options`` (see :func:`decode_records`): the options
     given, the defaults of those not given that the mode takes (the mode's own default first), the
-    model's eos and processors, target texts as token ids. Checks what the search does not check
+    model's eos and processors (and the grammar of ``json_schema`` / ``grammar`` / ``regex``, over
+    the model's tokenizer: :mod:`beamsearch.corpus.grammar`), target texts as token ids. Checks what the search does not check
     itself: the names (an unknown one, another mode's option), the mode's required options,
     ``max_steps`` against the model's limit, the texts. ``length_rule``: a :class:`LengthRule`
     ``max_steps``, where one is given (``max_steps`` is then the model's limit)."""
@@ -67,7 +69,8 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
             raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {spec.name!r}; "
                              f"got {name}={value!r}")
     steps = max_steps_of(options.get("max_steps"), model.max_steps)
-    search: dict[str, Any] = {"eos_token_id": model.eos, "logits_processors": list(model.processors),
+    grammar = grammar_processors(model, options)  # --> [] or [Grammar]: after the model's own
+    search: dict[str, Any] = {"eos_token_id": model.eos, "logits_processors": [*model.processors, *grammar],
                               "max_steps": steps if isinstance(steps, int) else model.max_steps}
     if isinstance(steps, LengthRule):
         search["length_rule"] = steps
@@ -89,8 +92,9 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
 def corpus_options() -> dict[str, str]:
     """The options :func:`decode_records` takes by name -> the mode that owns it ("" for the
     shared controls): the fields of :class:`~beamsearch.core.config.DecodingConfig` the command
-    line offers, and every registered mode's own options."""
+    line offers, the grammar options, and every registered mode's own options."""
     out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
+    out.update({name: "" for name in GRAMMAR_OPTIONS})
     for spec in registry.MODES.values():
         out.update({name: spec.name for name in spec.own})
     return out

@@ -9,8 +9,8 @@ parent, then advanced by the row's new token; a row that leaves drops its matche
 is ever replayed, so a step costs the same at token 10 as at token 1000.
 
 Per step: every row's allowed tokens are filled into one bitmask by one engine call (in
-parallel), unpacked on the host to bool ``[k, V]`` and applied to the logits on their backend
-(numpy or torch) in one masked fill: a token the grammar does not allow becomes -inf before
+parallel), sent packed to the logits' backend (numpy or torch, on their device) and applied there
+in one vectorized pass (``Backend.keep_bits``: -inf added where a bit is 0): a token the grammar does not allow becomes -inf before
 log_softmax, so the search ranks the model's distribution renormalized over the allowed tokens.
 An eos id is allowed only where the grammar can end. A row whose grammar allows nothing (a token
 it rejected was forced on it: a forced prefix, a scored target) gets no token and dies.
@@ -29,7 +29,7 @@ import numpy as np
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state
 from beamsearch.processors._base import RowCarrier, StepContext
-from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_grammar
+from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_grammar, unpack_bits
 
 __all__ = ["Grammar", "MatcherRows"]
 
@@ -57,11 +57,16 @@ class MatcherRows:
         ok = self.compiled.consume(self.matchers, np.asarray(tokens, dtype=np.int64))
         return MatcherRows(self.compiled, self.matchers, self.dead | ~ok)
 
+    def allowed_bits(self) -> np.ndarray:
+        """uint8 ``[k, B]``, ``8 B >= n_vocab``: each row's allowed next tokens, packed (bit j of
+        byte b: token ``8 b + j``; none for a dead row)."""
+        bits = self.compiled.fill(self.matchers)
+        bits[self.dead] = 0
+        return bits
+
     def allowed(self) -> np.ndarray:
         """bool ``[k, n_vocab]``: each row's allowed next tokens (none for a dead row)."""
-        keep = self.compiled.fill(self.matchers)
-        keep[self.dead] = False
-        return keep
+        return unpack_bits(self.allowed_bits(), self.compiled.n_vocab)
 
 
 @select_state.register(MatcherRows)
@@ -166,10 +171,10 @@ class Grammar(RowCarrier):
         if vocab < n_vocab:
             raise ValueError(f"Grammar's tokenizer has {n_vocab} tokens but the logits have V={vocab} "
                              f"(logits shape {tuple(logits.shape)})")
-        keep = ctx.row_states(self).allowed()  # --> [k, n_vocab]
-        if vocab > n_vocab:  # the model's ids past the tokenizer's: never allowed
-            keep = np.pad(keep, ((0, 0), (0, vocab - n_vocab)))
-        return ctx.backend.keep_where(logits, keep)
+        bits = ctx.row_states(self).allowed_bits()  # --> uint8 [k, B], no bit at or past n_vocab
+        if 8 * bits.shape[1] < vocab:  # the model's ids past the tokenizer's: never allowed
+            bits = np.pad(bits, ((0, 0), (0, -(-vocab // 8) - bits.shape[1])))
+        return ctx.backend.keep_bits(logits, bits)
 
     def allowed_after(self, tokens: Sequence[int]) -> np.ndarray:
         """bool ``[n_vocab]``: the tokens allowed after ``tokens`` by a matcher replayed from the

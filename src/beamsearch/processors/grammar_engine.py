@@ -55,19 +55,29 @@ class Compiled:
     eos: np.ndarray
 
     def fill(self, matchers: Sequence[Any]) -> np.ndarray:
-        """bool ``[k, n_vocab]``: the tokens each matcher allows next (eos where it can end), all
+        """uint8 ``[k, 4 ceil(n_vocab / 32)]``: the tokens each matcher allows next (eos where it
+        can end), packed (bit j of byte b: token ``8 b + j``; no bit at or past ``n_vocab``), all
         rows in one call of the engine (its executor, in parallel)."""
         llg = engine()
         bits = llg.numpy.allocate_token_bitmask(len(matchers), self.n_vocab)  # --> int32 [k, ceil(n_vocab / 32)]
         if matchers:
             llg.numpy.fill_next_token_bitmask_par(self.executor, [(m, i) for i, m in enumerate(matchers)], bits)
-        keep = unpack_bits(bits, self.n_vocab)
+        packed = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
         # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
         # into an error state whose mask holds eos: it allows nothing; eos only where it can end
         state = np.array([(m.is_error(), m.is_accepting()) for m in matchers], dtype=bool).reshape(-1, 2)
-        keep[state[:, 0]] = False
-        keep[np.ix_(~state[:, 1], self.eos[self.eos < self.n_vocab])] = False
-        return keep
+        packed[state[:, 0]] = 0
+        eos = self.eos[self.eos < self.n_vocab]
+        if len(eos) and not state[:, 1].all():
+            ending = np.flatnonzero(~state[:, 1])
+            for e in eos.tolist():
+                packed[ending, e >> 3] &= np.uint8(0xFF ^ (1 << (e & 7)))
+        cut = self.n_vocab >> 3  # the ids at or past n_vocab in the last word: never allowed
+        if self.n_vocab & 7:
+            packed[:, cut] &= np.uint8((1 << (self.n_vocab & 7)) - 1)
+            cut += 1
+        packed[:, cut:] = 0
+        return packed
 
     def consume(self, matchers: Sequence[Any], tokens: np.ndarray) -> np.ndarray:
         """Advance each matcher by its token (int64 ``[k]``), in one call; bool ``[k]``: which
@@ -79,9 +89,8 @@ class Compiled:
 
 
 def unpack_bits(bits: np.ndarray, n_vocab: int) -> np.ndarray:
-    """bool ``[k, n_vocab]`` from an int32 bitmask ``[k, W]`` (bit j of word w: token ``32 w + j``)."""
-    little = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
-    return np.unpackbits(little, axis=1, count=n_vocab, bitorder="little").view(bool)
+    """bool ``[k, n_vocab]`` from a packed mask uint8 ``[k, B]`` (bit j of byte b: token ``8 b + j``)."""
+    return np.unpackbits(bits, axis=1, count=n_vocab, bitorder="little").view(bool)
 
 
 def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, options: dict[str, Any] | None
@@ -129,7 +138,7 @@ def lark_text(llg: Any, kind: str, source: Any, options: dict[str, Any] | None) 
         body = json.loads(llg.LLMatcher.grammar_from_regex(source))["grammars"][0]["lark_grammar"]
     else:
         body = source
-    return '%llguidance {"no_forcing": true}\n' + body
+    return body + '\n%llguidance {"no_forcing": true}\n'  # last: the engine's line numbers are the source's
 
 
 def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[Any, ...]]:

@@ -30,6 +30,8 @@ class ZooModel:
         self.bos, self.eos = translator.cfg.bos, translator.cfg.eos
         self.max_steps = translator.max_steps
         self.processors = [CalendarDates()] if calendar else []
+        # each id's text, for a grammar (--regex): pad, bos, eos and unk have none
+        self.tokenizer = ["" if i <= self._vocab.unk else c for i, c in enumerate(self._vocab.itos)]
 
     def problem(self, text: str) -> str | None:
         return self._translator.problem(text)

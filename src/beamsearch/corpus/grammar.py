@@ -1,0 +1,76 @@
+"""Corpus decoding's grammar options (``decode_records(json_schema=...)``, ``beamsearch decode
+--json-schema FILE`` / ``--grammar FILE`` / ``--regex PATTERN``): a
+:class:`beamsearch.processors.Grammar` over the model's own tokenizer (``model.tokenizer``: an
+``hf:`` folder's, or the text of each token of a zoo or toy model), appended to the model's
+processors for every line (docs/grammar.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from beamsearch.core.config import control, controls_of
+
+__all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "grammar_processors"]
+
+
+@dataclass(frozen=True)
+class GrammarOptions:
+    """The grammar of every output of a corpus run: at most one of these (each a
+    :class:`~beamsearch.processors.Grammar` over the model's tokenizer, ending with its eos)."""
+
+    json_schema: Any = control(
+        None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
+        "docs/grammar.md)", metavar="FILE", file=True)
+    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start)",
+                                  metavar="FILE", file=True)
+    regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
+
+
+GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
+"""Each grammar option -> the :class:`~beamsearch.processors.Grammar` kind it builds."""
+
+GRAMMAR_OPTIONS = tuple(controls_of(GrammarOptions))
+
+
+def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:
+    """The grammar processor ``options`` ask for (``json_schema``: a schema dict or its JSON
+    text, ``grammar``: Lark text, ``regex``: a pattern; None: not given), over ``model.tokenizer``
+    with ``model.eos``; ``[]`` when none is given.
+
+    Raises:
+        ValueError: more than one given, a model without a tokenizer, or a grammar that is not
+            valid or that the engine refuses (one line naming the option). ImportError: no
+            llguidance (the ``grammar`` extra).
+    """
+    given = {name: options[name] for name in GRAMMAR_OPTIONS if options.get(name) is not None}
+    if not given:
+        return []
+    if len(given) > 1:
+        raise ValueError(f"json_schema, grammar and regex exclude each other: give one; given: {', '.join(given)}")
+    (name, source), = given.items()
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(f"{name} needs a model with a tokenizer the grammar can read (hf:DIR, a zoo or the toy "
+                         f"model); {type(model).__name__} has none")
+    from beamsearch.processors import Grammar
+
+    try:
+        return [Grammar(GRAMMAR_KINDS[name], source, tokenizer, eos_token_id=model.eos)]
+    except (ValueError, TypeError) as e:
+        raise type(e)(_one_line(name, GRAMMAR_KINDS[name], str(e))) from None
+
+
+def _one_line(name: str, kind: str, message: str) -> str:
+    """The Grammar's ``message`` on one line, about option ``name`` (the engine's first line, not
+    the grammar's text: it is the option's)."""
+    lines = message.splitlines() or [""]
+    # the engine's first line, and its reason where a regex's is on a line of its own ("error: ...")
+    first = " ".join([lines[0], *(x.strip() for x in lines[1:] if x.startswith("error: "))])
+    first = first.replace(": regex parse error: error: ", ": ")
+    refused = " is refused by the grammar engine: "
+    if refused in first:
+        return f"{name}{refused}{first.split(refused, 1)[1]}"
+    if first.startswith(kind + " "):
+        return f"{name} {first[len(kind) + 1:]}"
+    return f"{name}: {first}"
