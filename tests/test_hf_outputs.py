@@ -91,8 +91,13 @@ def test_sequences_without_output_flags_and_from_lists():
 
 
 def test_exact_search_has_no_steps_to_record():
+    """Refused before the model runs (no forward call)."""
+    model = build("gpt2")
+    calls = []
+    model.register_forward_pre_hook(lambda *args: calls.append(1))
     with pytest.raises(ValueError, match="output_scores=True: mode 'exact' has no beam steps"):
-        generate(build("gpt2"), PROMPTS, mode="exact", max_new_tokens=3, output_scores=True)
+        generate(model, PROMPTS, mode="exact", max_new_tokens=3, output_scores=True)
+    assert calls == []
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bart"])

@@ -32,7 +32,7 @@ from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import StepScores, accumulate
 from beamsearch.strategies import Selection
 
-__all__ = ["STATUS", "STOP_REASONS", "LogprobsCallback", "StepRecord", "SearchTree", "Tracer", "tracer"]
+__all__ = ["STATUS", "STOP_REASONS", "LogprobsCallback", "StepRecord", "SearchTree", "Tracer", "stop_mask", "tracer"]
 
 STATUS = ("root", "kept", "pruned", "finished", "unfinished")
 """Node / candidate status names, indexed by the int8 codes below."""
@@ -349,22 +349,31 @@ class Tracer:
         return reason
 
     def _stops(self, answer: Any) -> np.ndarray:
-        """bool ``[N]`` from the callback's answer: None, a bool ``[N]`` mask or input ids."""
-        stop = np.zeros(self.n, bool)
-        if answer is None:
-            return stop
-        a = np.asarray(answer)
-        if a.dtype == bool:
-            if a.shape != (self.n,):
-                raise ValueError(f"callback returned a bool mask of shape {a.shape}; expected ({self.n},), one per input")
-            return a.copy()
-        if a.ndim > 1 or (a.size and a.dtype.kind not in "iu"):
-            raise TypeError(f"callback must return None, a bool mask [N] or input ids to stop; got {answer!r:.80}")
-        ids = a.reshape(-1).astype(np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.n):
-            raise ValueError(f"callback returned input ids {ids.tolist()!r:.80}; each must be in [0, {self.n})")
-        stop[ids] = True
+        """bool ``[N]`` from the callback's answer (:func:`stop_mask`)."""
+        return stop_mask(answer, self.n)
+
+
+def stop_mask(answer: Any, n: int) -> np.ndarray:
+    """bool ``[N]`` from a step callback's answer: None, a bool ``[N]`` mask or input ids.
+
+    Raises:
+        ValueError / TypeError: an answer of another shape or kind, or an input id outside ``[0, N)``.
+    """
+    stop = np.zeros(n, bool)
+    if answer is None:
         return stop
+    a = np.asarray(answer)
+    if a.dtype == bool:
+        if a.shape != (n,):
+            raise ValueError(f"callback returned a bool mask of shape {a.shape}; expected ({n},), one per input")
+        return a.copy()
+    if a.ndim > 1 or (a.size and a.dtype.kind not in "iu"):
+        raise TypeError(f"callback must return None, a bool mask [N] or input ids to stop; got {answer!r:.80}")
+    ids = a.reshape(-1).astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"callback returned input ids {ids.tolist()!r:.80}; each must be in [0, {n})")
+    stop[ids] = True
+    return stop
 
 
 def tracer(callback: Any, trace: Any, trace_width: Any, n_inputs: int, penalty: PenaltyFn, alpha: float,

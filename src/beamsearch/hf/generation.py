@@ -303,30 +303,31 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
     cfg = _config(model, generation_config, overrides)
     explicit = set(overrides) | set(generation_config.to_diff_dict() if generation_config is not None else ())
-    refuse(cfg, generate_defaults(), explicit, mode)
+    defaults = generate_defaults()
+    refuse(cfg, defaults, explicit, mode)
     if isinstance(inputs, torch.Tensor) and attention_mask is None:  # generate's mask, inferred from the pad id
         attention_mask = inferred_mask(inputs, cfg.pad_token_id, cfg.eos_token_id)
     rows = input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
     settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
-    spec = choose_mode(mode, cfg, generate_defaults(), given)
+    spec = choose_mode(mode, cfg, defaults, given)
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
     hooks = generate_hooks(model, spec, cfg, inputs, rows, logits_processor=logits_processor, streamer=streamer,
                            prefix_allowed_tokens_fn=prefix_allowed_tokens_fn, stopping_criteria=stopping_criteria)
-    search = hooks.keywords(mode_keywords(spec, settings, cfg, generate_defaults(), given, explicit, len(rows)))
+    search = hooks.keywords(mode_keywords(spec, settings, cfg, defaults, given, explicit, len(rows)))
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
     if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (its plan is rebuilt)
         spec.plan([[0]] * len(rows) if encoder_decoder else rows, **search)
+    steps = step_outputs(spec, search, cfg)  # its refusal too, before the prefill
     prepare = seq2seq_lm if encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
     start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else {}
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start)
     search["eos_token_id"] = dec.eos_token_id
-    steps = step_outputs(spec, search, cfg)
     step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
     hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)
     texts = None

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from beamsearch.core.select import positions
-from beamsearch.core.trace import FINISHED, KEPT, PRUNED, UNFINISHED, LogprobsCallback, StepRecord
+from beamsearch.core.trace import FINISHED, KEPT, PRUNED, UNFINISHED, LogprobsCallback, StepRecord, stop_mask
 
 __all__ = ["LogitsTap", "StepOutputs", "sequences", "sequences_scores"]
 
@@ -102,7 +102,7 @@ class StepOutputs(LogprobsCallback):
         parent, status = record.parent[c], record.status[c]
         tokens = np.concatenate([self.tokens[parent], record.token[c, None]], axis=1)
         paths = np.concatenate([self.paths[parent], flat[parent, None]], axis=1)
-        stopped = _stop_mask(stop, n)[record.input[c]]
+        stopped = stop_mask(stop.cpu() if isinstance(stop, torch.Tensor) else stop, n)[record.input[c]]
         ends = (status == FINISHED) | (status == UNFINISHED) | ((status == KEPT) & stopped)
         for j in np.flatnonzero(ends).tolist():
             self.ended[(int(record.input[c[j]]), tuple(tokens[j].tolist()))] = paths[j]
@@ -136,18 +136,6 @@ class StepOutputs(LogprobsCallback):
             path = self.ended[(i, tuple(h.tokens))]
             out[r, : len(path)] = torch.as_tensor(path)
         return out
-
-
-def _stop_mask(stop: Any, n: int) -> np.ndarray:
-    """bool ``[N]``: the inputs a callback's return names (a bool mask ``[N]``, input ids, or None)."""
-    mask = np.zeros(n, dtype=bool)
-    if stop is None:
-        return mask
-    stop = np.asarray(stop.cpu() if isinstance(stop, torch.Tensor) else stop)
-    if stop.dtype == bool:
-        return mask | stop.reshape(n)
-    mask[stop.astype(np.int64).reshape(-1)] = True
-    return mask
 
 
 def step_outputs(spec: Any, search: dict[str, Any], cfg: Any) -> StepOutputs | None:
