@@ -3,20 +3,23 @@
 One run, torch, a byte-level BPE trained here with ``tokenizers`` (about 32,000 tokens by default;
 nothing downloaded), N inputs, beam 4 and 16, a null model (fixed random logits picked by the
 last token: only the search and the masks are timed). Every search runs exactly ``steps`` steps
-(``min_new_tokens`` holds eos back, the schema never forces an end). Columns, ms per step:
+(``min_new_tokens`` holds eos back). Columns, ms per step:
 
 - ``plain``: the search without a grammar;
 - ``schema``: the same search with a JSON Schema (:class:`beamsearch.processors.Grammar`: one
   matcher per row, forked and advanced, never replayed);
 - ``replay``: the same search with a reference that rebuilds each row's matcher from the
   grammar's start along the row's generated tokens at every step (vLLM's approach), then fills
-  the same masks.
+  the same masks;
+- ``late step``: one step late in the search (the median interval between two steps over the
+  last 16, from a step callback: the search's setup and results left out).
 
-Ratios: schema / plain (the issue asks at most 1.3), the schema's ms per step at the longest
-length over the shortest (flat: within 15%), and replay / schema at the longest length.
+Ratios: schema / plain, whole searches (the issue asks at most 1.3); what one schema step costs late
+in a search of 512 steps over late in one of 32 (the median step of the last 16: flat is within
+15%); and replay / schema, late in the search of 512 steps.
 
     python benchmarks/bench_grammar.py                       # the issue's settings
-    python benchmarks/bench_grammar.py --vocab 4000 --steps 16 64 --repeat 1   # a quick check
+    python benchmarks/bench_grammar.py --vocab 4000 --steps 32 64 --repeat 1   # a quick check
 """
 
 from __future__ import annotations
@@ -92,14 +95,32 @@ def null_model(vocab: int, seed: int = 0):
     return step
 
 
+def search(step, n, beam, steps, eos, processors, callback=None):
+    """One search of exactly ``steps`` steps (eos held back until the last one)."""
+    beam_search_batch(step, torch.zeros((n, 1)), [[5]] * n, eos_token_id=eos, max_steps=steps, beam_size=beam,
+                      min_new_tokens=steps - 1, alpha=0.0, logits_processors=processors, callback=callback)
+
+
 def timed(step, n, beam, steps, eos, processors, repeat):
+    """ms per step of the whole search (its setup and results included), best of ``repeat``."""
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
-        beam_search_batch(step, torch.zeros((n, 1)), [[5]] * n, eos_token_id=eos, max_steps=steps, beam_size=beam,
-                          min_new_tokens=steps - 1, alpha=0.0, logits_processors=processors)
+        search(step, n, beam, steps, eos, processors)
         best = min(best, time.perf_counter() - t)
     return 1e3 * best / steps
+
+
+def late_step(step, n, beam, steps, eos, processors, repeat, last=16):
+    """ms of one step late in the search: the median interval between the callback's calls over
+    the search's last ``last`` steps (what a step costs at that output length, without the
+    search's setup), best of ``repeat``."""
+    best = float("inf")
+    for _ in range(repeat):
+        stamps = []
+        search(step, n, beam, steps, eos, processors, callback=lambda record: stamps.append(time.perf_counter()))
+        best = min(best, float(np.median(np.diff(stamps[-last - 1:]))))
+    return 1e3 * best
 
 
 def main() -> None:
@@ -107,27 +128,29 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--beams", type=int, nargs="+", default=[4, 16])
-    ap.add_argument("--steps", type=int, nargs="+", default=[32, 512])
+    ap.add_argument("--steps", type=int, nargs=2, default=[32, 512])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
     tok = train_bpe(args.vocab)
     grammar = Grammar.json_schema(SCHEMA, tok)
     step, eos = null_model(len(tok)), tok.eos_token_id
+    short, long = args.steps
     print(f"tokenizer: byte-level BPE, {len(tok)} tokens; N={args.n}; torch {torch.__version__}, 1 thread")
-    print("beam  steps  plain ms/step  schema ms/step  replay ms/step  schema/plain  replay/schema")
+    print("beam  steps  plain ms/step  schema ms/step  schema/plain  schema late step ms  replay late step ms"
+          "  replay/schema")
     for beam in args.beams:
-        per_step = {}
-        for steps in args.steps:
+        late = {}
+        for steps in (short, long):
             plain = timed(step, args.n, beam, steps, eos, [], args.repeat)
             schema = timed(step, args.n, beam, steps, eos, [grammar], args.repeat)
-            replay = timed(step, args.n, beam, steps, eos, [Replay(grammar)], 1) if steps == max(args.steps) else None
-            per_step[steps] = schema
-            shown = f"{replay:14.2f}  " if replay is not None else f"{'-':>14}  "
-            ratio = f"{replay / schema:13.1f}" if replay is not None else f"{'-':>13}"
-            print(f"{beam:4d}  {steps:5d}  {plain:13.2f}  {schema:14.2f}  {shown}{schema / plain:12.2f}  {ratio}")
-        lo, hi = min(args.steps), max(args.steps)
-        print(f"beam {beam}: schema ms/step at {hi} over {lo} steps: {per_step[hi] / per_step[lo]:.2f}")
+            late[steps] = late_step(step, args.n, beam, steps, eos, [grammar], args.repeat)
+            row = f"{beam:4d}  {steps:5d}  {plain:13.2f}  {schema:14.2f}  {schema / plain:12.2f}  {late[steps]:19.3f}"
+            if steps == long:
+                replay = late_step(step, args.n, beam, steps, eos, [Replay(grammar)], 1)
+                row += f"  {replay:19.3f}  {replay / late[steps]:13.1f}"
+            print(row)
+        print(f"beam {beam}: a schema step late in the search, {long} over {short} steps: {late[long] / late[short]:.2f}")
 
 
 if __name__ == "__main__":

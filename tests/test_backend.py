@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from beamsearch.backends import backend_of, index_like, register_backend
+from beamsearch.backends.bits import exceptions
 from beamsearch.backends.numpy_backend import NumpyBackend
 from beamsearch.processors import NoRepeatNGram, StepContext, Temperature, TopK
 
@@ -218,19 +219,58 @@ def test_compute_dtypes(name):
     assert isinstance(backend_of([1.0]), NumpyBackend)
 
 
+def _bit_masks(rng, rows, width, spare):
+    """Packed masks of every kind: random bytes (applied by the table), and rows mostly kept or
+    mostly masked with a few exceptions, an all-kept and an all-masked row (applied by their
+    exceptions)."""
+    n_bytes = -(-width // 8) + spare
+    random = rng.integers(0, 256, size=(rows, n_bytes), dtype=np.uint8)
+    mostly_masked = np.arange(rows) % 4 == 1  # a quarter of the rows: applying them costs a whole row each
+    structured = np.where(mostly_masked[:, None], 0, 0xFF).astype(np.uint8).repeat(n_bytes, axis=1)
+    flips = rng.random(structured.shape) < 0.1
+    structured[flips] ^= rng.integers(1, 256, size=int(flips.sum()), dtype=np.uint8)
+    structured[0], structured[1] = 0xFF, 0  # all kept, all masked
+    return {"random": random, "structured": structured}
+
+
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("width, spare", [(37, 0), (37, 3), (64, 0)])  # 8 B = 40, 64; bytes past V
-def test_keep_bits_sets_the_entries_of_zero_bits_to_minus_inf(lib, dtype, width, spare):
+@pytest.mark.parametrize("width, spare", [(37, 0), (37, 3), (64, 0), (203, 1)])  # 8 B = 40, 64, 208; bytes past V
+@pytest.mark.parametrize("kind", ["random", "structured"])
+def test_keep_bits_adds_minus_inf_where_a_bit_is_zero(lib, dtype, width, spare, kind):
+    """keep_bits(x, bits) == x + (0 where the bit is set, else -inf), entry by entry, whichever
+    way the mask is applied (random bytes: the table; structured rows: their exceptions only),
+    with -inf, +inf and NaN among the kept and the masked entries (a masked +inf or NaN comes
+    out NaN, as any addition of -inf). Reference: each bit read one by one."""
     rng = np.random.default_rng(width + spare)
-    x = rng.normal(size=(5, width)).astype(dtype)
-    x[0, 3] = -np.inf  # already -inf: stays -inf, kept or not
-    bits = rng.integers(0, 256, size=(5, -(-width // 8) + spare), dtype=np.uint8)
-    keep = np.array([[bits[i, j // 8] >> (j % 8) & 1 for j in range(width)] for i in range(5)], dtype=bool)
-    want = np.where(keep, x, -np.inf)  # the plain reference: bit j % 8 of byte j // 8, one by one
+    bits = _bit_masks(rng, 6, width, spare)[kind]
+    assert (exceptions(bits, width) is None) == (kind == "random")  # both ways are exercised
+    x = rng.normal(size=(6, width)).astype(dtype)
+    x[0, 3], x[2, 5], x[3, 7], x[4, 1], x[5, 0] = -np.inf, np.inf, np.nan, -np.inf, np.inf
+    keep = np.array([[bits[i, j // 8] >> (j % 8) & 1 for j in range(width)] for i in range(6)], dtype=bool)
+    with np.errstate(invalid="ignore"):
+        want = np.where(keep, x, x + -np.inf)
     arr = torch.tensor(x) if lib == "torch" else x.copy()
     got = backend_of(arr).keep_bits(arr, bits)
-    assert got.dtype == arr.dtype and np.array_equal(backend_of(got).to_numpy(got), want)
+    assert got.dtype == arr.dtype
+    np.testing.assert_array_equal(backend_of(got).to_numpy(got), want)  # NaN where want is NaN
+
+
+def test_bit_exceptions_name_the_minority_of_each_row():
+    """exceptions(): a mostly kept row names its masked columns, a mostly masked row is listed
+    with its kept columns, never a column at or past the width; a budget too small gives None.
+    Reference: the unpacked bits compared with each row's majority."""
+    rng = np.random.default_rng(3)
+    width = 61
+    bits = _bit_masks(rng, 12, width, 2)["structured"]
+    keep = np.unpackbits(bits, axis=1, bitorder="little")[:, :width].astype(bool)
+    few = exceptions(bits, width)
+    mostly_kept = set(range(12)) - set(few.rows.tolist())
+    assert set(zip(few.masked_rows.tolist(), few.masked_cols.tolist())) == {
+        (r, c) for r in mostly_kept for c in range(width) if not keep[r, c]}
+    assert set(zip(few.kept_rows.tolist(), few.kept_cols.tolist())) == {
+        (r, c) for r in few.rows.tolist() for c in range(width) if keep[r, c]}
+    assert exceptions(bits, width, budget=0.0) is None
 
 
 @pytest.mark.parametrize("name", BACKENDS)

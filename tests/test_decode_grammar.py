@@ -211,3 +211,20 @@ def test_zoo_model_with_a_regex_over_its_characters(tmp_path):
                                  logits_processors=[*model.processors, grammar])[0]
         assert [h["tokens"] for h in r["nbest"]] == [h.tokens for h in want]
         assert [h["logprob"] for h in r["nbest"]] == pytest.approx([h.logprob for h in want], abs=1e-5)
+
+
+def test_trace_draws_the_grammar_constrained_search(tmp_path):
+    """``decode --regex ... --trace``: the page is the search the record came from (its best node
+    is the record's best output, accepted by the pattern), not an unconstrained one."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS) + "\n")
+    out, page = tmp_path / "out.jsonl", tmp_path / "tree.html"
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--regex", REGEX,
+                 "--max-steps", "10", "--beam-size", "3", "--trace", str(page), "--trace-input", "1"]) == 0
+    record = [json.loads(x) for x in out.read_text().splitlines()][1]
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    tree, greedy = corpus.trace_line(corpus.toy_model(), TEXTS[1], beam_size=3, max_steps=10, regex=REGEX)
+    assert tree.tokens(tree.best(0)) == record["nbest"][0]["tokens"]
+    assert re.fullmatch(REGEX, record["nbest"][0]["text"])
+    plain, _ = corpus.trace_line(corpus.toy_model(), TEXTS[1], beam_size=3, max_steps=10)
+    assert plain.tokens(plain.best(0)) != record["nbest"][0]["tokens"]  # the grammar changed the drawn search

@@ -16,6 +16,7 @@ pytest.importorskip("llguidance")
 from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam_search, exact_search,  # noqa: E402
                         score_sequences, stochastic_beam_search)
 from beamsearch.processors import Grammar, NoRepeatNGram  # noqa: E402
+from beamsearch.processors.grammar_engine import PARALLEL_ROWS  # noqa: E402
 from beamsearch.refill import decode_stream  # noqa: E402
 from grammar_oracle import (EOS, all_outputs, allowed, constrained_logp, lark_parser, language,  # noqa: E402
                             regex_parser, schema_parser, text)
@@ -128,7 +129,7 @@ class Replayed:
     needs_history = False
 
     def __init__(self, grammar: Grammar) -> None:
-        self.grammar, self.rows_checked = grammar, 0
+        self.grammar, self.rows_checked, self.widest = grammar, 0, 0
 
     def __call__(self, logits, ctx):
         generated = ctx.history[:, ctx.history.shape[1] - (ctx.step - 1):]
@@ -136,6 +137,7 @@ class Replayed:
         for i, row in enumerate(generated.tolist()):
             assert (carried[i] == self.grammar.allowed_after(row)).all(), (ctx.step, row)
         self.rows_checked += len(generated)
+        self.widest = max(self.widest, len(generated))
         return logits
 
 
@@ -147,6 +149,9 @@ INFINITE = {
 
 MODES = {
     "beam": lambda s, st, p, g: beam_search_batch(s, st, p, beam_size=5, n_best=5, logits_processors=g, **COMMON),
+    # 6 x 40 rows: the masks are filled in parallel (grammar_engine.PARALLEL_ROWS)
+    "wide beam": lambda s, st, p, g: beam_search_batch(s, st, p, beam_size=40, n_best=5, logits_processors=g,
+                                                       **COMMON),
     "diverse": lambda s, st, p, g: diverse_beam_search(s, st, p, num_groups=2, diversity_penalty=1.0, beam_size=4,
                                                        n_best=4, logits_processors=g, **COMMON),
     "stochastic": lambda s, st, p, g: stochastic_beam_search(s, st, p, k=4, seed=3, logits_processors=g, eos_token_id=EOS,
@@ -168,9 +173,11 @@ def test_forked_matchers_equal_replayed_ones_and_every_output_is_accepted(kind, 
     grammar = INFINITE[kind]()
     check = Replayed(grammar)
     accepts = regex_parser(r"(a|b1|xb)+(-[12]+)*") if kind == "regex" else None
-    prompts = [[13], [3, 4], [5]]
-    results = MODES[mode](step_of(bigram(4), "numpy"), np.zeros((3, 1)), prompts, [grammar, check])
+    prompts = [[13], [3, 4], [5]] * (2 if mode == "wide beam" else 1)
+    results = MODES[mode](step_of(bigram(4), "numpy"), np.zeros((len(prompts), 1)), prompts, [grammar, check])
     assert check.rows_checked > 50
+    if mode == "wide beam":
+        assert check.widest >= PARALLEL_ROWS
     for hyps in outputs(results):
         assert hyps
         for h in hyps:

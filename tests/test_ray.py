@@ -95,6 +95,21 @@ def test_order_follows_the_lines_given_not_their_batches(cluster):
                    if r["index"] == i]
 
 
+def test_a_grammar_reaches_every_worker(cluster):
+    """decode_ray(regex=...): every worker builds the grammar over its own copy of the model's
+    tokenizer; the records are the single-process run's, and every output matches the pattern."""
+    pytest.importorskip("llguidance")
+    import re
+
+    pattern = r"(ab|c)+d?"
+    lines = [Line(i, t) for i, t in enumerate(["hello", "beam search", "x", "a longer line", "zz"])]
+    search = dict(beam_size=3, n_best=2, max_steps=10, regex=pattern)
+    got = decode_ray("_toy", lines, num_workers=2, batch_size=2, **search)
+    assert got == by_index(decode_records(toy_model(), lines, **search))
+    assert all(re.fullmatch(pattern, h["text"]) for r in got for h in r["nbest"] if h["finished"])
+    assert all(r["nbest"][0]["finished"] for r in got)
+
+
 @pytest.mark.skipif(torch is None, reason="torch not installed")
 def test_dates_model_on_two_workers_equals_the_single_process_run(cluster):
     pytest.importorskip("safetensors")

@@ -10,7 +10,7 @@ import numpy as np
 
 NEG_INF = float("-inf")
 
-__all__ = ["NEG_INF", "Backend", "byte_bias"]
+__all__ = ["NEG_INF", "Backend"]
 
 
 class Backend(Protocol):
@@ -66,11 +66,13 @@ class Backend(Protocol):
         """``x`` with every row's ``cols`` set to ``value``."""
 
     def keep_bits(self, x: Any, bits: np.ndarray) -> Any:
-        """``x`` with every entry whose bit is 0 set to -inf: ``bits`` is a packed mask on the host,
+        """``x`` with -inf added to every entry whose bit is 0: ``bits`` is a packed mask on the host,
         uint8 ``[k, B]`` with ``8 B >= V``, bit j of byte b (least significant first) column
         ``8 b + j`` (a grammar engine's int32 bitmask viewed as bytes). Applied on ``x``'s device:
-        the bytes are sent (8 times less than a bool mask), expanded by a 256-entry table and added
-        (0 or -inf) in one vectorized pass."""
+        ``x + bias`` entry by entry, ``bias`` 0 or -inf (:mod:`beamsearch.backends.bits`): a mask
+        with few exceptions to its rows' majority touches only those entries (and adds -inf over
+        its mostly masked rows); any other is sent as bytes (8 times less than a bool mask),
+        expanded by a 256-entry table and added in one vectorized pass."""
 
     def keep_only(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
         """``x`` with row ``rows[i]`` set to -inf everywhere but column ``cols[i]``."""
@@ -108,16 +110,3 @@ class Backend(Protocol):
 
     def index(self, a: np.ndarray, like: Any) -> Any:
         """int64 host indices ``a`` as an index array for ``like`` (its library, its device)."""
-
-
-_BIASES: dict[str, np.ndarray] = {}
-
-
-def byte_bias(dtype: Any) -> np.ndarray:
-    """``[256, 8]`` of ``dtype``: row ``b`` holds 0 where bit j of byte ``b`` is set, else -inf
-    (what :meth:`Backend.keep_bits` adds per byte of its mask)."""
-    key = np.dtype(dtype).str
-    if key not in _BIASES:
-        bit = (np.arange(256)[:, None] >> np.arange(8)) & 1  # --> [256, 8]
-        _BIASES[key] = np.where(bit == 1, 0.0, NEG_INF).astype(dtype)
-    return _BIASES[key]

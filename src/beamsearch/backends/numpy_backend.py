@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch.backends.base import NEG_INF, byte_bias
+from beamsearch.backends.base import NEG_INF
+from beamsearch.backends.bits import byte_bias, exceptions
 from beamsearch.backends.ties import order_top, take_with_lowest_ties
 
 
@@ -81,8 +82,15 @@ class NumpyBackend:
         return x
 
     def keep_bits(self, x: np.ndarray, bits: np.ndarray) -> np.ndarray:
-        bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
-        np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
+        few = exceptions(bits, x.shape[1])
+        if few is None:
+            bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
+            np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
+            return x
+        x[few.masked_rows, few.masked_cols] += NEG_INF
+        kept = x[few.kept_rows, few.kept_cols]
+        x[few.rows] += NEG_INF
+        x[few.kept_rows, few.kept_cols] = kept
         return x
 
     def keep_only(self, x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from beamsearch.backends.base import NEG_INF, byte_bias
+from beamsearch.backends.base import NEG_INF
+from beamsearch.backends.bits import byte_bias, exceptions
 from beamsearch.backends.ties import order_top
 
 
@@ -94,12 +95,23 @@ class TorchBackend:
         return x
 
     def keep_bits(self, x: torch.Tensor, bits: np.ndarray) -> torch.Tensor:
-        # an add, not masked_fill_: branch-free (masked_fill_ on the CPU slows down 4x on masks
-        # without long runs); the bytes go to x's device and are expanded there
-        table = self._bias(x)
-        index = torch.from_numpy(np.ascontiguousarray(bits)).to(x.device, non_blocking=True).reshape(-1).int()
-        bias = torch.index_select(table, 0, index).view(bits.shape[0], -1)  # --> [k, 8 B]: 0 or -inf
-        return x.add_(bias[:, : x.shape[1]])
+        few = exceptions(bits, x.shape[1])
+        if few is None:
+            # an add, not masked_fill_: branch-free (masked_fill_ on the CPU slows down 4x on masks
+            # without long runs); the bytes go to x's device and are expanded there
+            table = self._bias(x)
+            index = torch.from_numpy(np.ascontiguousarray(bits)).to(x.device, non_blocking=True).reshape(-1).int()
+            bias = torch.index_select(table, 0, index).view(bits.shape[0], -1)  # --> [k, 8 B]: 0 or -inf
+            return x.add_(bias[:, : x.shape[1]])
+        if few.masked_rows.size:
+            r, c = self.index(few.masked_rows, x), self.index(few.masked_cols, x)
+            x.index_put_((r, c), x.new_full((1,), NEG_INF).expand(len(r)), accumulate=True)  # x[r, c] + -inf
+        if few.rows.size:
+            r, c = self.index(few.kept_rows, x), self.index(few.kept_cols, x)
+            kept, rows = x[r, c], self.index(few.rows, x)
+            x.index_add_(0, rows, x.new_full((1, 1), NEG_INF).expand(len(rows), x.shape[1]))  # no [s, V] copy
+            x[r, c] = kept
+        return x
 
     def _bias(self, x: torch.Tensor) -> torch.Tensor:
         """:func:`byte_bias` of ``x``'s dtype on its device (made once per dtype and device)."""

@@ -3,8 +3,8 @@
 Three things live here: the llguidance tokenizer of a vocabulary (built once per tokenizer and
 eos ids, cached), the compiled grammar (one llguidance matcher per ``(kind, source, options,
 tokenizer)``, cached; every row's matcher is a copy of it), and the two batched calls of a step:
-every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel), every
-row's new token consumed in one call. llguidance is the optional extra ``beamsearch[grammar]``;
+every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel from
+``PARALLEL_ROWS`` rows), every row's matcher advanced by its new token. llguidance is the optional extra ``beamsearch[grammar]``;
 why it and not xgrammar is in ``docs/grammar.md``.
 """
 
@@ -22,6 +22,7 @@ __all__ = ["Compiled", "compile_grammar", "engine", "unpack_bits"]
 
 KINDS = ("json_schema", "lark", "regex")
 _CACHE_SIZE = 64  # compiled grammars kept (least recently used dropped)
+PARALLEL_ROWS = 64  # masks of at least this many rows are filled in parallel (BENCHMARKS.md, grammar)
 _COMPILED: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
 _TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 _VOCABS: dict[tuple[Any, ...], Any] = {}
@@ -44,24 +45,29 @@ class Compiled:
 
     Attributes:
         root: the llguidance matcher before any token (never advanced itself).
-        executor: the llguidance thread pool the batched calls run on.
+        executor: the llguidance thread pool the masks of ``PARALLEL_ROWS`` rows or more are filled
+            on; fewer rows are filled on ``serial``, one thread (waking a pool costs more than
+            filling a few masks, and much more on a busy machine).
+        serial: a one-thread llguidance executor.
         n_vocab: the tokenizer's vocabulary size (the bitmask covers ids ``[0, n_vocab)``).
         eos: int64 ``[E]``, the eos ids the grammar allows where it can end.
     """
 
     root: Any
     executor: Any
+    serial: Any
     n_vocab: int
     eos: np.ndarray
 
     def fill(self, matchers: Sequence[Any]) -> np.ndarray:
         """uint8 ``[k, 4 ceil(n_vocab / 32)]``: the tokens each matcher allows next (eos where it
         can end), packed (bit j of byte b: token ``8 b + j``; no bit at or past ``n_vocab``), all
-        rows in one call of the engine (its executor, in parallel)."""
+        rows in one call of the engine (in parallel from ``PARALLEL_ROWS`` rows)."""
         llg = engine()
         bits = llg.numpy.allocate_token_bitmask(len(matchers), self.n_vocab)  # --> int32 [k, ceil(n_vocab / 32)]
         if matchers:
-            llg.numpy.fill_next_token_bitmask_par(self.executor, [(m, i) for i, m in enumerate(matchers)], bits)
+            executor = self.executor if len(matchers) >= PARALLEL_ROWS else self.serial
+            llg.numpy.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], bits)
         packed = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
         # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
         # into an error state whose mask holds eos: it allows nothing; eos only where it can end
@@ -84,8 +90,9 @@ class Compiled:
         accepted it (a rejected token leaves its matcher in an error state)."""
         if not matchers:
             return np.zeros(0, bool)
-        ok = self.executor.consume_token_par(list(zip(matchers, tokens.tolist())))
-        return np.asarray(ok, dtype=bool)
+        # one call per row: cheaper than the executor's parallel call, whose dispatch costs more
+        # than advancing a matcher by one token
+        return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist())), bool, len(matchers))
 
 
 def unpack_bits(bits: np.ndarray, n_vocab: int) -> np.ndarray:
@@ -111,7 +118,7 @@ def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, opt
     root = llg.LLMatcher(lltok, lark_text(llg, kind, source, options), log_level=0)
     if root.is_error():
         raise ValueError(f"{kind} {text!r:.200} is refused by the grammar engine: {root.get_error()}")
-    compiled = Compiled(root, llg.LLExecutor(), int(lltok.vocab_size), eos)
+    compiled = Compiled(root, llg.LLExecutor(), llg.LLExecutor(1), int(lltok.vocab_size), eos)
     _COMPILED[key] = compiled
     if len(_COMPILED) > _CACHE_SIZE:
         _COMPILED.popitem(last=False)

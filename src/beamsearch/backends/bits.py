@@ -1,0 +1,96 @@
+"""Packed token masks (a grammar engine's bitmask) and how a backend applies one cheaply.
+
+A mask is uint8 ``[k, B]`` on the host, ``8 B >= V``: bit j of byte b (least significant first)
+keeps column ``8 b + j``. :meth:`Backend.keep_bits` adds 0 where the bit is set and -inf where it
+is not, so ``keep_bits(x, bits) == x + bias`` entry by entry (a kept entry unchanged, a masked
+finite or -inf entry -inf, a masked NaN or +inf NaN, as any addition of -inf).
+
+Grammar masks are rarely random: a row is nearly all kept (inside a JSON string every token
+without a quote is allowed) or nearly all masked (after ``{`` only a key's first tokens are). For
+such masks :func:`exceptions` finds the few entries that differ from the row's majority from the
+bytes alone (a byte of 0xFF or 0 stands for 8 columns at once), and the backend touches only
+those entries, plus one addition of -inf over each mostly masked row, instead of adding a
+``[k, V]`` bias: the same values, a fraction of the memory traffic. A mask with too many
+exceptions (``None``) is applied the dense way, by a 256-entry table of 8 biases per byte.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from beamsearch.backends.base import NEG_INF
+
+__all__ = ["Exceptions", "byte_bias", "exceptions"]
+
+_BIASES: dict[str, np.ndarray] = {}
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def byte_bias(dtype: object) -> np.ndarray:
+    """``[256, 8]`` of ``dtype``: row ``b`` holds 0 where bit j of byte ``b`` is set, else -inf
+    (what :meth:`Backend.keep_bits` adds per byte of its mask)."""
+    key = np.dtype(dtype).str
+    if key not in _BIASES:
+        bit = (np.arange(256)[:, None] >> np.arange(8)) & 1  # --> [256, 8]
+        _BIASES[key] = np.where(bit == 1, 0.0, NEG_INF).astype(dtype)
+    return _BIASES[key]
+
+
+class Exceptions(NamedTuple):
+    """A packed mask as the entries to touch (int64 host arrays).
+
+    Attributes:
+        masked_rows, masked_cols: ``[n]``: the masked entries of the mostly kept rows (-inf is
+            added to each).
+        rows: ``[s]``: the mostly masked rows, each once (-inf is added to the whole row).
+        kept_rows, kept_cols: ``[m]``: the kept entries of those rows (restored after the
+            addition, so they come out unchanged).
+    """
+
+    masked_rows: np.ndarray
+    masked_cols: np.ndarray
+    rows: np.ndarray
+    kept_rows: np.ndarray
+    kept_cols: np.ndarray
+
+
+def exceptions(bits: np.ndarray, width: int, budget: float = 0.5) -> Exceptions | None:
+    """``bits`` (uint8 ``[k, B]``, ``8 B >= width``) as :class:`Exceptions` over ``width``
+    columns, or None when touching them would cost more than ``budget * k * width`` entries (a
+    mostly masked row counts ``width``, every byte to expand 8). Columns at or past ``width``
+    are never named."""
+    used = np.ascontiguousarray(bits[:, : -(-width // 8)])  # --> [k, B']: the bytes of columns below width
+    k, b = used.shape
+    not_full = used != 0xFF
+    n_not_full = np.count_nonzero(not_full, axis=1)
+    mostly_kept = n_not_full <= b // 2  # at least half the bytes 0xFF
+    cost = int(8 * n_not_full[mostly_kept].sum())
+    not_empty = np.zeros_like(not_full)
+    if not mostly_kept.all():  # the others: a whole row, and the bytes that keep something
+        not_empty[~mostly_kept] = used[~mostly_kept] != 0
+        cost += int((~mostly_kept).sum()) * width + 8 * int(np.count_nonzero(not_empty))
+    if cost > budget * k * width:
+        return None
+    masked_rows, masked_cols = _columns(used, not_full, mostly_kept, 0, width)
+    kept_rows, kept_cols = _columns(used, not_empty, ~mostly_kept, 1, width)
+    return Exceptions(masked_rows, masked_cols, np.flatnonzero(~mostly_kept), kept_rows, kept_cols)
+
+
+def _columns(bits: np.ndarray, candidates: np.ndarray, rows: np.ndarray, bit: int,
+             width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(row, column)`` pairs whose bit equals ``bit``, in the rows where ``rows`` (bool
+    ``[k]``) holds, found among the bytes where ``candidates`` (bool ``[k, B]``) holds (every
+    bit of any other byte differs from ``bit``); columns below ``width`` only."""
+    if not rows.any():
+        return _NONE, _NONE
+    if not rows.all():
+        candidates = candidates & rows[:, None]
+    flat = np.flatnonzero(candidates)  # --> [n]: the bytes to expand
+    unpacked = np.unpackbits(bits.reshape(-1)[flat][:, None], axis=1, bitorder="little")  # --> [n, 8]
+    hit = np.flatnonzero(unpacked.reshape(-1) == bit)
+    byte = flat[hit >> 3]
+    r, cols = byte // bits.shape[1], 8 * (byte % bits.shape[1]) + (hit & 7)
+    inside = cols < width
+    return (r, cols) if inside.all() else (r[inside], cols[inside])
