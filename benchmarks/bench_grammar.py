@@ -7,7 +7,9 @@ last token: only the search and the masks are timed). Every search runs exactly 
 
 - ``plain``: the search without a grammar;
 - ``schema``: the same search with a JSON Schema (:class:`beamsearch.processors.Grammar`: one
-  matcher per row, forked and advanced, never replayed);
+  matcher per row, forked and advanced, never replayed): ``strings`` (the null model writes one
+  string that never closes) and ``short strings`` (at least 300 strings of at most 6 characters: a
+  new lexeme every few tokens; llguidance's fork copies the parser's rows, one per lexeme so far);
 - ``replay``: the same search with a reference that rebuilds each row's matcher from the
   grammar's start along the row's generated tokens at every step (vLLM's approach), then fills
   the same masks;
@@ -35,8 +37,15 @@ import torch
 from beamsearch import beam_search_batch
 from beamsearch.processors import Grammar
 
-SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}},
-          "required": ["items"], "additionalProperties": False}
+SCHEMAS = {
+    # the null model's outputs: one string that never closes (one lexeme, however long) ...
+    "strings": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+                "required": ["items"], "additionalProperties": False},
+    # ... and hundreds of short strings (a lexeme every few tokens: a fork copies the parse so far)
+    "short strings": {"type": "object", "properties": {"items": {"type": "array", "minItems": 300,
+                                                                 "items": {"type": "string", "maxLength": 6}}},
+                      "required": ["items"], "additionalProperties": False},
+}
 
 
 def corpus(n: int, seed: int = 0):
@@ -133,25 +142,27 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     tok = train_bpe(args.vocab)
-    grammar = Grammar.json_schema(SCHEMA, tok)
     step, eos = null_model(len(tok)), tok.eos_token_id
     short, long = args.steps
     print(f"tokenizer: byte-level BPE, {len(tok)} tokens; N={args.n}; torch {torch.__version__}, 1 thread")
-    print("beam  steps  plain ms/step  schema ms/step  schema/plain  schema late step ms  replay late step ms"
-          "  replay/schema")
-    for beam in args.beams:
-        late = {}
-        for steps in (short, long):
-            plain = timed(step, args.n, beam, steps, eos, [], args.repeat)
-            schema = timed(step, args.n, beam, steps, eos, [grammar], args.repeat)
-            late[steps] = late_step(step, args.n, beam, steps, eos, [grammar], args.repeat)
-            row = f"{beam:4d}  {steps:5d}  {plain:13.2f}  {schema:14.2f}  {schema / plain:12.2f}  {late[steps]:19.3f}"
-            if steps == long:
-                replay = late_step(step, args.n, beam, steps, eos, [Replay(grammar)], 1)
-                row += f"  {replay:19.3f}  {replay / late[steps]:13.1f}"
-            print(row)
-        print(f"beam {beam}: a schema step late in the search, {long} over {short} steps: {late[long] / late[short]:.2f}")
-
+    print("schema         beam  steps  plain ms/step  schema ms/step  schema/plain  schema late step ms"
+          "  replay late step ms  replay/schema")
+    for name, schema in SCHEMAS.items():
+        grammar = Grammar.json_schema(schema, tok)
+        for beam in args.beams:
+            late = {}
+            for steps in (short, long):
+                plain = timed(step, args.n, beam, steps, eos, [], args.repeat)
+                constrained = timed(step, args.n, beam, steps, eos, [grammar], args.repeat)
+                late[steps] = late_step(step, args.n, beam, steps, eos, [grammar], args.repeat)
+                row = (f"{name:13s}  {beam:4d}  {steps:5d}  {plain:13.2f}  {constrained:14.2f}  "
+                       f"{constrained / plain:12.2f}  {late[steps]:19.3f}")
+                if steps == long:
+                    replay = late_step(step, args.n, beam, steps, eos, [Replay(grammar)], 1)
+                    row += f"  {replay:19.3f}  {replay / late[steps]:13.1f}"
+                print(row, flush=True)
+            print(f"{name}, beam {beam}: a schema step late in the search, {long} over {short} steps: "
+                  f"{late[long] / late[short]:.2f}", flush=True)
 
 if __name__ == "__main__":
     main()
