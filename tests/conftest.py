@@ -24,6 +24,32 @@ if os.environ.get("MUTANT_UNDER_TEST"):
     except ImportError:
         pass
 
+MUTANT_TEST_CPU_SECONDS = 30
+"""Under a mutant, a test that spends this much CPU time fails: the mutant turned it into a hang
+(the slowest test of the mutated subset takes about 6 s). mutmut's own limit is per mutant, 30 s
+plus 30 times the clean time of all its tests, which for the engine's functions (covered by nearly
+every test) is most of an hour per hanging mutant."""
+
+
+@pytest.fixture(autouse=True)
+def _cpu_limit_under_a_mutant():
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        yield
+        return
+    import signal
+
+    def hang(signum, frame):
+        raise TimeoutError(f"the test spent {MUTANT_TEST_CPU_SECONDS} s of CPU under mutant "
+                           f"{os.environ['MUTANT_UNDER_TEST']}")
+
+    previous = signal.signal(signal.SIGPROF, hang)
+    signal.setitimer(signal.ITIMER_PROF, MUTANT_TEST_CPU_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
 
 @pytest.fixture(params=["prompt in place", "model's cache"])
 def layout(request, monkeypatch):
