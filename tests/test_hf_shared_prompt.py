@@ -177,8 +177,8 @@ def test_the_cache_holds_each_prompt_once_and_each_rows_own_columns():
     """GPT-2 of 2 layers, 4 heads of 8 (d=32), float32, 4 prompts (the widest 7 tokens), beam 8,
     ``max_new_tokens=6``: after 2 fed tokens each layer holds keys and values of the 4 prompts,
     4 x 4 heads x 7 columns x 8 floats each, and of the 32 rows' own columns, allocated at the
-    first write for it and the 6 to come: 32 x 4 x (1 + 6) x 8 floats each. The copying cache
-    holds 32 x 4 x (7 + 6) x 8 per keys or values."""
+    first write for the 5 tokens a 6-step search feeds (the first step's logits are the
+    prefill's): 32 x 4 x 5 x 8 floats each."""
     _, (plain, shared) = both("gpt2", PROMPTS, max_new_tokens=6)
     state = shared.init_state
     _, state = shared.step(state, torch.zeros(4, dtype=torch.int64))  # the prefill's logits
@@ -186,7 +186,7 @@ def test_the_cache_holds_each_prompt_once_and_each_rows_own_columns():
     for _ in range(2):
         _, state = shared.step(state, torch.zeros(32, dtype=torch.int64))
     prompts = 2 * 2 * (4 * 4 * 7 * 8) * 4  # layers x (keys, values) x floats x bytes per float
-    own = 2 * 2 * (32 * 4 * (1 + 6) * 8) * 4
+    own = 2 * 2 * (32 * 4 * 5 * 8) * 4
     assert state.cache.bytes() == prompts + own
     assert state.cache.layers[0].keys.shape == (32, 4, 2, 8)
 

@@ -38,6 +38,7 @@ class SharedPrompt:
         keys, values: per layer, ``[N, heads_kv, P, dh]``: the prefill's keys and values of the
             N inputs' prompts, left-padded to the longest (P columns).
         mask: bool ``[N, P]``, True on prompt tokens, False on padding.
+        bias: float32 ``[N, 1, P]``: 0 on prompt tokens, -inf on padding.
         rows: int64 ``[k]``: the input (0..N-1) each row reads, the state's ``source``.
         slot: int64 ``[k]``: each row's rank among the rows of its input.
         group: G, the most rows of any input: the attention reads the prompts as ``[N, G]`` rows.
@@ -48,6 +49,7 @@ class SharedPrompt:
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor,
                  rows: torch.Tensor) -> None:
         self.keys, self.values, self.mask = keys, values, mask
+        self.bias = self._bias()
         self.rows = rows
         self.slot = rows
         self.group, self.dense = 1, True
@@ -64,6 +66,7 @@ class SharedPrompt:
             self.keys = [k.index_select(0, kept) for k in self.keys]
             self.values = [v.index_select(0, kept) for v in self.values]
             self.mask = self.mask.index_select(0, kept)
+            self.bias = self._bias()
             rows = torch.searchsorted(kept, rows)
             counts = counts.index_select(0, kept)
         order = torch.argsort(rows, stable=True)
@@ -76,6 +79,10 @@ class SharedPrompt:
         self.dense = place.shape[0] == self.mask.shape[0] * self.group and \
             bool(torch.equal(place, torch.arange(place.shape[0], device=place.device)))
         return rows
+
+    def _bias(self) -> torch.Tensor:
+        """float32 ``[N, 1, P]``: 0 on prompt tokens, -inf on padding (added to the scores)."""
+        return torch.zeros(self.mask.shape, device=self.mask.device).masked_fill(~self.mask, float("-inf"))[:, None]
 
     def bytes(self) -> int:
         """The bytes of the prompts' keys and values."""
@@ -129,10 +136,12 @@ def check_shared(model: Any, parameter: str) -> None:
 
 def shared_cache(model: Any, prefill: DynamicCache, mask: torch.Tensor, room: int) -> SharedPromptCache:
     """The prefill's cache (one row per input) as a :class:`SharedPromptCache`: its keys and
-    values the prompts (``mask`` int ``[N, P]``, 1 on tokens), no generated column yet (``room``
-    allocated at the first step)."""
+    values the prompts (``mask`` int ``[N, P]``, 1 on tokens), no generated column yet (``room``:
+    the search's steps, ``max_new_tokens``)."""
     cache = SharedPromptCache(config=model.config)
-    cache.layers = [SuffixLayer(room) for _ in prefill.layers]
+    # a search of T steps feeds T - 1 tokens (the first step's logits are the prefill's): the
+    # first write allocates its column and room for T - 2 more
+    cache.layers = [SuffixLayer(max(room - 2, 0)) for _ in prefill.layers]
     n = mask.shape[0]
     cache.shared = SharedPrompt([layer.keys for layer in prefill.layers], [layer.values for layer in prefill.layers],
                                 mask.bool(), torch.arange(n, device=mask.device))
@@ -173,13 +182,15 @@ def _prompt_part(query: torch.Tensor, shared: SharedPrompt, layer: int,
     k, heads, q, dh = query.shape
     n, hkv, g = keys.shape[0], keys.shape[1], shared.group
     rep = heads // hkv
-    grouped = _grouped(query, shared).view(n, g, hkv, rep, q, dh).transpose(1, 2).reshape(n, hkv, g * rep * q, dh)
-    scores = torch.matmul(grouped, keys.transpose(-1, -2).to(query.dtype)) * scaling  # --> [N, Hkv, G*rep*q, P]
-    scores = scores.masked_fill(~shared.mask[:, None, None, :], float("-inf"))
+    grouped = _grouped(query * scaling, shared).view(n, g, hkv, rep, q, dh).transpose(1, 2)
+    grouped = grouped.reshape(n * hkv, g * rep * q, dh)
+    bias = shared.bias.to(query.dtype).expand(n, hkv, keys.shape[2]).reshape(n * hkv, 1, keys.shape[2])
+    # scores + padding bias (-inf) in one call --> [N * Hkv, G*rep*q, P]
+    scores = torch.baddbmm(bias, grouped, keys.to(query.dtype).reshape(n * hkv, -1, dh).transpose(1, 2))
     top = scores.amax(-1, keepdim=True)  # finite: every prompt has a token
-    weights = torch.exp(scores - top)
+    weights = scores.sub_(top).exp_()
     total = weights.sum(-1, keepdim=True)
-    out = torch.matmul(weights, values.to(query.dtype))  # --> [N, Hkv, G*rep*q, dh]
+    out = torch.bmm(weights, values.to(query.dtype).reshape(n * hkv, -1, dh))  # --> [N * Hkv, G*rep*q, dh]
 
     def rows_of(x: torch.Tensor) -> torch.Tensor:
         x = x.view(n, hkv, g, rep, q, x.shape[-1]).transpose(1, 2).reshape(n * g, heads, q, x.shape[-1])
