@@ -109,6 +109,23 @@ def test_a_search_equals_the_copying_caches(name, beam):
         assert all(abs(x.score - y.score) < 1e-5 and abs(x.logprob - y.logprob) < 1e-5 for x, y in zip(have, ref))
 
 
+def test_gpt2_scaled_by_layer_index_reads_its_own_scaling():
+    """GPT-2 with ``scale_attn_by_inverse_layer_idx`` (layer l's scores divided by l + 1, the
+    scaling the layer hands the attention function): the same search both ways."""
+    torch.manual_seed(3)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=61, n_positions=40, n_embd=32, n_layer=3, n_head=4, bos_token_id=1, eos_token_id=3,
+        pad_token_id=0, scale_attn_by_inverse_layer_idx=True)).eval()
+    found = []
+    for share in (False, True):
+        dec = causal_lm(model, PROMPTS, eos_token_id=3, max_new_tokens=5, share_prompt=share)
+        found.append(beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=5,
+                                       beam_size=4, n_best=4))
+    for have, ref in zip(found[1], found[0]):
+        assert [h.tokens for h in have] == [h.tokens for h in ref]
+        assert all(abs(x.score - y.score) < 1e-5 for x, y in zip(have, ref))
+
+
 def streamed(model, items, share, **search):
     """decode_stream over ``causal_lm`` states, one adapter per cohort, each call run by the latest."""
     latest = {}
@@ -189,6 +206,30 @@ def test_the_cache_holds_each_prompt_once_and_each_rows_own_columns():
     own = 2 * 2 * (32 * 4 * 5 * 8) * 4
     assert state.cache.bytes() == prompts + own
     assert state.cache.layers[0].keys.shape == (32, 4, 2, 8)
+
+
+def test_a_shared_cache_selected_alone_holds_the_rows_it_was_given():
+    """``select_state`` on the cache itself (not the adapter's state): each new row's own columns
+    and the prompt it reads are those of the old row it was taken from (a plain gather), and the
+    model's attention setting is back to its own after the steps."""
+    model, (_, shared) = both("llama", PROMPTS, max_new_tokens=6)
+    before = model.config._attn_implementation
+    state = shared.init_state
+    _, state = shared.step(state, torch.zeros(4, dtype=torch.int64))
+    state = select_state(state, [0, 0, 1, 2, 2, 3])
+    for token in (5, 6):
+        _, state = shared.step(state, torch.full((6,), token) + torch.arange(6))
+    assert model.config._attn_implementation == before
+    old, idx = state.cache, [5, 1, 1, 4]  # input 1 (row 2) is not taken: its prompt is dropped
+    new = select_state(old, idx)
+    assert new.shared.keys[0].shape[0] == 3 and old.shared.keys[0].shape[0] == 4
+    for layer in range(2):
+        torch.testing.assert_close(new.layers[layer].keys, old.layers[layer].keys[idx], atol=0, rtol=0)
+        torch.testing.assert_close(new.layers[layer].values, old.layers[layer].values[idx], atol=0, rtol=0)
+        for r, i in enumerate(idx):
+            was, now = int(old.shared.rows[i]), int(new.shared.rows[r])
+            assert torch.equal(new.shared.keys[layer][now], old.shared.keys[layer][was])
+            assert torch.equal(new.shared.mask[now], old.shared.mask[was])
 
 
 def test_refusals_name_the_parameter():
