@@ -190,6 +190,21 @@ def test_generate_with_a_shared_prompt_cache_equals_generate_without():
     torch.testing.assert_close(got.sequences_scores, want.sequences_scores, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("kw", [dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0),
+                                dict(num_beams=4, force_words_ids=[[40, 41]]),
+                                dict(mode="exact", node_budget=20_000, max_new_tokens=3),
+                                dict(mode="transformers", num_beams=4), dict(num_beams=1),
+                                dict(mode="stochastic", k=4, seed=3)], ids=lambda kw: kw.get("mode", str(kw)))
+def test_every_mode_gives_the_same_hypotheses_with_a_shared_prompt_cache(kw):
+    model = build("llama", eos_bias=-30.0)
+    kw = {"max_new_tokens": 5, **kw}
+    want = generate(model, PROMPTS, **kw).hypotheses
+    got = generate(model, PROMPTS, share_prompt_cache=True, **kw).hypotheses
+    for have, ref in zip(got, want):
+        assert [h.tokens for h in have] == [h.tokens for h in ref]
+        assert all(abs(x.score - y.score) < 1e-5 for x, y in zip(have, ref))
+
+
 def test_the_cache_holds_each_prompt_once_and_each_rows_own_columns():
     """GPT-2 of 2 layers, 4 heads of 8 (d=32), float32, 4 prompts (the widest 7 tokens), beam 8,
     ``max_new_tokens=6``: after 2 fed tokens each layer holds keys and values of the 4 prompts,
