@@ -45,7 +45,8 @@ def reference_attention(query, prompt_keys, prompt_values, prompt_mask, rows, ke
 
 
 @pytest.mark.parametrize("rows", [[2, 0, 0, 1, 2, 2, 0], [0, 0, 1, 1, 2, 2]])  # scrambled / uneven, and dense
-def test_the_attention_equals_softmax_over_the_prompt_and_the_own_columns(rows):
+@pytest.mark.parametrize("q", [1, 2])  # one query token per row (the steps), or two (a strided query)
+def test_the_attention_equals_softmax_over_the_prompt_and_the_own_columns(rows, q):
     torch.manual_seed(0)
     n, p, s, heads, hkv, dh = 3, 5, 3, 4, 2, 8
     lengths = [5, 2, 4]
@@ -53,8 +54,9 @@ def test_the_attention_equals_softmax_over_the_prompt_and_the_own_columns(rows):
     pk, pv = torch.randn(n, hkv, p, dh), torch.randn(n, hkv, p, dh)
     rows = torch.tensor(rows)
     k = len(rows)
-    query, keys, values = torch.randn(k, heads, 1, dh), torch.randn(k, hkv, s, dh), torch.randn(k, hkv, s, dh)
-    mask = torch.rand(k, 1, 1, s) > 0.3
+    query = torch.randn(k, q, heads, dh).transpose(1, 2)  # --> [k, H, q, dh], as the models hand it
+    keys, values = torch.randn(k, hkv, s, dh), torch.randn(k, hkv, s, dh)
+    mask = torch.rand(k, 1, q, s) > 0.3
     mask[:, :, :, -1] = True
     mask[1] = False  # a row whose own columns are all masked (a row that joined a refill search)
     shared = SharedPrompt([pk], [pv], prompt_mask, rows)

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from beamsearch.core.state import pad_axis, select_state
 from beamsearch.hf.caches import PromptLayer
@@ -182,7 +183,7 @@ def _prompt_part(query: torch.Tensor, shared: SharedPrompt, layer: int,
     k, heads, q, dh = query.shape
     n, hkv, g = keys.shape[0], keys.shape[1], shared.group
     rep = heads // hkv
-    grouped = _grouped(query * scaling, shared).view(n, g, hkv, rep, q, dh).transpose(1, 2)
+    grouped = _grouped(query * scaling, shared).reshape(n, g, hkv, rep, q, dh).transpose(1, 2)
     grouped = grouped.reshape(n * hkv, g * rep * q, dh)
     bias = shared.bias.to(query.dtype).expand(n, hkv, keys.shape[2]).reshape(n * hkv, 1, keys.shape[2])
     # scores + padding bias (-inf) in one call --> [N * Hkv, G*rep*q, P]
@@ -215,8 +216,8 @@ def shared_prompt_attention(module: torch.nn.Module, query: torch.Tensor, key: t
         (``[k, q, H, dh]``, None), as ``transformers``' attention functions return.
     """
     if shared_prompt is None:
-        sdpa = AttentionInterface._global_mapping["sdpa"]
-        return sdpa(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
     for name in ("sliding_window", "softcap", "s_aux"):
         if kwargs.get(name) is not None:
             raise ValueError(f"the shared prompt cache does not support attention with {name}")
@@ -228,7 +229,7 @@ def shared_prompt_attention(module: torch.nn.Module, query: torch.Tensor, key: t
     k, heads, q, dh = query.shape
     hkv = key.shape[1]
     rep = heads // hkv
-    scores = torch.matmul(query.view(k, hkv, rep * q, dh), key.to(work).transpose(-1, -2)) * scale
+    scores = torch.matmul(query.reshape(k, hkv, rep * q, dh), key.to(work).transpose(-1, -2)) * scale
     scores = scores.view(k, hkv, rep, q, -1)
     if attention_mask is not None:
         scores = scores.masked_fill(~attention_mask.bool()[:, :, None], float("-inf"))
