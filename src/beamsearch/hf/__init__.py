@@ -25,6 +25,9 @@ The package's modules, by concern (each importing only those above it):
 
 - :mod:`beamsearch.hf.caches`: the adapters' KV cache layers (the prompt kept in place, or a
   reorder deferred into the next write), a cache's rows reordered, and ``inference``;
+- :mod:`beamsearch.hf.shared`: the prompt cache shared by every beam (``causal_lm(...,
+  share_prompt=True)``): the prompts once per input, the rows' own columns, and the attention
+  function that reads both;
 - :mod:`beamsearch.hf.states`: :class:`Prepared`, the two states (``CausalState``,
   ``Seq2SeqState``) with their row selection and joining, and what a joined state needs
   (:func:`joinable`, the decoder's position table, whether a step may pass a ready 4-D mask);

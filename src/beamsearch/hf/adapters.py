@@ -19,6 +19,7 @@ from beamsearch.core import validate as check
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
                                   position_limit, right_padded, search_eos)
+from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
 from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqState, as_4d, joinable, mask_ready,
                                   position_table)
 
@@ -106,7 +107,7 @@ class AdapterStep:
 @inference
 def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer: Any = None,
               pad_token_id: int | None = None, eos_token_id: Any = "model",
-              max_new_tokens: int | None = None) -> Prepared:
+              max_new_tokens: int | None = None, share_prompt: bool = False) -> Prepared:
     """Prepare a decoder-only ``transformers`` model (GPT-2, Llama, Qwen, Mistral, ...) for the search.
 
     Args:
@@ -123,14 +124,24 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
             allocated for exactly that many tokens, and a prompt plus that many tokens beyond the
             model's positions is refused before the model runs (without it they grow by 64
             columns at a time, and a step past the limit is refused when it comes).
+        share_prompt: hold each prompt's keys and values once per input, read by every row
+            (beam) of the input, the rows' cache holding only their generated tokens
+            (:mod:`beamsearch.hf.shared`; docs/hf_shared_prompt.md). The same results (to float
+            rounding); the model types of :data:`beamsearch.hf.shared.SHARED_TYPES`, full
+            attention only.
 
     Returns:
         A :class:`Prepared`; pass ``prepared.prompts`` as ``prompts``.
 
     Raises:
         ValueError: an empty batch or prompt, a malformed tensor or mask, a prompt longer than the
-            model's ``n_positions`` / ``max_position_embeddings``. TypeError: a non-integer id.
+            model's ``n_positions`` / ``max_position_embeddings``; ``share_prompt=True`` with a
+            model it is not implemented for. TypeError: a non-integer id.
     """
+    if not isinstance(share_prompt, bool):
+        raise TypeError(f"share_prompt must be True or False; got {share_prompt!r}")
+    if share_prompt:
+        check_shared(model, "share_prompt")
     rows = input_rows(prompts, attention_mask, tokenizer, "prompts")
     in_vocab(model, rows, "prompts")
     in_eval_mode(model)
@@ -149,13 +160,20 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     width = ids.shape[1]
     layer: Callable[[], DynamicLayer] = (lambda: PromptLayer(capacity)) if keeps_prompt(width, capacity) \
         else DeferredLayer
-    cache = adapter_cache(model, layer)
+    cache = DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
     # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep,
                  **{cache_kw: cache})
+    source = torch.arange(len(rows), device=device)
+    if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
+        prepared.init_state = CausalState(shared_cache(model, _cache_of(out), mask, capacity),
+                                          mask.new_ones(len(rows), capacity), lengths[:, 0], 0, longest,
+                                          _logits(out, extra), None, source)
+        prepared.step = SharedCausalStep(prepared, model, extra, True)
+        return prepared
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
     prepared.init_state = CausalState(_cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
-                                      torch.arange(len(rows), device=device))
+                                      source)
     prepared.step = CausalStep(prepared, model, extra, mask_ready(model, cache))
     return prepared
 
@@ -199,13 +217,29 @@ class CausalStep(AdapterStep):
             mask[:, t] = (~state.pending).to(mask.dtype)
             fed = fed.masked_fill(state.pending, 0)
         attend = as_4d(mask[:, : t + 1]) if self.ready else mask[:, : t + 1]
-        out = _timed(self.prepared, self.model, input_ids=y_prev[:, None], attention_mask=attend,
-                     position_ids=state.positions[:, None], **{self.cache_kw: state.cache})
+        out = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
+                           position_ids=state.positions[:, None])
         logits = _logits(out, self.extra_column)
         if state.pending is not None:
             logits = torch.where(state.pending[:, None], state.first, logits)
         return logits, CausalState(_cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
                                    None, state.source)
+
+    def forward(self, cache: Any, **inputs: Any) -> Any:
+        """The model's forward on ``inputs`` with ``cache`` (timed and counted)."""
+        return _timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
+
+
+class SharedCausalStep(CausalStep):
+    """The step of ``causal_lm(..., share_prompt=True)``: the state's cache is a
+    :class:`~beamsearch.hf.shared.SharedPromptCache` (its columns are the rows' own, the mask
+    covers them alone) and the model's attention reads the prompts through
+    :func:`~beamsearch.hf.shared.shared_prompt_attention` (always given a ready 4-D mask)."""
+
+    def forward(self, cache: Any, **inputs: Any) -> Any:
+        with shared_attention(self.model):
+            return _timed(self.prepared, self.model, **inputs, shared_prompt=cache.shared,
+                          **{self.cache_kw: cache})
 
 
 @inference

@@ -23,6 +23,7 @@ from beamsearch.hf.forced import ForcedTokens
 from beamsearch.hf.hooks import generate_hooks, held_prompts
 from beamsearch.hf.grammar import GRAMMAR_SETTINGS, grammars
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
+from beamsearch.hf.shared import check_shared
 from beamsearch.hf.calls import call_inputs, inferred_mask
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
@@ -225,7 +226,7 @@ def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
 def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention_mask: Any = None,
              tokenizer: Any = None, generation_config: Any = None, mode: str | None = None,
              logits_processor: Any = None, prefix_allowed_tokens_fn: Any = None, stopping_criteria: Any = None,
-             streamer: Any = None,
+             streamer: Any = None, share_prompt_cache: bool = False,
              **overrides: Any) -> Generation:
     """Decode a batch with a ``transformers`` model under its generation config, as
     ``model.generate`` would, with beamsearch's rules (README: "Where our rules and generate's
@@ -281,6 +282,10 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
         streamer: an object with ``put(tensor)`` and ``end()``, for one input: the prompt, then
             the best hypothesis's tokens (greedy: ``generate``'s calls; beams: each token once
             every hypothesis that may still be the best shares it, the rest at the end).
+        share_prompt_cache: a causal LM's prompt cache held once per input and read by every
+            beam (:func:`causal_lm`'s ``share_prompt``; docs/hf_shared_prompt.md): the cache
+            grows with beams x new tokens only. Decoder-only models of the types in
+            :data:`beamsearch.hf.shared.SHARED_TYPES`; a ValueError otherwise.
         **overrides: generation settings that replace the config's (``num_beams=4``, ...), and
             the mode's own options by their names (``constraints`` (one list per input, as
             :func:`beamsearch.constrained_beam_search` takes them), ``ordered``, ``num_groups``,
@@ -298,6 +303,10 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     Raises:
         ValueError / TypeError: before the model runs, naming the setting or argument at fault.
     """
+    if not isinstance(share_prompt_cache, bool):
+        raise TypeError(f"share_prompt_cache must be True or False; got {share_prompt_cache!r}")
+    if share_prompt_cache:
+        check_shared(model, "share_prompt_cache")
     given = own_options(overrides)
     refuse_arguments(overrides)
     inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
@@ -324,7 +333,8 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     steps = step_outputs(spec, search, cfg)  # its refusal too, before the prefill
     prepare = seq2seq_lm if encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
-    start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else {}
+    start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else \
+        {"share_prompt": share_prompt_cache}
     dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start)
     search["eos_token_id"] = dec.eos_token_id

@@ -18,6 +18,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderC
 
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference, plain_layer, reorder_in_place, settled
+from beamsearch.hf.shared import SharedPromptCache, joined_shared
 
 
 @dataclass
@@ -98,13 +99,17 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     When every new row decodes the input the row now at its position decodes (a beam that keeps
     its width: every step after the first until an input stops), only the cache moves: the mask,
     positions and prefill logits are the input's, and a cache that keeps the prompt in place
-    gathers only its generated columns."""
+    gathers only its generated columns. A shared prompt cache (``share_prompt=True``) gathers
+    only the rows' own columns, and its rows' inputs (``source``) are renumbered when an input's
+    last row leaves (its prompt is dropped)."""
     idx = torch.as_tensor(idx, device=state.mask.device)
     source = state.source.index_select(0, idx)
     same = source.shape == state.source.shape and torch.equal(source, state.source)
     reorder_in_place(state.cache, idx, same)
     if same:
         return state
+    if isinstance(state.cache, SharedPromptCache):
+        source = state.cache.shared.regroup(source)
     mask, columns = _drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
     return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
@@ -138,6 +143,31 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
     (and right-padded with 1, the columns of tokens to come, to the widest), positions per row as
     they were. Rows of a state whose prompt logits are unused yet keep them (``pending``)."""
     t = max(s.columns for s in states)
+    shared = [isinstance(s.cache, SharedPromptCache) for s in states]
+    if any(shared) and not all(shared):
+        raise TypeError("concat_state: states with a shared prompt cache (share_prompt=True) and states without "
+                        "one cannot be joined; prepare every cohort alike")
+    if all(shared):
+        cache: Any = joined_shared([s.cache for s in states], [s.mask.shape[0] for s in states],
+                                   [s.columns for s in states])
+        source = cache.shared.rows
+    else:
+        cache, source = _joined_cache(states), _joined_sources([s.source for s in states])
+    mask = _joined_mask([s.mask for s in states], [s.columns for s in states])
+    first = pending = None
+    if any(s.first is not None for s in states):
+        like = next(s.first for s in states if s.first is not None)
+        first = torch.cat([like.new_zeros(s.mask.shape[0], like.shape[1]) if s.first is None else s.first
+                           for s in states])
+        pending = torch.cat([s.mask.new_full((s.mask.shape[0],), s.first is not None, dtype=torch.bool)
+                             if s.pending is None or s.first is None else s.pending for s in states])
+    return CausalState(cache, mask, torch.cat([s.positions for s in states]), t, max(s.furthest for s in states),
+                       first, pending, source)
+
+
+def _joined_cache(states: list[CausalState]) -> DynamicCache:
+    """The states' caches in one: every layer's keys and values left-padded with zeros to the
+    longest and concatenated."""
     for s in states:
         settled(s.cache)
     cache = copy.copy(states[0].cache)
@@ -154,16 +184,7 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
         new = copy.copy(layer)
         new.keys, new.values = keys, values
         cache.layers.append(new)
-    mask = _joined_mask([s.mask for s in states], [s.columns for s in states])
-    first = pending = None
-    if any(s.first is not None for s in states):
-        like = next(s.first for s in states if s.first is not None)
-        first = torch.cat([like.new_zeros(s.mask.shape[0], like.shape[1]) if s.first is None else s.first
-                           for s in states])
-        pending = torch.cat([s.mask.new_full((s.mask.shape[0],), s.first is not None, dtype=torch.bool)
-                             if s.pending is None or s.first is None else s.pending for s in states])
-    return CausalState(cache, mask, torch.cat([s.positions for s in states]), t, max(s.furthest for s in states),
-                       first, pending, _joined_sources([s.source for s in states]))
+    return cache
 
 
 def _joined_mask(masks: list[torch.Tensor], columns: list[int]) -> torch.Tensor:
