@@ -209,6 +209,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         if x is logits:  # processors may write: never into the model's array
             x = backend.copy(x, out=buffer)
         for processor in processors:
+            ctx.support = None  # a support holds only when its processor is the last one
             x = processor(x, ctx)
     # log_softmax into a buffer the search owns: the processed array itself, or the scratch buffer
     logp = backend.log_softmax(x, out=x if x is not logits else buffer)  # --> [k, V]
@@ -223,7 +224,8 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         rows, tokens = controls.stops.pairs(beam.recent, step)
     else:
         rows = tokens = _NO_PAIRS
-    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step)
+    support = ctx.support if ctx is not None and processors else None
+    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step, support)
 
 
 def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
