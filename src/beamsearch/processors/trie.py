@@ -146,7 +146,7 @@ class Trie:
         Raises:
             ValueError: the file is not a safetensors file of a saved catalogue.
         """
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
         try:
             with safe_open(str(path), framework="numpy") as f:
@@ -155,7 +155,7 @@ class Trie:
                     raise ValueError(f"catalogue file {str(path)!r} is not a saved catalogue (its safetensors "
                                      f"metadata has format {meta.get('format')!r}, not {FORMAT!r})")
                 arrays = {name: f.get_tensor(name) for name in ("first", "token", "ends", "eos")}
-        except (OSError, RuntimeError) as e:  # safetensors' SafetensorError is a RuntimeError
+        except (OSError, RuntimeError, SafetensorError) as e:
             raise ValueError(f"catalogue file {str(path)!r} cannot be read as safetensors: {e}") from None
         trie = Trie(arrays["first"].astype(np.int64), arrays["token"].astype(np.int64),
                     arrays["ends"].astype(bool), int(meta["width"]))
