@@ -26,8 +26,9 @@ class StepContext:
             (:meth:`row_states`), or None.
         support: None, or ``(rows [p], tokens [p])`` (int64): set by a processor that leaves
             every entry of its output -inf except these pairs (a catalogue's allowed tokens).
-            The search then ranks these entries only (``StepScores.support``) when that processor
-            is the last one of the step. Any other processor leaves it alone.
+            The search then ranks these entries only (``StepScores.support``) when no processor
+            runs after that one, but those that declare ``masks_only = True`` (they only set
+            entries to -inf). Any other processor leaves it alone.
     """
 
     __slots__ = ("step", "_history", "row_input", "backend", "carried", "support")

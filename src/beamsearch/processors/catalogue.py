@@ -137,6 +137,36 @@ class Catalogue(RowCarrier):
         trie, eos = Trie.load(path)
         return cls(trie, eos.tolist() if eos_token_id is None else eos_token_id)
 
+    @classmethod
+    def from_file(cls, path: str | Path, eos_token_id: int | Sequence[int] | None = None) -> Catalogue:
+        """The catalogue in file ``path``: a safetensors file :meth:`save` wrote (recognized by its
+        content), else a text file with one entry per line, its token ids separated by spaces
+        (blank lines skipped). ``eos_token_id``: the search's eos ids (required for a text file;
+        for a saved one, None keeps the saved ids).
+
+        Raises:
+            ValueError: an unreadable file, a line that is not token ids, or a bad catalogue.
+        """
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(9)
+        except OSError as e:
+            raise ValueError(f"catalogue file {str(path)!r} cannot be read: {e.strerror}") from None
+        if len(head) == 9 and head[8:9] == b"{":  # safetensors: an 8-byte header length, then its JSON
+            return cls.load(path, eos_token_id)
+        if eos_token_id is None:
+            raise ValueError(f"eos_token_id is required with a text catalogue file ({str(path)!r})")
+        entries = []
+        for n, line in enumerate(path.read_text().splitlines(), 1):  # construction only: a split per line
+            if line.strip():
+                try:
+                    entries.append([int(t) for t in line.split()])
+                except ValueError:
+                    raise ValueError(f"catalogue file {str(path)!r} line {n} is not token ids separated by spaces: "
+                                     f"{line!r:.80}") from None
+        return cls(entries, eos_token_id)
+
     def start_rows(self, n: int) -> TrieRows:
         """``n`` rows at the root."""
         return TrieRows(self._trie, np.zeros(n, np.int64))
