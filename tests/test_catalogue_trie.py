@@ -24,7 +24,6 @@ from beamsearch.core import select
 from beamsearch.core.beam import Beam
 from beamsearch.core.select import GROUPED_MAX_ELEMENTS, StepScores, Terminals, best_of_support, best_per_input, sparse
 from beamsearch.processors import Catalogue
-from beamsearch.processors.trie import Trie
 from models import PrefixModel, brute_force, random_table
 
 try:
