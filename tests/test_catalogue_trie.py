@@ -22,7 +22,7 @@ from beamsearch import (beam_search, beam_search_batch, constrained_beam_search,
 from beamsearch.backends import NEG_INF, backend_of
 from beamsearch.core import select
 from beamsearch.core.beam import Beam
-from beamsearch.core.select import GROUPED_MAX_ELEMENTS, StepScores, Terminals, best_of_support, best_per_input, sparse
+from beamsearch.core.select import StepScores, Terminals, best_of_support, best_per_input, sparse
 from beamsearch.processors import Catalogue
 from models import PrefixModel, brute_force, random_table
 
@@ -361,7 +361,7 @@ def test_sparse_selection_equals_the_dense_one(backend, dtype):
         b = backend_of(x)
         terminals = Terminals(np.array([EOS]), np.zeros(0, np.int64), np.zeros(0, np.int64))
         assert sparse(StepScores(b, x, beam, terminals, 1, support))  # the search would take the sparse path here
-        branches.add(beam.size * vocab > GROUPED_MAX_ELEMENTS or len(set(beam.input.tolist())) == beam.size)
+        branches.add(select.grouped(beam.size, len(set(beam.input.tolist())), vocab, int(width.max())))
         copy = lambda: b.copy(x)  # noqa: E731 -- a selection may write into the scores
         dense = best_per_input(StepScores(b, (y := copy()), beam, terminals, 1), y, width)
         for choose in (best_per_input, best_of_support):

@@ -135,7 +135,7 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
         return Candidates.empty()
     if sparse(scores):
         return best_of_support(scores, logp, width)
-    if counts.shape[0] < beam.size and beam.size * vocab <= GROUPED_MAX_ELEMENTS:
+    if grouped(beam.size, counts.shape[0], vocab, m):
         return _grouped(scores, logp, start, counts, keep)
     idx, val = b.topk_stable(logp, min(m, vocab))  # --> [k, m'] each, on the host
     if counts.shape[0] == beam.size:  # one row per input: its own ranking is the answer
@@ -145,6 +145,19 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
         parent, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
         return Candidates(parent, idx[parent, rank], accumulate(scores, parent, val[parent, rank]))
     return _merge(scores, idx, val, start, counts, keep)
+
+
+WIDE_FRACTION = 4
+"""A beam is wide when each row's top m would keep at least ``V / WIDE_FRACTION`` of its tokens:
+then the per-row top-m and host merge hardly shrink the ``r*V`` candidates, and one grouped top-m
+over ``[G, r*V]`` is cheaper whatever the array's size (at beam 1024 of V = 1025: one top-k
+instead of a sort of every row and a lexsort of ``r*m`` entries per input). 0 turns the rule off."""
+
+
+def grouped(k: int, groups: int, vocab: int, m: int) -> bool:
+    """Whether :func:`best_per_input` ranks ``k`` rows of ``groups`` inputs (some with several
+    rows) by one grouped top-m: a small ``[k, V]``, or a wide beam (``m`` the most kept)."""
+    return groups < k and (k * vocab <= GROUPED_MAX_ELEMENTS or WIDE_FRACTION * min(m, vocab) >= vocab)
 
 
 SPARSE_FRACTION = 8
