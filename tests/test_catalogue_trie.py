@@ -264,8 +264,9 @@ def test_wide_dense_beam_equals_brute_force(beam, vocab):
     assert [h.logprob for h in out] == pytest.approx([e[1] for e in expected[: len(out)]], abs=1e-9)
 
 
-@pytest.mark.parametrize("beam", [1024, 4096])
-def test_wide_beams_through_the_engine(beam, monkeypatch):
+@pytest.mark.parametrize("beam, backend", [(1024, "numpy"), (4096, "numpy"), *[pytest.param(
+    4096, "torch", marks=pytest.mark.skipif(torch is None, reason="torch not installed"))]])
+def test_wide_beams_through_the_engine(beam, backend, monkeypatch):
     """Beams of 1024 and 4096 rows per input, two inputs, a catalogue of 4000 entries: early stop
     loses nothing (the same results as without it), the results are catalogue entries, and with
     4096 >= the catalogue's size the search is exhaustive: the teacher-forced best entries."""
@@ -275,7 +276,7 @@ def test_wide_beams_through_the_engine(beam, monkeypatch):
     entries[:500, 2] = -1  # 500 entries of 2 tokens, some of them prefixes of 3-token ones
     cat = Catalogue(entries, EOS)
     unique = set(cat.trie.items())
-    model = Markov(vocab, 5, 1)
+    model = Markov(vocab, 5, 1, backend)
     sparse_steps = []
     monkeypatch.setattr(select, "best_of_support", lambda *a: sparse_steps.append(1) or best_of_support(*a))
     runs = [beam_search_batch(model.step, model.init(2), [[2], [5]], eos_token_id=EOS, max_steps=5, beam_size=beam,
