@@ -135,3 +135,35 @@ def test_decode_catalogue_usage_errors(tmp_path, capsys):
     code, _ = run(tmp_path, "--catalogue", str(tmp_path / "bad.txt"))
     err = capsys.readouterr().err
     assert code != 0 and "holds the eos id 2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_refuses_a_changed_catalogue_file(tmp_path):
+    """A run stopped by Ctrl-C resumes with the same catalogue file (equal to a clean run) and is
+    refused once the file's bytes changed (the side file's header holds their CRC-32)."""
+    from beamsearch.corpus import Line, decode_corpus, partial_path
+
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(" ".join(map(str, e)) for e in ENTRIES) + "\n")
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    model = corpus.toy_model()
+    step, calls = model.step, []
+
+    def interrupted(state, y_prev):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return step(state, y_prev)
+
+    model.step = interrupted
+    out, clean = tmp_path / "out.jsonl", tmp_path / "clean.jsonl"
+    with pytest.raises(corpus.Interrupted):
+        decode_corpus(model, lines, str(out), beam_size=3, max_rows=6, catalogue=str(path))
+    before = partial_path(out).read_bytes()
+    path.write_text(path.read_text() + "8 8\n")
+    with pytest.raises(corpus.OutputError, match=r"other options \(catalogue_crc32=\d+ there, \d+ here\)"):
+        decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam_size=3, max_rows=6, catalogue=str(path))
+    assert partial_path(out).read_bytes() == before
+    path.write_text("\n".join(" ".join(map(str, e)) for e in ENTRIES) + "\n")
+    decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam_size=3, max_rows=6, catalogue=str(path))
+    decode_corpus(corpus.toy_model(), lines, str(clean), beam_size=3, max_rows=6, catalogue=str(path))
+    assert out.read_bytes() == clean.read_bytes()

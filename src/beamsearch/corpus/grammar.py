@@ -7,12 +7,14 @@ every line (docs/grammar.md, README "Generative retrieval")."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from beamsearch.core.config import control, controls_of
 
-__all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_processors", "grammar_processors"]
+__all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
+           "grammar_processors"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,19 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
         return [Catalogue.from_file(path, model.eos)]
     except (ValueError, TypeError) as e:
         raise type(e)(f"catalogue: {str(e).splitlines()[0]}") from None
+
+
+def catalogue_crc(path: str) -> int | None:
+    """The CRC-32 of the catalogue file's bytes (what a resume compares beside its path), or None
+    when it cannot be read (the run then fails on it with its own message)."""
+    crc = 0
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                crc = zlib.crc32(block, crc)
+    except OSError:
+        return None
+    return crc
 
 
 def _one_line(name: str, kind: str, message: str) -> str:
