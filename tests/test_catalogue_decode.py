@@ -167,3 +167,25 @@ def test_resume_refuses_a_changed_catalogue_file(tmp_path):
     decode_corpus(corpus.toy_model(), lines, str(out), resume=True, beam_size=3, max_rows=6, catalogue=str(path))
     decode_corpus(corpus.toy_model(), lines, str(clean), beam_size=3, max_rows=6, catalogue=str(path))
     assert out.read_bytes() == clean.read_bytes()
+
+
+def test_generate_with_strings_and_the_models_tokenizer():
+    """Strings encoded by the model's tokenizer (a byte-level BPE trained in
+    tests/test_grammar_tokenizers.py): a beam at least as wide as the catalogue returns every
+    item, each decoded back to its string."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("llguidance")
+    from beamsearch import hf
+    from test_grammar_tokenizers import bpe
+
+    tok = bpe()
+    torch.manual_seed(1)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=64, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id)).eval()
+    items = ['{"a":1}', '{"a":2}', '{"b":"xb"}', '"x":"a"', '{"a":12}', '{"a":1}']
+    out = hf.generate(model, ['{"a', '"x'], tokenizer=tok, num_beams=8, num_return_sequences=5, max_new_tokens=16,
+                      catalogue=items)
+    for texts, hyps in zip(out.texts, out.hypotheses):
+        assert sorted(texts) == sorted(set(items)) and all(h.finished for h in hyps)
