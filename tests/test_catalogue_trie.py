@@ -23,7 +23,7 @@ from beamsearch.backends import NEG_INF, backend_of
 from beamsearch.core import select
 from beamsearch.core.beam import Beam
 from beamsearch.core.select import StepScores, Terminals, best_of_support, best_per_input, sparse
-from beamsearch.processors import Catalogue
+from beamsearch.processors import Catalogue, catalogue
 from models import PrefixModel, brute_force, random_table
 
 try:
@@ -386,3 +386,46 @@ def test_support_is_dropped_after_another_processor():
     out = beam_search_batch(model.step, model.init(1), [[1]], eos_token_id=EOS, max_steps=2, beam_size=2,
                             logits_processors=[Catalogue([[1, 2], [2]], EOS), lift])
     assert out[0][0].tokens[0] == 3
+
+
+# ---- the trie on the logits' device ------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_device_pairs_equal_the_set_of_prefixes():
+    """The pairs computed from the trie's arrays on a torch device (here the CPU's, the same
+    operations as on a GPU) equal the plain set's, for nodes on and off the trie."""
+    rng = np.random.default_rng(11)
+    for seed in range(5):
+        entries = random_catalogue(rng, 4 + seed, 20 + 30 * seed, 4)
+        allowed = prefix_sets(entries)
+        cat = Catalogue(entries, EOS)
+        histories = rng.integers(0, 5 + seed, size=(60, int(rng.integers(0, 4))))
+        node = cat.trie.walk(histories)
+        rows, cols = cat.allowed_pairs_on(node, torch.zeros(1))
+        rows, cols = rows.numpy(), cols.numpy()
+        got = [set(cols[rows == r].tolist()) for r in range(60)]
+        assert got == [allowed.get(tuple(h), set()) for h in histories.tolist()]
+        assert cat.trie.on("cpu") is cat.trie.on(torch.device("cpu"))  # copied once per device
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_searches_with_the_trie_on_the_device_equal_those_on_the_host(monkeypatch):
+    """Searches whose catalogue pairs are computed on the logits' device (forced for CPU tensors)
+    give the host path's results, wide beams and the sparse ranking included."""
+    rng = np.random.default_rng(12)
+    vocab = 30
+    entries = random_catalogue(rng, vocab, 2000, 3)
+    model = Markov(vocab, 4, 3, "torch")
+
+    def search(beam):
+        return beam_search_batch(model.step, model.init(2), [[1], [2]], eos_token_id=EOS, max_steps=4, beam_size=beam,
+                                 n_best=min(beam, 10), logits_processors=[Catalogue(entries, EOS)])
+
+    host = [search(beam) for beam in (4, 64, 1024)]
+    forced = []
+    monkeypatch.setattr(catalogue, "on_accelerator", lambda x: forced.append(1) or isinstance(x, torch.Tensor))
+    device = [search(beam) for beam in (4, 64, 1024)]
+    assert len(forced) >= 9  # every step of the three searches
+    for a, b in zip(host, device):
+        assert [[(h.tokens, h.logprob) for h in r] for r in a] == [[(h.tokens, h.logprob) for h in r] for r in b]

@@ -13,10 +13,11 @@ The trie is CSR arrays (:class:`~beamsearch.processors.trie.Trie`), built once b
 operations. In a search each row's node id is carried beside the row (:class:`TrieRows`, a
 :class:`~beamsearch.processors.RowStates`): taken with its parent and advanced by one lookup for
 all rows when the row's token is chosen, never recomputed from the row's tokens. Per step the
-allowed ``(row, token)`` pairs of all rows come from the CSR arrays in a few array operations, and
-everything else is set to -inf on the logits' device in three backend operations; the pairs are
-also left on the step's context (``ctx.support``) so that the search ranks those entries only,
-not the whole ``[k, V]`` array. Called outside a search (no carried state), the nodes are found by
+allowed ``(row, token)`` pairs of all rows come from the CSR arrays in a few array operations (on
+the host for numpy and CPU tensors; for tensors on an accelerator, on that device, from copies of
+the arrays kept there: only the ``[k]`` node ids are sent), and everything else is set to -inf on
+the logits' device in three backend operations; the pairs are also left on the step's context
+(``ctx.support``) so that the search ranks those entries only, not the whole ``[k, V]`` array. Called outside a search (no carried state), the nodes are found by
 walking the generated tokens from the root (one vectorized lookup per position).
 """
 
@@ -30,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from beamsearch.core import validate as check
+from beamsearch.core.select import SPARSE_FRACTION
 from beamsearch.core.state import select_state
 from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens, keep_pairs
@@ -186,14 +188,40 @@ class Catalogue(RowCarrier):
         cols = np.concatenate([cols, np.tile(self._eos, ending.shape[0])])
         return rows, cols
 
+    def allowed_pairs_on(self, node: np.ndarray, like: Any) -> tuple[Any, Any]:
+        """:meth:`allowed_pairs` computed on the device of the torch tensor ``like`` from the
+        trie's arrays kept there (only the ``[k]`` node ids are sent): int64 tensors ``[p]``."""
+        import torch
+
+        trie = self._trie.on(like.device)
+        at = torch.from_numpy(node).to(like.device)
+        rows, cols = trie.children(at)
+        ending = torch.nonzero(trie.ending(at)).reshape(-1)
+        eos = torch.from_numpy(self._eos).to(like.device)
+        rows = torch.cat([rows, torch.repeat_interleave(ending, eos.shape[0])])
+        return rows, torch.cat([cols, eos.repeat(ending.shape[0])])
+
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         vocab = logits.shape[1]
         if self._trie.width > vocab or int(self._eos.max()) >= vocab:
             raise ValueError(f"Catalogue token ids must be in [0, {vocab}) (the logits' V); the outputs hold ids "
                              f"up to {self._trie.width - 1} and eos_token_id {self.eos_token_id!r}")
-        rows, cols = self.allowed_pairs(self.nodes(ctx))  # --> [p] each
-        ctx.support = (rows, cols)
+        node = self.nodes(ctx)
+        if not on_accelerator(logits):
+            rows, cols = self.allowed_pairs(node)  # --> [p] each, on the host
+            ctx.support = (rows, cols)
+            return keep_pairs(ctx.backend, logits, rows, cols)
+        rows, cols = self.allowed_pairs_on(node, logits)  # --> [p] each, on the logits' device
+        if rows.shape[0] * SPARSE_FRACTION <= logits.shape[0] * vocab:  # the search ranks them alone: to the host
+            ctx.support = (rows.cpu().numpy(), cols.cpu().numpy())
         return keep_pairs(ctx.backend, logits, rows, cols)
+
+
+def on_accelerator(logits: Any) -> bool:
+    """Whether ``logits`` is a tensor on a device other than the CPU: the allowed pairs are then
+    computed there, from the trie's arrays kept on that device."""
+    device = getattr(logits, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
 
 
 def _padded(outputs: Any, eos: np.ndarray, pad_id: Any, tokenizer: Any) -> tuple[np.ndarray, np.ndarray]:

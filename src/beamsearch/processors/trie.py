@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 
-__all__ = ["FORMAT", "Trie"]
+__all__ = ["FORMAT", "DeviceTrie", "Trie"]
 
 FORMAT = "beamsearch.catalogue/1"
 """The ``format`` entry of a saved catalogue's safetensors metadata."""
@@ -40,10 +40,19 @@ class Trie:
     ends: np.ndarray
     width: int
     key: np.ndarray = field(init=False, repr=False)
+    _devices: dict[str, DeviceTrie] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         parent = np.repeat(np.arange(self.ends.shape[0], dtype=np.int64), np.diff(self.first))  # --> [n - 1]
         object.__setattr__(self, "key", parent * self.width + self.token)
+
+    def on(self, device: Any) -> DeviceTrie:
+        """The arrays :meth:`children` and :meth:`ending` read, on a torch ``device`` (copied
+        there once, then kept)."""
+        found = self._devices.get(str(device))
+        if found is None:
+            found = self._devices[str(device)] = DeviceTrie(self, device)
+        return found
 
     @property
     def n_nodes(self) -> int:
@@ -158,3 +167,32 @@ class Trie:
         trie = Trie(arrays["first"].astype(np.int64), arrays["token"].astype(np.int64),
                     arrays["ends"].astype(bool), int(meta["width"]))
         return trie, arrays["eos"].astype(np.int64)
+
+
+class DeviceTrie:
+    """A trie's ``first``, ``token`` and ``ends`` as torch tensors on one device, read there by
+    whole-tensor operations: :meth:`children` and :meth:`ending` of :class:`Trie`, for node ids
+    that are a tensor on that device (one synchronization: the number of pairs)."""
+
+    def __init__(self, trie: Trie, device: Any) -> None:
+        import torch
+
+        self.first = torch.from_numpy(trie.first).to(device)
+        self.token = torch.from_numpy(trie.token).to(device)
+        self.ends = torch.from_numpy(trie.ends).to(device)
+
+    def children(self, node: Any) -> tuple[Any, Any]:
+        """``(rows [p], tokens [p])`` (int64 tensors), as :meth:`Trie.children` gives them."""
+        import torch
+
+        on = torch.nonzero(node >= 0).reshape(-1)
+        start = self.first[node[on]]
+        count = self.first[node[on] + 1] - start
+        total = int(count.sum())
+        rows = torch.repeat_interleave(on, count, output_size=total)  # --> [p], one entry per (row, child)
+        shift = torch.repeat_interleave(torch.cumsum(count, 0) - count - start, count, output_size=total)
+        return rows, self.token[torch.arange(total, device=node.device) - shift]
+
+    def ending(self, node: Any) -> Any:
+        """bool ``[k]`` tensor: rows whose node is one where an item ends."""
+        return (node >= 0) & self.ends[node.clamp(min=0)]
