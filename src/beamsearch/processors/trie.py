@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 import numpy as np
 
 __all__ = ["FORMAT", "DeviceTrie", "Trie"]
