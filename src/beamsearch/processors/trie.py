@@ -6,7 +6,8 @@ within a depth by ``(parent, token)``, so edge ``e`` leads to node ``e + 1`` and
 ``j`` are the contiguous run ``first[j]:first[j + 1]``, sorted by token. A build is one
 ``np.unique`` over ``parent * width + token`` per depth (a loop over the L positions, never over
 the items), so a million items of 4 tokens build in about a second and load (three arrays
-read, one repeat to rebuild the lookup keys) in a few tens of milliseconds.
+read, one repeat to rebuild the lookup keys) in a few tens of milliseconds. :class:`DeviceTrie`
+holds copies of the arrays on a torch device, read there for logits that live there.
 """
 
 from __future__ import annotations
