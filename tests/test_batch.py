@@ -380,6 +380,7 @@ def ranking(request, monkeypatch):
 
     kind = request.param.split("+")[0]
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", 1 << 62 if kind == "grouped" else 0)
+    monkeypatch.setattr(select, "WIDE_FRACTION", select.WIDE_FRACTION if kind == "grouped" else 0)  # 0: no wide rule
     if request.param.endswith("+two-stage") and torch is not None:
         tb = importlib.import_module("beamsearch.backends.torch_backend")
         for name, value in (("BUCKET", 2), ("SPARE", 1), ("TWO_STAGE_WIDTH", 0), ("TWO_STAGE_ENTRIES", 0)):

@@ -271,6 +271,7 @@ def test_exhaustive_beam_equals_brute_force_with_either_ranking(threshold, monke
     import beamsearch.core.select as select
 
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
+    monkeypatch.setattr(select, "WIDE_FRACTION", 0 if threshold == 0 else select.WIDE_FRACTION)  # 0: no wide rule
     table = random_table(3, 4, eos=0, eos_shift=0.5)
     expected = brute_force(table, vocab=3, eos=0, max_len=4, alpha=1.0)
     out = beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, beam_size=81, max_len=4,

@@ -728,10 +728,11 @@ def ranking(request):
     at these sizes), and each row's top m merged on the host (forced here)."""
     import beamsearch.core.select as select
 
-    saved = select.GROUPED_MAX_ELEMENTS
+    saved = select.GROUPED_MAX_ELEMENTS, select.WIDE_FRACTION
     select.GROUPED_MAX_ELEMENTS = 1 << 62 if request.param == "grouped" else 0
+    select.WIDE_FRACTION = saved[1] if request.param == "grouped" else 0  # 0: no wide rule either
     yield request.param
-    select.GROUPED_MAX_ELEMENTS = saved
+    select.GROUPED_MAX_ELEMENTS, select.WIDE_FRACTION = saved
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

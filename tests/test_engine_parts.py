@@ -91,6 +91,7 @@ def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monk
     import beamsearch.core.select as select
 
     monkeypatch.setattr(select, "GROUPED_MAX_ELEMENTS", threshold)
+    monkeypatch.setattr(select, "WIDE_FRACTION", 0 if threshold == 0 else select.WIDE_FRACTION)  # 0: no wide rule
     tables = [random_table(4, seed, eos=0, eos_shift=1.0) for seed in range(4)]
 
     def step(state, y_prev):  # state rows: (input, generated tokens so far, started?)

@@ -23,6 +23,7 @@ class ForcedPrefix:
     tokens: np.ndarray
     start: np.ndarray
     lengths: np.ndarray
+    masks_only = True  # it only sets entries to -inf: a support set before it still holds (StepContext.support)
 
     @staticmethod
     def of(prefix: list[list[int]]) -> ForcedPrefix:

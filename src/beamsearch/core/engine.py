@@ -208,7 +208,9 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     if processors:
         if x is logits:  # processors may write: never into the model's array
             x = backend.copy(x, out=buffer)
-        for processor in processors:
+        for processor in processors:  # a support holds while only processors that just mask follow its own
+            if not getattr(processor, "masks_only", False):
+                ctx.support = None
             x = processor(x, ctx)
     # log_softmax into a buffer the search owns: the processed array itself, or the scratch buffer
     logp = backend.log_softmax(x, out=x if x is not logits else buffer)  # --> [k, V]
@@ -217,13 +219,16 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         rows = np.flatnonzero(bad)
         model_checks.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
         logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
-    for mask in masks:
+    for mask in masks:  # a processor acting after log_softmax (mode "transformers") may set a support too
+        if not getattr(mask, "masks_only", False):
+            ctx.support = None
         logp = mask(logp, ctx)
     if controls.stops is not None and beam.recent is not None:
         rows, tokens = controls.stops.pairs(beam.recent, step)
     else:
         rows = tokens = _NO_PAIRS
-    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step)
+    support = None if ctx is None else ctx.support
+    return StepScores(backend, logp, beam, Terminals(controls.eos, rows, tokens), step, support)
 
 
 def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:

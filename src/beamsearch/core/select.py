@@ -54,6 +54,8 @@ class StepScores:
         beam: the live rows (``beam.logprob`` is each row's logprob so far).
         terminals: the extensions that end a hypothesis.
         step: t, the number of the token being chosen (1 for the first).
+        support: None, or ``(rows [p], tokens [p])`` (int64): every entry of ``logp`` outside
+            these pairs is -inf (a catalogue's allowed tokens: ``StepContext.support``).
     """
 
     backend: Backend
@@ -61,6 +63,7 @@ class StepScores:
     beam: Beam
     terminals: Terminals
     step: int
+    support: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def vocab(self) -> int:
@@ -130,7 +133,9 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
     m = int(keep.max())
     if m == 0:
         return Candidates.empty()
-    if counts.shape[0] < beam.size and beam.size * vocab <= GROUPED_MAX_ELEMENTS:
+    if sparse(scores):
+        return best_of_support(scores, logp, width)
+    if grouped(beam.size, counts.shape[0], vocab, m):
         return _grouped(scores, logp, start, counts, keep)
     idx, val = b.topk_stable(logp, min(m, vocab))  # --> [k, m'] each, on the host
     if counts.shape[0] == beam.size:  # one row per input: its own ranking is the answer
@@ -140,6 +145,49 @@ def best_per_input(scores: StepScores, logp: Any, width: np.ndarray) -> Candidat
         parent, rank = np.nonzero(np.isfinite(val) & (np.arange(idx.shape[1]) < keep[:, None]))
         return Candidates(parent, idx[parent, rank], accumulate(scores, parent, val[parent, rank]))
     return _merge(scores, idx, val, start, counts, keep)
+
+
+WIDE_FRACTION = 4
+"""A beam is wide when each row's top m would keep at least ``V / WIDE_FRACTION`` of its tokens:
+then the per-row top-m and host merge hardly shrink the ``r*V`` candidates, and one grouped top-m
+over ``[G, r*V]`` is cheaper whatever the array's size (at beam 1024 of V = 1025: one top-k
+instead of a sort of every row and a lexsort of ``r*m`` entries per input). 0 turns the rule off."""
+
+
+def grouped(k: int, groups: int, vocab: int, m: int) -> bool:
+    """Whether :func:`best_per_input` ranks ``k`` rows of ``groups`` inputs (some with several
+    rows) by one grouped top-m: a small ``[k, V]``, or a wide beam (``m`` the most kept)."""
+    return groups < k and (k * vocab <= GROUPED_MAX_ELEMENTS or WIDE_FRACTION * min(m, vocab) >= vocab)
+
+
+SPARSE_FRACTION = 8
+"""The support is ranked alone when it holds at most ``k*V / SPARSE_FRACTION`` pairs."""
+
+
+def sparse(scores: StepScores) -> bool:
+    """Whether the step's support (:attr:`StepScores.support`) is small enough to rank alone:
+    a float32 / float64 ``logp`` (ranked on the host in its own precision, as on the device)."""
+    support = scores.support
+    return support is not None and support[0].shape[0] * SPARSE_FRACTION <= scores.beam.size * scores.vocab and \
+        str(scores.logp.dtype).rsplit(".", 1)[-1] in ("float32", "float64")
+
+
+def best_of_support(scores: StepScores, logp: Any, width: np.ndarray) -> Candidates:
+    """The ranking of :func:`best_per_input` over the support's entries only: their values
+    gathered from ``logp`` (``[p]``, to the host), each row's logprob added in the logits'
+    precision, then per input by value, ties to the lower flat index ``b*V + v`` (row-major order
+    within an input is that order). No pass over ``[k, V]``; the same candidates, values and order."""
+    beam, vocab = scores.beam, scores.vocab
+    rows, tokens = scores.support
+    flat = np.unique(rows * vocab + tokens)  # --> [p'], sorted, each pair once
+    rows, tokens = flat // vocab, flat % vocab
+    total = accumulate(scores, rows, scores.backend.gather(logp, rows, tokens))  # --> [p'] float64
+    ok = np.flatnonzero(np.isfinite(total))
+    inputs = beam.input[rows[ok]]
+    order = ok[np.lexsort((flat[ok], -total[ok], inputs))]  # input-major, best first, then flat index
+    inputs = beam.input[rows[order]]
+    order = order[positions(inputs) < width[inputs]]
+    return Candidates(rows[order], tokens[order], total[order])
 
 
 def _grouped(scores: StepScores, logp: Any, start: np.ndarray, counts: np.ndarray, keep: np.ndarray

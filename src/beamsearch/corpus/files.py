@@ -13,7 +13,7 @@ from array import array
 from typing import Any, Iterable, Iterator
 
 from beamsearch.core.config import DecodingConfig, controls_of
-from beamsearch.corpus.grammar import GRAMMAR_OPTIONS
+from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_crc
 from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
 from beamsearch.corpus.options import LengthRule, max_steps_of
@@ -147,7 +147,8 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
     """What a record depends on, as the side file's header holds it (JSON values): every keyword
     of :func:`decode_records` but ``max_rows`` and ``skip`` (how lines are batched into model
     calls, not what they get): the mode, ``max_tokens`` and every option the mode takes (given or
-    default), the grammar given (its text: a resume with another grammar is refused), the model
+    default), the grammar given (its text: a resume with another grammar is refused), the
+    catalogue file given (its path and the CRC-32 of its bytes), the model
     and its limit, and this beamsearch's version."""
     from beamsearch import __version__
 
@@ -157,6 +158,8 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
         if name in search or (c.cli and spec.takes(name)):
             options[name] = search.get(name, spec.defaults.get(name, default))
     options.update({name: search[name] for name in GRAMMAR_OPTIONS if search.get(name) is not None})
+    if isinstance(options.get("catalogue"), str):  # the file's content too, not only its path
+        options["catalogue_crc32"] = catalogue_crc(options["catalogue"])
     if options["max_steps"] is None:
         options["max_steps"] = model.max_steps  # the default: the same search as that number
     elif isinstance(options["max_steps"], (LengthRule, str)):

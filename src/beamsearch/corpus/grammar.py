@@ -1,23 +1,27 @@
-"""Corpus decoding's grammar options (``decode_records(json_schema=...)``, ``beamsearch decode
---json-schema FILE`` / ``--grammar FILE`` / ``--regex PATTERN``): a
+"""Corpus decoding's output constraints (``decode_records(json_schema=...)``, ``beamsearch decode
+--json-schema FILE`` / ``--grammar FILE`` / ``--regex PATTERN`` / ``--catalogue FILE``): a
 :class:`beamsearch.processors.Grammar` over the model's own tokenizer (``model.tokenizer``: an
-``hf:`` folder's, or the text of each token of a zoo or toy model), appended to the model's
-processors for every line (docs/grammar.md)."""
+``hf:`` folder's, or the text of each token of a zoo or toy model), and a
+:class:`beamsearch.processors.Catalogue` read from a file, appended to the model's processors for
+every line (docs/grammar.md, README "Generative retrieval")."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from beamsearch.core.config import control, controls_of
 
-__all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "grammar_processors"]
+__all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
+           "grammar_processors"]
 
 
 @dataclass(frozen=True)
 class GrammarOptions:
-    """The grammar of every output of a corpus run: at most one of these (each a
-    :class:`~beamsearch.processors.Grammar` over the model's tokenizer, ending with its eos)."""
+    """The constraints on every output of a corpus run: at most one grammar (each a
+    :class:`~beamsearch.processors.Grammar` over the model's tokenizer, ending with its eos), and
+    a catalogue (a :class:`~beamsearch.processors.Catalogue` ending with the model's eos)."""
 
     json_schema: Any = control(
         None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
@@ -25,6 +29,10 @@ class GrammarOptions:
     grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start)",
                                   metavar="FILE", file=True)
     regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
+    catalogue: str | None = control(
+        None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
+        "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
+        "(README: Generative retrieval)", metavar="FILE")
 
 
 GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
@@ -43,7 +51,7 @@ def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:
             valid or that the engine refuses (one line naming the option). ImportError: no
             llguidance (the ``grammar`` extra).
     """
-    given = {name: options[name] for name in GRAMMAR_OPTIONS if options.get(name) is not None}
+    given = {name: options[name] for name in GRAMMAR_KINDS if options.get(name) is not None}
     if not given:
         return []
     if len(given) > 1:
@@ -59,6 +67,40 @@ def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:
         return [Grammar(GRAMMAR_KINDS[name], source, tokenizer, eos_token_id=model.eos)]
     except (ValueError, TypeError) as e:
         raise type(e)(_one_line(name, GRAMMAR_KINDS[name], str(e))) from None
+
+
+def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
+    """The catalogue ``options["catalogue"]`` names (a path: :meth:`Catalogue.from_file
+    <beamsearch.processors.Catalogue.from_file>`), ending with ``model.eos``; ``[]`` when not given.
+
+    Raises:
+        ValueError: a file that cannot be read or is not a catalogue (one line naming the option).
+        TypeError: not a path.
+    """
+    path = options.get("catalogue")
+    if path is None:
+        return []
+    if not isinstance(path, str):
+        raise TypeError(f"catalogue must be the path of a catalogue file (a str); got {path!r:.80}")
+    from beamsearch.processors import Catalogue
+
+    try:
+        return [Catalogue.from_file(path, model.eos)]
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"catalogue: {str(e).splitlines()[0]}") from None
+
+
+def catalogue_crc(path: str) -> int | None:
+    """The CRC-32 of the catalogue file's bytes (what a resume compares beside its path), or None
+    when it cannot be read (the run then fails on it with its own message)."""
+    crc = 0
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                crc = zlib.crc32(block, crc)
+    except OSError:
+        return None
+    return crc
 
 
 def _one_line(name: str, kind: str, message: str) -> str:

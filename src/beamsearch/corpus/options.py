@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode
-from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, grammar_processors
+from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_processors, grammar_processors
 from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
 from beamsearch.modes import registry
@@ -69,7 +69,7 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
             raise ValueError(f"{name} is an option of mode {owners[name]!r}, not of mode {spec.name!r}; "
                              f"got {name}={value!r}")
     steps = max_steps_of(options.get("max_steps"), model.max_steps)
-    grammar = grammar_processors(model, options)  # --> [] or [Grammar]: after the model's own
+    grammar = grammar_processors(model, options) + catalogue_processors(model, options)  # after the model's own
     search: dict[str, Any] = {"eos_token_id": model.eos, "logits_processors": [*model.processors, *grammar],
                               "max_steps": steps if isinstance(steps, int) else model.max_steps}
     if isinstance(steps, LengthRule):

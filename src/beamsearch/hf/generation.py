@@ -21,6 +21,7 @@ from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
 from beamsearch.hf.forced import ForcedTokens
 from beamsearch.hf.hooks import generate_hooks, held_prompts
+from beamsearch.hf.catalogue import CATALOGUE_SETTING, catalogues
 from beamsearch.hf.grammar import GRAMMAR_SETTINGS, grammars
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.shared import check_shared
@@ -92,7 +93,8 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
     cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
     cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
     cfg.update(**generate_defaults(), defaults_only=True)
-    unknown = sorted(name for name in overrides if not hasattr(cfg, name) and name not in GRAMMAR_SETTINGS)
+    unknown = sorted(name for name in overrides
+                     if not hasattr(cfg, name) and name not in GRAMMAR_SETTINGS and name != CATALOGUE_SETTING)
     if unknown:
         raise TypeError(f"generate() got settings that are not GenerationConfig fields: {unknown}")
     for name, value in overrides.items():  # not cfg.update: its checks are generate's modes' (this call's
@@ -207,7 +209,8 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     steps, m = _lengths(cfg, rows, encoder_decoder, new)
     del common["max_new_tokens"]
     return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
-            "logits_processors": _processors(cfg, eos_ids, steps, encoder_decoder) + grammars(cfg, tokenizer, eos_ids),
+            "logits_processors": [*_processors(cfg, eos_ids, steps, encoder_decoder), *grammars(cfg, tokenizer, eos_ids),
+                                  *catalogues(cfg, tokenizer, eos_ids)],
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
@@ -240,7 +243,11 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     ``min_new_tokens`` / ``min_length``, ``eos_token_id`` (one id or several),
     ``no_repeat_ngram_size``, ``bad_words_ids``, ``repetition_penalty``, ``sequence_bias``,
     ``suppress_tokens``, ``begin_suppress_tokens``, ``forced_bos_token_id``,
-    ``forced_eos_token_id``, ``stop_strings``, ``json_schema`` / ``grammar`` / ``regex`` (with ``tokenizer``: docs/grammar.md). ``early_stopping`` is
+    ``forced_eos_token_id``, ``stop_strings``, ``json_schema`` / ``grammar`` / ``regex`` (with ``tokenizer``: docs/grammar.md),
+    ``catalogue`` (every output one of its entries, then eos: a
+    :class:`beamsearch.processors.Catalogue`, a file for :meth:`~beamsearch.processors.Catalogue.from_file`,
+    token-id lists, an array ``[M, L]`` padded with -1, or strings with ``tokenizer``; README:
+    "Generative retrieval"). ``early_stopping`` is
     accepted with any value: our early stop is exact (it never loses a better hypothesis), so
     every value gives what ``"never"`` aims at (``mode="transformers"`` reads it as ``generate``
     does). ``output_scores`` / ``output_logits`` fill :attr:`Generation.scores`, ``.logits`` and

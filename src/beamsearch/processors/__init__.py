@@ -21,7 +21,8 @@ Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`
 :class:`NoRepeatNGram`, :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,
 :class:`SuppressTokens`; allowed-token constraints (generated tokens only, see
 ``docs/allowed_tokens.md``): :class:`AllowedTokens` (a per-row callback), :class:`Catalogue` (a
-trie of allowed outputs), :class:`TokenDFA` (a finite automaton over token ids, and
+trie of allowed outputs as CSR arrays, up to millions of them, each row's node carried as a
+:class:`RowStates`; saved and loaded as one safetensors file), :class:`TokenDFA` (a finite automaton over token ids, and
 ``TokenDFA.from_regex``); :class:`Grammar` (a JSON Schema, a Lark grammar or a regex through the
 grammar engine llguidance, ``docs/grammar.md``), which carries a matcher per row
 (:class:`RowStates`).

@@ -24,9 +24,14 @@ class StepContext:
         backend: the array backend of this step's logits (:mod:`beamsearch.backends`).
         carried: the row states of the processors that carry one, by the processor's ``id``
             (:meth:`row_states`), or None.
+        support: None, or ``(rows [p], tokens [p])`` (int64): set by a processor that leaves
+            every entry of its output -inf except these pairs (a catalogue's allowed tokens).
+            The search then ranks these entries only (``StepScores.support``) when no processor
+            runs after that one, but those that declare ``masks_only = True`` (they only set
+            entries to -inf). Any other processor leaves it alone.
     """
 
-    __slots__ = ("step", "_history", "row_input", "backend", "carried")
+    __slots__ = ("step", "_history", "row_input", "backend", "carried", "support")
 
     def __init__(self, step: int, history: np.ndarray | Callable[[], np.ndarray], row_input: np.ndarray,
                  backend: Backend, carried: dict[int, Any] | None = None) -> None:
@@ -35,6 +40,7 @@ class StepContext:
         self.row_input = row_input
         self.backend = backend
         self.carried = carried
+        self.support: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def history(self) -> np.ndarray:

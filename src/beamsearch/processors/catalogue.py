@@ -1,5 +1,6 @@
 """Outputs restricted to a catalogue: a trie of allowed token sequences (as in entity linking,
-De Cao et al. 2021, "Autoregressive Entity Retrieval").
+De Cao et al. 2021, "Autoregressive Entity Retrieval", and generative retrieval over semantic ids,
+Rajput et al. 2023, "Recommender Systems with Generative Retrieval").
 
 A row may only follow a path of the trie from its root: at each step its allowed tokens are the
 children of its node, plus the eos ids where a catalogue entry ends there (an entry that is a prefix
@@ -8,143 +9,286 @@ tokens only; the prompt is not part of any path. With ``max_steps`` at least one
 longest entry, every finished hypothesis is a catalogue entry followed by eos (a stop sequence or
 ``max_steps`` can still end a row earlier, on a prefix of an entry, as for any search).
 
-The trie is arrays (edges sorted by ``(parent, token)``), so a step is a few whole-array operations:
-each row's node is found by walking its generated tokens from the root (one vectorized lookup per
-position, a loop over positions, not rows), then the allowed ``(row, token)`` pairs are kept and
-everything else is set to -inf in three backend operations.
+The trie is CSR arrays (:class:`~beamsearch.processors.trie.Trie`), built once by whole-array
+operations. In a search each row's node id is carried beside the row (:class:`TrieRows`, a
+:class:`~beamsearch.processors.RowStates`): taken with its parent and advanced by one lookup for
+all rows when the row's token is chosen, never recomputed from the row's tokens. Per step the
+allowed ``(row, token)`` pairs of all rows come from the CSR arrays in a few array operations (on
+the host for numpy and CPU tensors; for tensors on an accelerator, on that device, from copies of
+the arrays kept there: only the ``[k]`` node ids are sent), and everything else is set to -inf on
+the logits' device in three backend operations; the pairs are also left on the step's context
+(``ctx.support``) so that the search ranks those entries only, not the whole ``[k, V]`` array. Called outside a search (no carried state), the nodes are found by
+walking the generated tokens from the root (one vectorized lookup per position).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from beamsearch.core import validate as check
-from beamsearch.processors._base import StepContext
+from beamsearch.core.select import SPARSE_FRACTION
+from beamsearch.core.state import select_state
+from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens, keep_pairs
+from beamsearch.processors.trie import Trie
 
-__all__ = ["Catalogue"]
+__all__ = ["Catalogue", "TrieRows"]
 
 
-@dataclass(frozen=True)
-class Trie:
-    """A trie as arrays; node 0 is the root, ``E`` edges, ``n`` nodes.
+class TrieRows:
+    """The trie node of each of ``k`` rows (a :class:`~beamsearch.processors.RowStates`).
 
     Attributes:
-        key: int64 ``[E]``, sorted: ``parent * width + token`` of every edge.
-        child: int64 ``[E]``: the node each edge leads to.
-        first: int64 ``[n + 1]``: node j's edges are ``first[j]:first[j + 1]``.
-        token: int64 ``[E]``: each edge's token.
-        ends: bool ``[n]``: an entry ends at the node.
-        width: one more than the largest token id in the trie.
+        trie: the catalogue's trie.
+        node: int64 ``[k]``: each row's node (0: the root, nothing generated; -1: off the trie).
     """
 
-    key: np.ndarray
-    child: np.ndarray
-    first: np.ndarray
-    token: np.ndarray
-    ends: np.ndarray
-    width: int
+    __slots__ = ("trie", "node")
 
-    @staticmethod
-    def build(entries: Sequence[tuple[int, ...]]) -> Trie:
-        """The trie of ``entries`` (non-empty tuples of ids >= 0). Built once, on the host."""
-        children: list[dict[int, int]] = [{}]
-        ends = [False]
-        for entry in entries:  # construction only: a dict walk per entry token
-            node = 0
-            for t in entry:
-                nxt = children[node].get(t)
-                if nxt is None:
-                    nxt = children[node][t] = len(children)
-                    children.append({})
-                    ends.append(False)
-                node = nxt
-            ends[node] = True
-        parent = np.array([p for p, c in enumerate(children) for _ in c], dtype=np.int64)
-        token = np.array([t for c in children for t in c], dtype=np.int64)
-        child = np.array([n for c in children for n in c.values()], dtype=np.int64)
-        width = int(token.max()) + 1
-        order = np.argsort(parent * width + token, kind="stable")
-        parent, token, child = parent[order], token[order], child[order]
-        first = np.searchsorted(parent, np.arange(len(children) + 1))
-        return Trie(parent * width + token, child, first, token, np.array(ends), width)
+    def __init__(self, trie: Trie, node: np.ndarray) -> None:
+        self.trie, self.node = trie, node
 
-    def step(self, node: np.ndarray, token: np.ndarray) -> np.ndarray:
-        """int64 ``[k]``: the child of ``node[i]`` by ``token[i]``; -1 where there is none or
-        ``node[i]`` is -1 (off the trie)."""
-        key = node * self.width + token  # negative for node -1: matches no edge, stays -1
-        at = np.minimum(np.searchsorted(self.key, key), self.key.shape[0] - 1)
-        found = (token < self.width) & (self.key[at] == key)
-        return np.where(found, self.child[at], -1)
+    def __len__(self) -> int:
+        return int(self.node.shape[0])
 
-    def walk(self, tokens: np.ndarray) -> np.ndarray:
-        """int64 ``[k]``: the node each row of ``tokens [k, t]`` reaches from the root (-1: off)."""
-        node = np.zeros(tokens.shape[0], dtype=np.int64)
-        for j in range(tokens.shape[1]):  # positions, each a vectorized lookup over the rows
-            node = self.step(node, tokens[:, j])
-        return node
+    def advance(self, tokens: np.ndarray) -> TrieRows:
+        """Each row moved to its node's child by its token (int64 ``[k]``; -1 where there is none)."""
+        return TrieRows(self.trie, self.trie.step(self.node, np.asarray(tokens, dtype=np.int64)))
 
 
-@dataclass(frozen=True)
-class Catalogue:
+@select_state.register(TrieRows)
+def _select_trie_rows(rows: TrieRows, idx: Any) -> TrieRows:
+    """Rows ``idx`` (``[k']``; a row taken twice is simply copied: a node id is a value)."""
+    if hasattr(idx, "detach"):
+        idx = idx.detach().cpu().numpy()
+    return TrieRows(rows.trie, rows.node[np.asarray(idx, dtype=np.int64)])
+
+
+@dataclass(frozen=True, eq=False)
+class Catalogue(RowCarrier):
     """Outputs restricted to ``outputs``: each finished hypothesis is one entry, then eos.
 
     Args:
-        outputs: a non-empty sequence of non-empty token-id sequences (ids >= 0, no eos id);
-            repeats are allowed and count once.
+        outputs: the catalogue, one of: a non-empty sequence of non-empty token-id sequences
+            (ids >= 0, no eos id); an integer array ``[M, L]`` (numpy or torch), row i's entry its
+            ids before the first ``pad_id``; a sequence of strings, encoded by ``tokenizer`` (no
+            special tokens added); or a :class:`~beamsearch.processors.trie.Trie`. Repeats are
+            allowed and count once.
         eos_token_id: the eos id, or a sequence of them (each is allowed where an entry ends);
             use the search's ``eos_token_id``.
+        pad_id: with an array ``outputs``: the id that pads the shorter entries at the end of
+            their row (default -1; it may equal an eos id).
+        tokenizer: with strings: a Hugging Face tokenizer (or any callable returning
+            ``{"input_ids": lists}`` for a list of strings).
 
     Per step and row (``[k, V]`` logits): the children of the row's trie node keep their logits,
     the eos ids too where an entry ends at the node; every other token becomes -inf. A row whose
-    generated tokens left the trie (possible only when it is called on histories it did not
-    constrain itself) gets no token.
+    generated tokens left the trie (a forced token outside it; or, called alone, histories it did
+    not constrain itself) gets no token.
     Ids at or above the model's V are a ValueError at the first step (V is the logits' width).
+    :meth:`save` writes the trie to one safetensors file and :meth:`load` reads it back.
     """
 
-    outputs: Sequence[Sequence[int]]
+    outputs: Any
     eos_token_id: int | Sequence[int]
+    pad_id: int = -1
+    tokenizer: Any = None
     needs_history = False  # the generated tokens alone (the last t - 1 history columns) are read
-    _trie: Trie = field(init=False, repr=False, compare=False)
-    _eos: np.ndarray = field(init=False, repr=False, compare=False)
+    _trie: Trie = field(init=False, repr=False)
+    _eos: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         eos = check.eos_ids("eos_token_id", self.eos_token_id)
-        entries = _entries(self.outputs, eos)
         object.__setattr__(self, "_eos", eos)
-        object.__setattr__(self, "_trie", Trie.build(entries))
+        if isinstance(self.outputs, Trie):
+            trie = self.outputs
+            if trie.n_items == 0:
+                raise ValueError("outputs must hold at least one token-id sequence; got an empty trie")
+            if np.isin(trie.token, eos).any():
+                raise ValueError(f"outputs holds an eos id ({self.eos_token_id!r}) in some entry; the catalogue lists "
+                                 "outputs without eos (eos is allowed where an entry ends)")
+        else:
+            trie = Trie.build(*_padded(self.outputs, eos, self.pad_id, self.tokenizer))
+        object.__setattr__(self, "_trie", trie)
+
+    def __repr__(self) -> str:
+        return f"Catalogue(<{self._trie.n_items} entries>, eos_token_id={self.eos_token_id!r})"
+
+    @property
+    def trie(self) -> Trie:
+        """The catalogue's trie (CSR arrays: :class:`~beamsearch.processors.trie.Trie`)."""
+        return self._trie
+
+    def save(self, path: str | Path) -> None:
+        """Write the catalogue (its trie and eos ids) to ``path``, one safetensors file."""
+        self._trie.save(path, self._eos)
+
+    @classmethod
+    def load(cls, path: str | Path, eos_token_id: int | Sequence[int] | None = None) -> Catalogue:
+        """The catalogue :meth:`save` wrote to ``path``; ``eos_token_id`` replaces the saved eos
+        ids (None: the saved ones).
+
+        Raises:
+            ValueError: not such a file, or an eos id that is a token of some entry.
+        """
+        trie, eos = Trie.load(path)
+        return cls(trie, eos.tolist() if eos_token_id is None else eos_token_id)
+
+    @classmethod
+    def from_file(cls, path: str | Path, eos_token_id: int | Sequence[int] | None = None) -> Catalogue:
+        """The catalogue in file ``path``: a safetensors file :meth:`save` wrote (recognized by its
+        content), else a text file with one entry per line, its token ids separated by spaces
+        (blank lines skipped). ``eos_token_id``: the search's eos ids (required for a text file;
+        for a saved one, None keeps the saved ids).
+
+        Raises:
+            ValueError: an unreadable file, a line that is not token ids, or a bad catalogue.
+        """
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(9)
+        except OSError as e:
+            raise ValueError(f"catalogue file {str(path)!r} cannot be read: {e.strerror}") from None
+        if len(head) == 9 and head[8:9] == b"{":  # safetensors: an 8-byte header length, then its JSON
+            return cls.load(path, eos_token_id)
+        if eos_token_id is None:
+            raise ValueError(f"eos_token_id is required with a text catalogue file ({str(path)!r})")
+        entries = []
+        for n, line in enumerate(path.read_text().splitlines(), 1):  # construction only: a split per line
+            if line.strip():
+                try:
+                    entries.append([int(t) for t in line.split()])
+                except ValueError:
+                    raise ValueError(f"catalogue file {str(path)!r} line {n} is not token ids separated by spaces: "
+                                     f"{line!r:.80}") from None
+        return cls(entries, eos_token_id)
+
+    def start_rows(self, n: int) -> TrieRows:
+        """``n`` rows at the root."""
+        return TrieRows(self._trie, np.zeros(n, np.int64))
+
+    def nodes(self, ctx: StepContext) -> np.ndarray:
+        """int64 ``[k]``: each row's node, as carried by the search, else walked from the root
+        along the row's generated tokens."""
+        carried = None if ctx.carried is None else ctx.carried.get(id(self))
+        return carried.node if carried is not None else self._trie.walk(generated_tokens(ctx))
+
+    def allowed_pairs(self, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The allowed ``(rows [p], tokens [p])`` of rows at ``node`` (int64 ``[k]``): each row's
+        children, then the eos ids of the rows where an entry ends."""
+        rows, cols = self._trie.children(node)
+        ending = np.flatnonzero(self._trie.ending(node))  # rows at a node where an entry ends: eos allowed
+        rows = np.concatenate([rows, np.repeat(ending, self._eos.shape[0])])
+        cols = np.concatenate([cols, np.tile(self._eos, ending.shape[0])])
+        return rows, cols
+
+    def allowed_pairs_on(self, node: np.ndarray, like: Any) -> tuple[Any, Any]:
+        """:meth:`allowed_pairs` computed on the device of the torch tensor ``like`` from the
+        trie's arrays kept there (only the ``[k]`` node ids are sent): int64 tensors ``[p]``."""
+        import torch
+
+        trie = self._trie.on(like.device)
+        at = torch.from_numpy(node).to(like.device)
+        rows, cols = trie.children(at)
+        ending = torch.nonzero(trie.ending(at)).reshape(-1)
+        eos = torch.from_numpy(self._eos).to(like.device)
+        rows = torch.cat([rows, torch.repeat_interleave(ending, eos.shape[0])])
+        return rows, torch.cat([cols, eos.repeat(ending.shape[0])])
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
         vocab = logits.shape[1]
         if self._trie.width > vocab or int(self._eos.max()) >= vocab:
             raise ValueError(f"Catalogue token ids must be in [0, {vocab}) (the logits' V); the outputs hold ids "
                              f"up to {self._trie.width - 1} and eos_token_id {self.eos_token_id!r}")
-        trie = self._trie
-        node = trie.walk(generated_tokens(ctx))  # --> [k]
-        on = np.flatnonzero(node >= 0)
-        start, count = trie.first[node[on]], np.diff(trie.first)[node[on]]
-        rows = np.repeat(on, count)  # --> [p], one entry per (row, child)
-        edge = np.arange(rows.shape[0]) - np.repeat(np.cumsum(count) - count - start, count)
-        ending = on[trie.ends[node[on]]]  # rows at a node where an entry ends: eos allowed
-        rows = np.concatenate([rows, np.repeat(ending, self._eos.shape[0])])
-        cols = np.concatenate([trie.token[edge], np.tile(self._eos, ending.shape[0])])
+        node = self.nodes(ctx)
+        if not on_accelerator(logits):
+            rows, cols = self.allowed_pairs(node)  # --> [p] each, on the host
+            ctx.support = (rows, cols)
+            return keep_pairs(ctx.backend, logits, rows, cols)
+        rows, cols = self.allowed_pairs_on(node, logits)  # --> [p] each, on the logits' device
+        if rows.shape[0] * SPARSE_FRACTION <= logits.shape[0] * vocab:  # the search ranks them alone: to the host
+            ctx.support = (rows.cpu().numpy(), cols.cpu().numpy())
         return keep_pairs(ctx.backend, logits, rows, cols)
 
 
-def _entries(outputs: Any, eos: np.ndarray) -> list[tuple[int, ...]]:
-    """The catalogue's entries as tuples, checked: non-empty, ids >= 0, no eos id."""
+def on_accelerator(logits: Any) -> bool:
+    """Whether ``logits`` is a tensor on a device other than the CPU: the allowed pairs are then
+    computed there, from the trie's arrays kept on that device."""
+    device = getattr(logits, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def _padded(outputs: Any, eos: np.ndarray, pad_id: Any, tokenizer: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The catalogue as int64 ``[M, L]`` and its entries' lengths ``[M]``, checked: at least one
+    entry, each non-empty, ids >= 0, no eos id."""
+    if tokenizer is not None:
+        outputs = _encoded(outputs, tokenizer)
+    if hasattr(outputs, "ndim") and hasattr(outputs, "dtype"):
+        items, lengths = _from_array(outputs, check.int64("pad_id", pad_id))
+    else:
+        items, lengths = _from_lists(outputs, eos)
+    if items.shape[0] == 0:
+        raise ValueError("outputs must hold at least one token-id sequence; got an empty catalogue")
+    at = np.flatnonzero(np.isin(items, eos) & (np.arange(items.shape[1]) < lengths[:, None]))  # row-major
+    if at.size:
+        i = int(at[0]) // items.shape[1]
+        raise ValueError(f"outputs[{i}] holds the eos id {int(items.reshape(-1)[at[0]])}: "
+                         f"{items[i, :lengths[i]].tolist()!r:.80}; the catalogue lists outputs without eos (eos is "
+                         "allowed where an entry ends)")
+    return items, lengths
+
+
+def _encoded(outputs: Any, tokenizer: Any) -> list[list[int]]:
+    """Strings encoded by ``tokenizer`` (one batch call, no special tokens)."""
+    if isinstance(outputs, str) or not all(isinstance(s, str) for s in outputs):
+        raise TypeError(f"outputs must be a sequence of strings when a tokenizer is given; got {outputs!r:.80}")
+    return [list(ids) for ids in tokenizer(list(outputs), add_special_tokens=False)["input_ids"]]
+
+
+def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """An integer array ``[M, L]``: each row's entry runs to its first ``pad`` (then pads only)."""
+    items = outputs.detach().cpu().numpy() if hasattr(outputs, "detach") else np.asarray(outputs)
+    if items.ndim != 2 or not np.issubdtype(items.dtype, np.integer):
+        raise TypeError(f"outputs as an array must be integers [M, L]; got shape {tuple(items.shape)} dtype {items.dtype}")
+    items = items.astype(np.int64, copy=False)
+    is_pad = items == pad
+    lengths = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), items.shape[1]).astype(np.int64)
+    inside = np.arange(items.shape[1]) < lengths[:, None]  # --> [M, L]
+    if (~inside & ~is_pad).any():
+        i = int(np.flatnonzero((~inside & ~is_pad).any(axis=1))[0])
+        raise ValueError(f"outputs[{i}] has an id after pad_id {pad}: {items[i].tolist()!r:.80}; pad only ends a row")
+    if (lengths == 0).any():
+        raise ValueError(f"outputs[{int(np.flatnonzero(lengths == 0)[0])}] must be a non-empty sequence of token ids; "
+                         f"its row starts with pad_id {pad}")
+    bad = inside & (items < 0)
+    if bad.any():
+        i, j = (int(v[0]) for v in np.nonzero(bad))
+        raise ValueError(f"outputs[{i}][{j}] must be in [0, V); got {int(items[i, j])}")
+    return items, lengths
+
+
+def _from_lists(outputs: Any, eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token-id sequences, flattened in one pass (any entry that is not plain ids >= 0 gets the
+    per-entry check and its message)."""
     if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__len__"):
         raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
-    if len(outputs) == 0:
-        raise ValueError("outputs must hold at least one token-id sequence; got an empty catalogue")
-    entries = [tuple(check.token_list(f"outputs[{i}]", out)) for i, out in enumerate(outputs)]
-    eos_set = set(eos.tolist())
-    for i, entry in enumerate(entries):
-        held = eos_set.intersection(entry)
-        if held:
-            raise ValueError(f"outputs[{i}] holds the eos id {min(held)}: {list(entry)!r:.80}; the catalogue "
-                             "lists outputs without eos (eos is allowed where an entry ends)")
-    return entries
+    try:
+        lengths = np.fromiter(map(len, outputs), dtype=np.int64, count=len(outputs))
+        flat = np.array(list(itertools.chain.from_iterable(outputs)))
+    except (TypeError, ValueError):  # an entry without a length, or nested deeper than ids
+        lengths, flat = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    plain = lengths.shape[0] == len(outputs) and flat.shape == (int(lengths.sum()),) and \
+        (flat.size == 0 or (flat.dtype.kind in "iu" and int(flat.min()) >= 0)) and (lengths > 0).all()
+    if not plain:  # the per-entry checks name the first bad entry
+        for i, out in enumerate(outputs):
+            check.token_list(f"outputs[{i}]", out)
+        raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
+    items = np.full((lengths.shape[0], int(lengths.max(initial=1))), -1, np.int64)
+    items[np.arange(items.shape[1]) < lengths[:, None]] = flat  # row-major fill of each entry
+    return items, lengths
