@@ -152,7 +152,9 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     for name, value, known in (("expansion", expansion, EXPANSIONS), ("aggregation", aggregation, AGGREGATIONS)):
         if not isinstance(value, str) or value not in known:
             raise ValueError(f"{name} must be one of {', '.join(known)}; got {value!r}")
-    p = check.top_p(top_p)
+    p = check.real("top_p", top_p, positive=True)
+    if p > 1:
+        raise ValueError(f"top_p must be in (0, 1]; got {top_p!r}")
     opts = mode_options("step_search", prompts, dict(controls), _REFUSED)
     given = dict(controls)
     if p < 1:
