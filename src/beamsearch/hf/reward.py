@@ -1,0 +1,94 @@
+"""A ``transformers`` reward model as step search's scorer (:func:`beamsearch.step_search`):
+:class:`RewardScorer`, for a sequence-classification model (an outcome or process reward model
+read at the last token) or a token-classification one (a process reward model read per token),
+the score read at the newest step's delimiter: the last token of prompt + partial solution, or of
+a ``step_tag`` appended to it (the token some process reward models are trained to score at)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from beamsearch.core import validate as check
+from beamsearch.hf.caches import inference
+from beamsearch.hf.inputs import in_vocab
+
+__all__ = ["RewardScorer"]
+
+TRANSFORMS = ("sigmoid", "softmax", "logit")
+
+
+class RewardScorer:
+    """``scorer(prompts, partial_solutions) -> float64 [C]`` from a reward model.
+
+    Each candidate's row is ``prompt + partial_solution + step_tag``; the rows are left-padded
+    into one batch (``batch_rows`` at a time) with an attention mask and each row's own positions,
+    so every row's last token sits at the last column: a sequence-classification model pools
+    there (its ``config.pad_token_id`` must be set, and no row may end with it), a
+    token-classification model's logits are read there. The score is ``transform`` of the logits
+    ``[C, labels]`` at that token: ``"sigmoid"`` of column ``label``, ``"softmax"`` over the
+    labels at ``label``, or the ``"logit"`` itself.
+
+    Args:
+        model: a ``...ForSequenceClassification`` or ``...ForTokenClassification`` model, in eval
+            mode (random weights are fine for tests).
+        step_tag: token ids appended to every row (may be empty).
+        label: the column read; default the last one.
+        transform: ``"sigmoid"``, ``"softmax"`` or ``"logit"``; default ``"sigmoid"`` for a
+            one-label model, ``"softmax"`` otherwise.
+        batch_rows: the most rows per model call (None: all candidates in one call).
+    """
+
+    def __init__(self, model: Any, *, step_tag: Sequence[int] = (), label: int | None = None,
+                 transform: str | None = None, batch_rows: int | None = None) -> None:
+        labels = int(model.config.num_labels)
+        self.model, self.step_tag = model, check.token_list("step_tag", step_tag, allow_empty=True)
+        self.label = labels - 1 if label is None else check.integer("label", label)
+        if not 0 <= self.label < labels:
+            raise ValueError(f"label must be in [0, {labels}) (the model's num_labels); got {label!r}")
+        self.transform = transform or ("sigmoid" if labels == 1 else "softmax")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"transform must be one of {', '.join(TRANSFORMS)}; got {transform!r}")
+        self.batch_rows = None if batch_rows is None else check.at_least("batch_rows", batch_rows, 1)
+        self.pooled = type(model).__name__.endswith("ForSequenceClassification")
+        pad = getattr(model.config, "pad_token_id", None)
+        if self.pooled and pad is None:
+            raise ValueError("a sequence-classification reward model needs config.pad_token_id (it pools at the last "
+                             "token that is not padding); set model.config.pad_token_id")
+        self.pad = int(pad) if pad is not None else 0
+
+    def __call__(self, prompts: Sequence[Sequence[int]], partial_solutions: Sequence[Sequence[int]]) -> np.ndarray:
+        """float64 ``[C]``: each candidate's score (see the class)."""
+        rows = [list(p) + list(s) + self.step_tag for p, s in zip(prompts, partial_solutions)]
+        in_vocab(self.model, rows, "prompts + partial_solutions")
+        if self.pooled and any(r[-1] == self.pad for r in rows):
+            raise ValueError(f"a row ends with the pad id {self.pad}: a sequence-classification model cannot pool "
+                             "there; give a step_tag")
+        size = self.batch_rows or max(len(rows), 1)
+        parts = [self._logits(rows[i : i + size]) for i in range(0, len(rows), size)]
+        logits = torch.cat(parts) if parts else torch.zeros(0, int(self.model.config.num_labels))
+        return self._read(logits.double())
+
+    @inference
+    def _logits(self, rows: list[list[int]]) -> torch.Tensor:
+        """float ``[c, labels]``: the logits at each row's last token (rows left-padded)."""
+        device = next(self.model.parameters()).device
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad, dtype=torch.long, device=device)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        return out if self.pooled else out[:, -1]
+
+    def _read(self, logits: torch.Tensor) -> np.ndarray:
+        if self.transform == "softmax":
+            logits = torch.softmax(logits, dim=-1)
+        x = logits[:, self.label]
+        if self.transform == "sigmoid":
+            x = torch.sigmoid(x)
+        return x.cpu().numpy()
