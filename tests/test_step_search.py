@@ -199,8 +199,8 @@ def rows_fed(model, prompts):
 
 
 @pytest.mark.parametrize("expansion", ["sample", "beam"])
-@pytest.mark.parametrize("budget", [dict(max_tokens=7), dict(max_tokens=40), dict(max_scored=9), dict(rounds=2),
-                                    dict(max_tokens=25, max_scored=20)])
+@pytest.mark.parametrize("budget", [dict(token_budget=7), dict(token_budget=40), dict(scored_budget=9), dict(rounds=2),
+                                    dict(token_budget=25, scored_budget=20)])
 def test_budgets_are_never_exceeded_and_count_what_the_model_did(expansion, budget):
     prompts = [[1, 2], [3, 3, 3]]
     model = SequenceModel(random_table(V, 9))
@@ -212,8 +212,8 @@ def test_budgets_are_never_exceeded_and_count_what_the_model_did(expansion, budg
     for i in range(2):
         info = got.info[i]
         assert info["generated_tokens"] == fed[i]
-        assert info["generated_tokens"] <= budget.get("max_tokens", 10**9)
-        assert info["scored"] <= budget.get("max_scored", 10**9)
+        assert info["generated_tokens"] <= budget.get("token_budget", 10**9)
+        assert info["scored"] <= budget.get("scored_budget", 10**9)
         assert info["rounds"] <= args["rounds"] and info["scorer_calls"] == info["rounds"]
         assert all(len(h.segments) <= info["rounds"] for h in got[i])
     assert got.model_calls == len(model.calls)
@@ -263,7 +263,7 @@ def test_step_scores_aggregate_by_hand():
     (dict(scorer=3), TypeError, "scorer must be callable"),
     (dict(scorer="nomodule"), ValueError, "module:function"),
     (dict(scorer="no_such_module_x:f"), ValueError, "cannot be imported"),
-    (dict(max_tokens=0), ValueError, "max_tokens must be >= 1"),
+    (dict(token_budget=0), ValueError, "token_budget must be >= 1"),
     (dict(beam_size=3), TypeError, "beam_size"),
     (dict(top_p=0.0), ValueError, "top_p"),
     (dict(scorer=lambda p, s: [1.0]), ValueError, "shape"),
@@ -275,3 +275,44 @@ def test_bad_arguments_are_named(kw, error, text):
     args.update(kw)
     with pytest.raises(error, match=text):
         step_search(model.step, model.init_state([[1], [2]]), [[1], [2]], **args)
+
+
+SCORER_MODULE = '''
+def score(prompts, partials):
+    return [((sum((i + 1) * t for i, t in enumerate(s)) * 31) % 97 + 1) / 98 for s in partials]
+'''
+
+
+def test_decode_mode_step_equals_step_search_on_each_line_alone(tmp_path, monkeypatch, capsys):
+    import json
+
+    from beamsearch import corpus
+    from beamsearch.cli import main
+
+    (tmp_path / "line_scorer.py").write_text(SCORER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    texts = ["hello", "beam search", "x"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    out = tmp_path / "out.jsonl"
+    flags = ["--mode", "step", "--scorer", "line_scorer:score", "--n", "4", "--m", "2", "--rounds", "3",
+             "--max-steps", "3", "--sample-seed", "5", "--stop-sequences", "a", "--aggregation", "min"]
+    assert main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out), *flags]) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    model = corpus.toy_model()
+    import line_scorer
+
+    for r in records:
+        alone = step_search(model.step, model.make_state([{"source": r["input"]}]), [[model.bos]],
+                            scorer=line_scorer.score, n=4, m=2, rounds=3, max_steps=3, sample_seed=5,
+                            eos_token_id=model.eos, stop_sequences=[model.tokens("a")], aggregation="min")
+        assert [(h["tokens"], h["finished"], h["score"]) for h in r["nbest"]] == \
+            [(h.tokens, h.finished, h.score) for h in alone[0]]
+        assert r["step_scores"] == [h.step_scores for h in alone[0]]
+        assert {k: r[k] for k in alone.info[0]} == alone.info[0]
+    for argv, message in ((["--mode", "step", "--max-steps", "3"], "mode 'step' needs --scorer"),
+                          (["--mode", "step", "--scorer", "no_such_mod:f", "--max-steps", "3"], "cannot be imported"),
+                          (["--mode", "step", "--scorer", "line_scorer:score", "--n", "3", "--m", "2",
+                            "--max-steps", "3"], "n must be a multiple of m")):
+        code = main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out), *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and message in err[0], err

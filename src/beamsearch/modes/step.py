@@ -41,7 +41,7 @@ EXPANSIONS = ("sample", "beam")
 _REFUSED = {
     "beam_size": "its widths are n (candidates per round) and m (expansions of a partial solution)",
     "n_best": "it returns every solution it collected, ranked by the scorer",
-    "early_stop": "rounds end when every segment has ended; give rounds, max_tokens or max_scored",
+    "early_stop": "rounds end when every segment has ended; give rounds, token_budget or scored_budget",
     "alpha": "solutions are ranked by the scorer; segments within a beam by their logprob",
     "length_penalty": "solutions are ranked by the scorer; segments within a beam by their logprob",
     "prefix": "a forced prefix is not a step; put it in the prompt instead",
@@ -65,8 +65,8 @@ class StepSettings:
     aggregation: str
     dvts: bool
     keys: np.ndarray  # uint64 [P]: each prompt's noise key (from the seed and its tokens)
-    max_tokens: np.ndarray  # int64 [P]: model rows each prompt may use (2**62: no limit)
-    max_scored: np.ndarray  # int64 [P]: candidates each prompt may have scored
+    token_budget: np.ndarray  # int64 [P]: model rows each prompt may use (2**62: no limit)
+    scored_budget: np.ndarray  # int64 [P]: candidates each prompt may have scored
     controls: dict[str, Any]  # the engine's keywords for every segment (max_steps added per round)
     max_steps: np.ndarray  # int64 [P]: each prompt's segment limit
     prompts: list[list[int]]
@@ -76,7 +76,7 @@ class StepSettings:
 def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], *, scorer: Any, n: int,
                 m: int = 1, rounds: int = 1, expansion: str = "sample", aggregation: str = "last",
                 dvts: bool = False, sample_seed: int | None = None, rng: Any = None, top_p: float = 1.0,
-                max_tokens: int | None = None, max_scored: int | None = None, pad_token_id: int | None = None,
+                token_budget: int | None = None, scored_budget: int | None = None, pad_token_id: int | None = None,
                 **controls: Any) -> StepResults:
     """Step search (beam search over reasoning steps scored by a verifier), or DVTS, or best-of-N.
 
@@ -101,7 +101,8 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
     token t (:mod:`beamsearch.strategies.step`), with ``key = mix(seed, *prompt_tokens)``; a kept
     partial solution at place s among its prompt's keeps has candidates ``c = s*m .. s*m + m - 1``.
     So numpy and torch models give the same solutions, and a prompt's solutions do not depend on
-    the other prompts of its batch (equal prompts get equal samples).
+    the other prompts of its batch. Equal prompts (an encoder-decoder's, whose inputs are in the
+    state) share their draws, each from its own distribution; give one seed per prompt to part them.
 
     Args:
         step_fn: ``step_fn(state, y_prev [k]) -> (logits [k, V], new_state)``.
@@ -114,13 +115,13 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
         expansion: ``"sample"`` or ``"beam"``.
         aggregation: ``"last"``, ``"min"``, ``"prod"`` or ``"mean"``.
         dvts: diverse verifier tree search: ``n / m`` independent subtrees.
-        sample_seed, rng: the seed (an int), or a numpy / torch Generator that gives one; with
-            neither, fresh entropy.
+        sample_seed, rng: the seed (an int, or one int per prompt), or a numpy / torch Generator
+            that gives one; with neither, fresh entropy.
         top_p: nucleus filtering of the sampled distribution, in (0, 1].
-        max_tokens: per prompt, the most rows its segments may pass to the model (each row is one
+        token_budget: per prompt, the most rows its segments may pass to the model (each row is one
             generated token), or None. A round runs only if its segments cannot exceed it: each
             segment's limit is cut to what is left, shared evenly.
-        max_scored: per prompt, the most candidates it may have scored, or None.
+        scored_budget: per prompt, the most candidates it may have scored, or None.
         pad_token_id: fills :meth:`BatchResults.arrays`.
         **controls: the shared keywords of :func:`beamsearch.beam_search_batch`
             (``eos_token_id`` and ``max_steps``, the segment limit, required; ``stop_sequences``
@@ -137,12 +138,12 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
     """
     settings = step_settings(prompts, scorer=scorer, n=n, m=m, rounds=rounds, expansion=expansion,
                              aggregation=aggregation, dvts=dvts, sample_seed=sample_seed, rng=rng, top_p=top_p,
-                             max_tokens=max_tokens, max_scored=max_scored, controls=controls)
+                             token_budget=token_budget, scored_budget=scored_budget, controls=controls)
     return run_rounds(step_fn, init_state, settings, pad_id(pad_token_id))
 
 
 def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, expansion: Any, aggregation: Any,
-                  dvts: Any, sample_seed: Any, rng: Any, top_p: Any, max_tokens: Any, max_scored: Any,
+                  dvts: Any, sample_seed: Any, rng: Any, top_p: Any, token_budget: Any, scored_budget: Any,
                   controls: dict[str, Any]) -> StepSettings:
     """Every argument of :func:`step_search` checked (before any model call)."""
     n, m = check.at_least("n", n, 1), check.at_least("m", m, 1)
@@ -162,12 +163,22 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     given.pop("max_steps")
     given["prompts"] = None
     ids = opts.prompts
-    seed = base_seed(rng, sample_seed)
-    keys = np.array([mix(seed, *x) for x in ids], np.uint64).reshape(len(ids))
+    keys = _keys(ids, rng, sample_seed)
     history = opts.controls.keep_history
     return StepSettings(_scorer(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
-                        budgets("max_tokens", max_tokens, len(ids)), budgets("max_scored", max_scored, len(ids)),
+                        budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
                         {k: v for k, v in given.items() if k != "prompts"}, opts.controls.max_steps, ids, history)
+
+
+def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
+    """uint64 ``[P]``: each prompt's noise key, ``mix(seed, *prompt)`` (one seed, or one per prompt)."""
+    if isinstance(sample_seed, (list, tuple, np.ndarray)):
+        if len(sample_seed) != len(ids):
+            raise ValueError(f"sample_seed must be one int or one int per prompt ({len(ids)}); got {len(sample_seed)}")
+        seeds = [base_seed(rng, x) for x in sample_seed]
+    else:
+        seeds = [base_seed(rng, sample_seed)] * len(ids)
+    return np.array([mix(seed, *x) for seed, x in zip(seeds, ids)], np.uint64).reshape(len(ids))
 
 
 def _scorer(value: Any) -> Callable[..., Any]:
@@ -214,10 +225,10 @@ def _round_limits(live: Live, s: StepSettings, book: RowCount, width: int) -> tu
     prompt can run the round (segment limit >= 1, scorer budget left for its candidates)."""
     inputs = np.bincount(live.prompt, minlength=len(s.prompts)) * (1 if s.expansion == "beam" else width)
     rows = width if s.expansion == "beam" else 1
-    left = s.max_tokens - book.rows
+    left = s.token_budget - book.rows
     limit = np.minimum(s.max_steps, left // np.maximum(inputs * rows, 1))
     candidates = inputs * (width if s.expansion == "beam" else 1)
-    ok = (limit >= 1) & (book.scored + candidates <= s.max_scored)
+    ok = (limit >= 1) & (book.scored + candidates <= s.scored_budget)
     return limit, ok[live.prompt]
 
 
@@ -265,8 +276,8 @@ class StepOptions:
     dvts: bool = control(False, "diverse verifier tree search: n / m independent subtrees")
     sample_seed: int | None = control(None, "the seed of the sampled segments", metavar="S")
     top_p: float = control(1.0, "nucleus filtering of the sampled segments", metavar="P")
-    max_tokens: int | None = control(None, "per prompt, the most tokens generated (model rows)", metavar="T")
-    max_scored: int | None = control(None, "per prompt, the most candidates scored", metavar="C")
+    token_budget: int | None = control(None, "per prompt, the most tokens generated (model rows)", metavar="T")
+    scored_budget: int | None = control(None, "per prompt, the most candidates scored", metavar="C")
 
 
 def _fixed_batch(step_fn: StepFn, init_state: Any, prompts: list[list[int]], max_rows: int,
