@@ -86,9 +86,13 @@ def test_the_adapter_carries_each_partial_solution_and_matches_full_recomputatio
 
 
 def by_hand(model, row, label, transform, pooled):
+    """The row alone through the model, its logits at the last token by hand: a sequence
+    classifier's head applied to the last hidden state, a token classifier's last position."""
     with torch.no_grad():
-        out = model(torch.tensor([row])).logits
-    x = (out[0] if pooled else out[0, -1]).double().tolist()
+        if pooled:
+            x = model.score(model.transformer(torch.tensor([row])).last_hidden_state[0, -1]).double().tolist()
+        else:
+            x = model(torch.tensor([row])).logits[0, -1].double().tolist()
     if transform == "softmax":
         top = max(x)
         z = sum(math.exp(v - top) for v in x)
@@ -121,7 +125,15 @@ def test_reward_scorer_refusals():
     seq.config.pad_token_id = None
     with pytest.raises(ValueError, match="pad_token_id"):
         RewardScorer(seq)
-    with pytest.raises(ValueError, match="ends with the pad id"):
-        RewardScorer(reward_model())([[5]], [[PAD]])
+
+
+
+def test_a_row_ending_with_the_pad_id_is_read_at_its_last_token():
+    """eos often doubles as the pad id: a finished solution then ends with it, and the sequence
+    classifier must still pool there (not at the last token before it, as its search over ids would)."""
+    model = reward_model("sequence", 1)
+    got = RewardScorer(model)([[5, 6], [9]], [[4, PAD], [7, 8, 9, PAD]])
+    want = [by_hand(model, row, 0, "sigmoid", True) for row in ([5, 6, 4, PAD], [9, 7, 8, 9, PAD])]
+    assert got.tolist() == pytest.approx(want, abs=FLOAT32)
     with pytest.raises(ValueError, match="prompts"):
         RewardScorer(reward_model())([[5]], [[VOCAB]])

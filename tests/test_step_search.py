@@ -316,3 +316,28 @@ def test_decode_mode_step_equals_step_search_on_each_line_alone(tmp_path, monkey
         code = main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out), *argv])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_take_state_leaves_the_state_as_it_was():
+    """take_state gives rows of a state without touching it, even when the state holds a cache type
+    whose select_state reorders in place (it is copied first, by its concat_state)."""
+    from beamsearch import concat_state, select_state
+    from beamsearch.core.state import take_state
+
+    class InPlace:
+        def __init__(self, rows):
+            self.rows = rows
+
+    @select_state.register(InPlace)
+    def _(cache, idx):
+        cache.rows = cache.rows[np.asarray(idx)]  # in place, as the Hugging Face adapter's cache
+        return cache
+
+    @concat_state.register(InPlace)
+    def _(states):
+        return InPlace(np.concatenate([s.rows for s in states]))
+
+    state = (np.arange(4) * 10, InPlace(np.arange(4) + 100))
+    taken = take_state(state, [3, 1, 1])
+    assert taken[0].tolist() == [30, 10, 10] and taken[1].rows.tolist() == [103, 101, 101]
+    assert state[0].tolist() == [0, 10, 20, 30] and state[1].rows.tolist() == [100, 101, 102, 103]

@@ -26,10 +26,12 @@ class RewardScorer:
     Each candidate's row is ``prompt + partial_solution + step_tag``; the rows are left-padded
     into one batch (``batch_rows`` at a time) with an attention mask and each row's own positions,
     so every row's last token sits at the last column: a sequence-classification model pools
-    there (its ``config.pad_token_id`` must be set, and no row may end with it), a
+    there (its ``config.pad_token_id`` must be set, as ``transformers`` requires for batches), a
     token-classification model's logits are read there. The score is ``transform`` of the logits
     ``[C, labels]`` at that token: ``"sigmoid"`` of column ``label``, ``"softmax"`` over the
-    labels at ``label``, or the ``"logit"`` itself.
+    labels at ``label``, or the ``"logit"`` itself. (A sequence classifier is given the rows'
+    embeddings, so that it pools at the last column even where a row ends with the pad id, as a
+    finished solution does when eos doubles as pad.)
 
     Args:
         model: a ``...ForSequenceClassification`` or ``...ForTokenClassification`` model, in eval
@@ -63,9 +65,6 @@ class RewardScorer:
         """float64 ``[C]``: each candidate's score (see the class)."""
         rows = [list(p) + list(s) + self.step_tag for p, s in zip(prompts, partial_solutions)]
         in_vocab(self.model, rows, "prompts + partial_solutions")
-        if self.pooled and any(r[-1] == self.pad for r in rows):
-            raise ValueError(f"a row ends with the pad id {self.pad}: a sequence-classification model cannot pool "
-                             "there; give a step_tag")
         size = self.batch_rows or max(len(rows), 1)
         parts = [self._logits(rows[i : i + size]) for i in range(0, len(rows), size)]
         logits = torch.cat(parts) if parts else torch.zeros(0, int(self.model.config.num_labels))
@@ -82,8 +81,12 @@ class RewardScorer:
             ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
             mask[i, width - len(r):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        return out if self.pooled else out[:, -1]
+        if not self.pooled:
+            return self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+        # given embeddings, a sequence classifier pools at the last column: every row's last token,
+        # even one that is the pad id (an eos that doubles as pad), which its search over ids would skip
+        embeds = self.model.get_input_embeddings()(ids)
+        return self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions).logits
 
     def _read(self, logits: torch.Tensor) -> np.ndarray:
         if self.transform == "softmax":

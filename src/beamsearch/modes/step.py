@@ -125,7 +125,9 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
         pad_token_id: fills :meth:`BatchResults.arrays`.
         **controls: the shared keywords of :func:`beamsearch.beam_search_batch`
             (``eos_token_id`` and ``max_steps``, the segment limit, required; ``stop_sequences``
-            are the step delimiters); those in ``_REFUSED`` are a TypeError saying why.
+            are the step delimiters); ``beam_size``, ``n_best``, ``early_stop``, ``alpha``,
+            ``length_penalty``, ``prefix``, ``return_token_logprobs``, ``callback``, ``trace`` and
+            ``trace_width`` are a TypeError saying why.
 
     Returns:
         A :class:`StepResults`: per prompt its :class:`StepSolution` objects, best first, and what
@@ -296,6 +298,5 @@ def _report(results: StepResults, i: int) -> dict[str, Any]:
 STEP = Mode("step", "step search: segments scored by a verifier, the best go on (records add each output's step "
                     "scores and the model calls, tokens and scorer calls spent)", step_search, batch=_fixed_batch,
             report=_report, options=StepOptions, rows=lambda keywords: keywords.get("n", StepOptions.n),
-            refused={k: v for k, v in _REFUSED.items() if k not in ("callback", "trace", "trace_width")},
-            sizes=("pad_token_id",))
+            refused=_REFUSED, sizes=("pad_token_id",))
 """Step search (:func:`step_search`), in fixed batches (a round waits for all its prompts' segments)."""
