@@ -23,8 +23,8 @@ TRANSFORMS = ("sigmoid", "softmax", "logit")
 class RewardScorer:
     """``scorer(prompts, partial_solutions) -> float64 [C]`` from a reward model.
 
-    Each candidate's row is ``prompt + partial_solution + step_tag``; the rows are left-padded
-    into one batch (``batch_rows`` at a time) with an attention mask and each row's own positions,
+    Each candidate's row is ``prompt + partial_solution + step_tag``; the rows, ordered by length,
+    are left-padded into batches of ``batch_rows`` with an attention mask and each row's own positions,
     so every row's last token sits at the last column: a sequence-classification model pools
     there (its ``config.pad_token_id`` must be set, as ``transformers`` requires for batches), a
     token-classification model's logits are read there. The score is ``transform`` of the logits
@@ -40,11 +40,11 @@ class RewardScorer:
         label: the column read; default the last one.
         transform: ``"sigmoid"``, ``"softmax"`` or ``"logit"``; default ``"sigmoid"`` for a
             one-label model, ``"softmax"`` otherwise.
-        batch_rows: the most rows per model call (None: all candidates in one call).
+        batch_rows: the most rows per model call (rows of like lengths share a call: little padding).
     """
 
     def __init__(self, model: Any, *, step_tag: Sequence[int] = (), label: int | None = None,
-                 transform: str | None = None, batch_rows: int | None = None) -> None:
+                 transform: str | None = None, batch_rows: int = 64) -> None:
         labels = int(model.config.num_labels)
         self.model, self.step_tag = model, check.token_list("step_tag", step_tag, allow_empty=True)
         self.label = labels - 1 if label is None else check.integer("label", label)
@@ -53,7 +53,7 @@ class RewardScorer:
         self.transform = transform or ("sigmoid" if labels == 1 else "softmax")
         if self.transform not in TRANSFORMS:
             raise ValueError(f"transform must be one of {', '.join(TRANSFORMS)}; got {transform!r}")
-        self.batch_rows = None if batch_rows is None else check.at_least("batch_rows", batch_rows, 1)
+        self.batch_rows = check.at_least("batch_rows", batch_rows, 1)
         self.pooled = type(model).__name__.endswith("ForSequenceClassification")
         pad = getattr(model.config, "pad_token_id", None)
         if self.pooled and pad is None:
@@ -65,10 +65,14 @@ class RewardScorer:
         """float64 ``[C]``: each candidate's score (see the class)."""
         rows = [list(p) + list(s) + self.step_tag for p, s in zip(prompts, partial_solutions)]
         in_vocab(self.model, rows, "prompts + partial_solutions")
-        size = self.batch_rows or max(len(rows), 1)
-        parts = [self._logits(rows[i : i + size]) for i in range(0, len(rows), size)]
-        logits = torch.cat(parts) if parts else torch.zeros(0, int(self.model.config.num_labels))
-        return self._read(logits.double())
+        order = sorted(range(len(rows)), key=lambda j: len(rows[j]))  # rows of like lengths together: less padding
+        size = self.batch_rows
+        parts = [self._logits([rows[j] for j in order[i : i + size]]) for i in range(0, len(rows), size)]
+        if not parts:
+            return np.zeros(0)
+        logits = torch.empty((len(rows), parts[0].shape[1]), dtype=torch.float64)
+        logits[torch.tensor(order)] = torch.cat(parts).double().cpu()
+        return self._read(logits)
 
     @inference
     def _logits(self, rows: list[list[int]]) -> torch.Tensor:
