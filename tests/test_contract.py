@@ -64,7 +64,7 @@ SIGNATURES = [(n, t) for n, t in _signatures() if _resolve(n) is not None]
 def test_the_contract_writes_out_the_public_searches():
     names = {n for n, _ in SIGNATURES}
     assert {"beam_search", "greedy_decode", "beam_search_batch", "score_sequences", "constrained_beam_search",
-            "diverse_beam_search", "stochastic_beam_search", "exact_search", "viz.to_html"} <= names
+            "diverse_beam_search", "stochastic_beam_search", "exact_search", "step_search", "viz.to_html"} <= names
 
 
 @pytest.mark.parametrize("name,text", SIGNATURES, ids=[f"{n}:{i}" for i, (n, _) in enumerate(SIGNATURES)])
@@ -98,10 +98,12 @@ def _refused_lists() -> dict[str, set[str]]:
 def test_the_contract_lists_what_each_mode_refuses_as_the_code_does():
     import beamsearch.modes.constrained as constrained
     import beamsearch.modes.exact as exact
+    import beamsearch.modes.step as step
     import beamsearch.modes.stochastic as stochastic
     import beamsearch.modes.transformers_beam as transformers_beam
 
     written = _refused_lists()
     assert written == {"constrained_beam_search": set(constrained._REFUSED), "diverse_beam_search": set(),
                        "stochastic_beam_search": set(stochastic._REFUSED), "exact_search": set(exact._REFUSED),
-                       "transformers_beam_search": set(transformers_beam._REFUSED)}
+                       "transformers_beam_search": set(transformers_beam._REFUSED),
+                       "step_search": set(step._REFUSED)}

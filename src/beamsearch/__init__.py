@@ -12,6 +12,7 @@ from beamsearch.core.score import score_sequences
 from beamsearch.modes.beam import beam_search, beam_search_batch, beam_search_each, greedy_decode
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
+from beamsearch.modes.step import StepResults, StepSolution, step_search
 from beamsearch.core.trace import StepRecord
 from beamsearch.modes.transformers_beam import transformers_beam_search
 from beamsearch.viz import Trace
@@ -23,6 +24,8 @@ __all__ = [
     "ExactResults",
     "Hypothesis",
     "StepRecord",
+    "StepResults",
+    "StepSolution",
     "StochasticResults",
     "TokenLogprobHypothesis",
     "Trace",
@@ -39,6 +42,7 @@ __all__ = [
     "pad_axis",
     "score_sequences",
     "select_state",
+    "step_search",
     "stochastic_beam_search",
     "transformers_beam_search",
 ]

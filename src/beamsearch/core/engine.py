@@ -32,7 +32,7 @@ from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
 from beamsearch.controls import Controls
 from beamsearch.core.select import StepScores, Terminals
-from beamsearch.core.state import select_state
+from beamsearch.core.state import select_state, take_state
 from beamsearch.strategies import Selection, Strategy
 from beamsearch.processors import RowCarrier, StepContext
 
@@ -45,11 +45,17 @@ _NO_PAIRS = np.zeros(0, np.int64)
 class Outcome:
     """What a search leaves for its result builder: every hypothesis that ended, in production
     order, the trail their paths are rebuilt from, and the strategy's state after the last step
-    (what a mode reports beside its results, such as stochastic beam search's kappa)."""
+    (what a mode reports beside its results, such as stochastic beam search's kappa).
+
+    ``model_states`` (only when :func:`run` is asked to keep them): the model state rows of every
+    ended hypothesis, one state per step at which some ended, in production order (joined with
+    ``concat_state`` their rows align with ``ended``): row h is what the next call would take to
+    continue hypothesis h, whose last token is its ``y_prev``."""
 
     ended: Ended
     trail: Trail
     state: Any = None
+    model_states: tuple[Any, ...] = ()
 
 
 class Observer(Protocol):
@@ -64,7 +70,7 @@ class Observer(Protocol):
 
 
 def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: Strategy,
-        controls: Controls, *, observer: Observer | None = None) -> Outcome:
+        controls: Controls, *, observer: Observer | None = None, keep_states: bool = False) -> Outcome:
     """Run a search.
 
     Args:
@@ -74,6 +80,9 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         strategy: the selection rule.
         controls: eos ids, per-input ``max_steps``, processors, masks, stop sequences.
         observer: None, or an :class:`Observer` called around each step's selection.
+        keep_states: keep the model state rows of the hypotheses that end (``Outcome.model_states``,
+            taken with :func:`~beamsearch.core.state.take_state`, which leaves the live rows' state
+            as it was), so that a caller can continue them (step search's next segment).
 
     Returns:
         An :class:`Outcome`.
@@ -87,6 +96,8 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         logits, new_state = model_checks.step_output(step_fn(state, y_prev))
         rows = search.beam.size
         parent = search.advance(logits)
+        if keep_states:
+            search.keep_states(new_state, index)
         beam = search.beam
         if beam.size == 0:
             break
@@ -117,6 +128,8 @@ class Search:
         self.state = strategy.start(n_inputs)
         self.step = 0
         self._ended: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []
+        self._fresh: list[tuple[Beam, Candidates, int, bool | np.ndarray]] = []  # what ended at the last step
+        self._states: list[Any] = []
         self._vocab: int | None = None
         self._scratch: Any = None
 
@@ -138,11 +151,19 @@ class Search:
         self._scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
         self.beam, parent, done = advance(self.beam, selection, self.step, self.controls, self.trail)
         self._ended.extend(done)
+        self._fresh = done
         return parent
+
+    def keep_states(self, new_state: Any, index: Callable[[np.ndarray], Any]) -> None:
+        """Keep the rows of ``new_state`` (the last call's) of the hypotheses that ended at the last
+        step, in production order (``new_state`` is left as it was for the live rows' reorder)."""
+        if self._fresh:
+            rows = np.concatenate([chosen.parent for _, chosen, _, _ in self._fresh])
+            self._states.append(take_state(new_state, index(rows)))
 
     def outcome(self) -> Outcome:
         """Everything that ended so far (all of the search's hypotheses once it is over)."""
-        return Outcome(Ended.concat(self._ended), self.trail, self.state)
+        return Outcome(Ended.concat(self._ended), self.trail, self.state, tuple(self._states))
 
 
 def reorder(new_state: Any, parent: np.ndarray, rows: int, index: Callable[[np.ndarray], Any]) -> Any:

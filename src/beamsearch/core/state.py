@@ -22,7 +22,7 @@ import numpy as np
 
 from beamsearch.backends import backend_of, index_like
 
-__all__ = ["concat_state", "pad_axis", "select_state"]
+__all__ = ["concat_state", "pad_axis", "select_state", "take_state"]
 
 
 @functools.singledispatch
@@ -182,6 +182,29 @@ def copy_if_shared(state: Any) -> Any:
     object) may be reordered and extended in place by the search and the model, so a state read
     more than once is copied first. Plain arrays are never changed in place: no copy."""
     return concat_state([state]) if has_registered_leaf(state) else state
+
+
+@functools.singledispatch
+def take_state(state: Any, idx: Any) -> Any:
+    """Rows ``idx`` of ``state`` (as :func:`select_state`), leaving ``state`` as it was.
+
+    ``select_state`` may reorder a cache object in place (the search owns its state, and the
+    Hugging Face adapter's cache is reordered where it lies); ``take_state`` is for a copy of some
+    rows beside the state that goes on (step search keeps the rows of the segments that end while
+    the others continue). A state without a leaf of a registered type is gathered by
+    ``select_state`` (a gather copies); one with such a leaf is copied first
+    (:func:`copy_if_shared`), unless its type registers a cheaper way:
+    ``@take_state.register(cls)`` on a function ``(obj, idx) -> obj``.
+
+    Args:
+        state: a state (rows on axis 0 of every array leaf).
+        idx: array-like of row indices ``[k']``, rows may repeat.
+
+    Returns:
+        A state of the same structure with ``[k', ...]`` array leaves, sharing nothing that a
+        later ``select_state`` or model call on ``state`` changes in place.
+    """
+    return select_state(copy_if_shared(state), idx)
 
 
 def _same_structure(states: list, what: str) -> None:

@@ -46,6 +46,8 @@ The package's modules, by concern (each importing only those above it):
   :func:`saved_generation_config`); :mod:`beamsearch.hf.keywords`: what ``generate`` does with
   each of ``model.generate``'s keywords; :mod:`beamsearch.hf.calls` and
   :mod:`beamsearch.hf.outputs`: ``generate``'s calling conventions and outputs;
+- :mod:`beamsearch.hf.reward`: a reward model (sequence or token classification) as step search's
+  scorer (:class:`RewardScorer`);
 - :mod:`beamsearch.hf.custom`: the search behind ``model.generate(custom_generate=...)``
   (:func:`custom_generate`, :data:`CUSTOM_GENERATE_DIR`).
 """
@@ -58,6 +60,7 @@ from beamsearch.hf.custom import CUSTOM_GENERATE_DIR, custom_generate
 from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_generation_config, search_settings
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.states import Prepared, joinable
+from beamsearch.hf.reward import RewardScorer
 
-__all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "causal_lm", "generate", "joinable", "other_settings",
+__all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer", "causal_lm", "generate", "joinable", "other_settings",
            "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]

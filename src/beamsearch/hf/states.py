@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
-from beamsearch.core.state import concat_state, pad_axis, select_state
+from beamsearch.core.state import concat_state, pad_axis, select_state, take_state
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference, plain_layer, reorder_in_place, settled
 from beamsearch.hf.shared import SharedPromptCache, joined_shared
 
@@ -114,6 +114,21 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
                        None if state.pending is None else state.pending.index_select(0, idx), source)
+
+
+@take_state.register(CausalState)
+@inference
+def _take_causal_state(state: CausalState, idx: Any) -> CausalState:
+    """Rows ``idx`` of the adapter's state in a new state, ``state`` left as it was: the cache's
+    rows gathered into new tensors (only the filled columns), the rows' masks, positions, prefill
+    logits and inputs taken likewise (step search keeps the rows of segments that end)."""
+    idx = torch.as_tensor(idx, device=state.mask.device)
+    cache = select_state(state.cache, idx)  # a DynamicCache's selection builds a new cache
+    mask, columns = _drop_leading(cache, state.mask.index_select(0, idx), state.columns)
+    return CausalState(cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
+                       None if state.first is None else state.first.index_select(0, idx),
+                       None if state.pending is None else state.pending.index_select(0, idx),
+                       state.source.index_select(0, idx))
 
 
 def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple[torch.Tensor, int]:

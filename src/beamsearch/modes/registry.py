@@ -16,6 +16,7 @@ from beamsearch.modes.constrained import CONSTRAINED
 from beamsearch.modes.diverse import DIVERSE
 from beamsearch.modes.exact import EXACT
 from beamsearch.modes.stochastic import STOCHASTIC
+from beamsearch.modes.step import STEP
 from beamsearch.modes.transformers_beam import TRANSFORMERS
 
 __all__ = ["MODES", "mode", "register"]
@@ -55,3 +56,4 @@ register(DIVERSE)
 register(STOCHASTIC)
 register(EXACT)
 register(TRANSFORMERS)
+register(STEP)

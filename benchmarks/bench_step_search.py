@@ -1,0 +1,191 @@
+"""Step search: ``beamsearch.step_search`` against a search-and-learn-style loop, side by side.
+
+The loop is what Hugging Face's search-and-learn does (its beam search with a process reward
+model), on ``transformers``: one prompt at a time; per round one ``model.generate`` call
+(``do_sample=True``) for that prompt's candidates (round 1: the prompt n times; later: each of the
+n / m partial solutions kept, m times), stopped per row at the step delimiter or eos, each row's
+segment cut at the first of them; then one reward-model call for those candidates; the n / m best
+unfinished (by the last step's score) go on, the finished are collected. Ours: every prompt at
+once, one model call per token step for every segment of every prompt, one reward-model call per
+round, each partial solution's KV cache carried (the loop re-feeds prompt + partial solution at
+every round).
+
+Same budget and the same outputs' distribution on both sides: the same random-weight GPT-2
+(``--layers`` x ``--width``, V = ``--vocab``) with the same logit bias (the delimiter +4, eos +2,
+so that segments end at both; applied as a processor on both sides), temperature 1, no top-k or
+top-p, the same segment limit, n, m and rounds, and the same random-weight reward model (a GPT-2
+sequence classifier, one label, sigmoid) through :class:`beamsearch.hf.RewardScorer`. One run;
+the two searches alternate over ``--reps`` repetitions and each column is the median.
+
+Columns: prompts per second (both), the ratio (ours over the loop), model rows per call (the
+causal LM's forward calls: rows of the batch, prefill included), the causal LM's forward calls,
+the tokens those calls were fed (prefills and prefixes counted), and the reward-model calls.
+
+    python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds
+    python benchmarks/bench_step_search.py --prompts 8 --reps 1  # a smaller measurement
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import transformers
+
+from beamsearch import step_search
+from beamsearch.hf import RewardScorer, causal_lm
+
+EOS, PAD, DELIM = 2, 0, 13
+
+
+def models(layers: int, width: int, vocab: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The generator and the reward model, random weights from configs (seeded)."""
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=vocab, n_positions=512, n_embd=width, n_layer=layers, n_head=4, bos_token_id=1,
+               eos_token_id=EOS, pad_token_id=PAD)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg)).eval()
+    prm = transformers.GPT2ForSequenceClassification(transformers.GPT2Config(**cfg, num_labels=1)).eval()
+    return lm, prm
+
+
+def bias(vocab: int) -> torch.Tensor:
+    b = torch.zeros(vocab)
+    b[DELIM], b[EOS] = 4.0, 2.0
+    return b
+
+
+class Bias(transformers.LogitsProcessor):
+    """The same bias as a ``generate`` processor."""
+
+    def __init__(self, b: torch.Tensor) -> None:
+        self.b = b
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores + self.b.to(scores.dtype)
+
+
+class AtDelimiter(transformers.StoppingCriteria):
+    """A row stops once its last token is the delimiter (eos stops it by itself)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return input_ids[:, -1] == DELIM
+
+
+class Rows:
+    """Counts the causal LM's forward calls, their rows and the tokens fed."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.calls = self.rows = self.tokens = 0
+        model.register_forward_pre_hook(self.hook, with_kwargs=True)
+
+    def hook(self, module: object, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.calls += 1
+        self.rows += int(ids.shape[0])
+        self.tokens += int(ids.numel())
+
+    def reset(self) -> tuple[int, int, int]:
+        out = (self.calls, self.rows, self.tokens)
+        self.calls = self.rows = self.tokens = 0
+        return out
+
+
+def segment(new: list[int], limit: int) -> list[int]:
+    """A row of ``generate``'s new tokens cut after its first delimiter or eos (at most ``limit``)."""
+    for i, t in enumerate(new[:limit]):
+        if t in (DELIM, EOS):
+            return new[: i + 1]
+    return new[:limit]
+
+
+@torch.inference_mode()
+def loop_one_prompt(lm, scorer, prompt, n, m, rounds, limit, processors) -> list[list[int]]:
+    """search-and-learn's beam search for one prompt: one ``generate`` call per round."""
+    live: list[list[int]] = [[]]
+    done: list[list[int]] = []
+    for r in range(rounds):
+        if not live:
+            break
+        rows = [prompt + p for p in live for _ in range(n if r == 0 else m)]
+        parts = [p for p in live for _ in range(n if r == 0 else m)]
+        width = max(len(x) for x in rows)
+        ids = torch.tensor([[PAD] * (width - len(x)) + x for x in rows])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows])
+        out = lm.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=limit, top_k=0,
+                          top_p=1.0, temperature=1.0, eos_token_id=EOS, pad_token_id=PAD,
+                          logits_processor=processors, stopping_criteria=[AtDelimiter()])
+        cands = [p + segment(o, limit) for p, o in zip(parts, out[:, width:].tolist())]
+        scores = scorer([prompt] * len(cands), cands)
+        going = sorted((i for i, c in enumerate(cands) if c[-1] != EOS), key=lambda i: -scores[i])
+        done += [c for c in cands if c[-1] == EOS]
+        live = [cands[i] for i in going[: n // m]]
+    return done + live
+
+
+def run_loop(lm, scorer, prompts, args, vocab) -> list[list[list[int]]]:
+    processors = transformers.LogitsProcessorList([Bias(bias(vocab))])
+    return [loop_one_prompt(lm, scorer, p, args.n, args.m, args.rounds, args.max_steps, processors) for p in prompts]
+
+
+def run_ours(lm, scorer, prompts, args, vocab, seed):
+    b = bias(vocab)
+    dec = causal_lm(lm, prompts)
+    return step_search(dec.step, dec.init_state, dec.prompts, scorer=scorer, n=args.n, m=args.m, rounds=args.rounds,
+                       sample_seed=seed, eos_token_id=EOS, max_steps=args.max_steps, stop_sequences=[[DELIM]],
+                       logits_processors=[lambda logits, ctx: logits + b.to(logits.dtype)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--n", type=int, default=16)
+    parser.add_argument("--m", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=16, help="the segment limit")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm, prm = models(args.layers, args.width, args.vocab)
+    scorer = RewardScorer(prm)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, args.vocab, (int(torch.randint(8, 25, (1,), generator=gen)),), generator=gen).tolist()
+               for _ in range(args.prompts)]
+    rows = Rows(lm)
+    timed: dict[str, list[float]] = {"loop": [], "ours": []}
+    counts: dict[str, tuple[int, int, int]] = {}
+    for rep in range(args.reps):
+        for name in (("loop", "ours") if rep % 2 == 0 else ("ours", "loop")):
+            torch.manual_seed(rep)
+            start = time.perf_counter()
+            if name == "loop":
+                run_loop(lm, scorer, prompts, args, args.vocab)
+            else:
+                run_ours(lm, scorer, prompts, args, args.vocab, rep)
+            timed[name].append(time.perf_counter() - start)
+            counts[name] = rows.reset()
+    report(args, timed, counts)
+
+
+def report(args: argparse.Namespace, timed: dict[str, list[float]], counts: dict[str, tuple[int, int, int]]) -> None:
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"GPT-2 {args.layers}x{args.width}, V={args.vocab}; {args.prompts} prompts, n={args.n}, m={args.m}, "
+          f"{args.rounds} rounds, segments <= {args.max_steps} tokens; median of {args.reps}")
+    print(f"{'search':<22} {'seconds':>8} {'prompts/s':>10} {'rows/call':>10} {'LM calls':>9} {'tokens fed':>11}")
+    speed = {}
+    for name, label in (("loop", "search-and-learn loop"), ("ours", "step_search")):
+        sec = statistics.median(timed[name])
+        calls, rows, tokens = counts[name]
+        speed[name] = args.prompts / sec
+        print(f"{label:<22} {sec:>8.2f} {speed[name]:>10.2f} {rows / calls:>10.1f} {calls:>9} {tokens:>11}")
+    print(f"ours / loop: {speed['ours'] / speed['loop']:.2f}x prompts per second")
+
+
+if __name__ == "__main__":
+    main()

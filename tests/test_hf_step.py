@@ -1,0 +1,139 @@
+"""step_search with a Hugging Face causal LM through the adapter and a reward model as the scorer:
+the adapter's carried KV cache against full recomputation of every prefix, the rows the model is
+fed (each token once: the prompt at the prefill, then one token per row per call), and
+:class:`RewardScorer` against each candidate run alone through the reward model, read by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
+
+from beamsearch import step_search  # noqa: E402
+from beamsearch.hf import RewardScorer, causal_lm  # noqa: E402
+from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
+from models import object_rows  # noqa: E402
+
+VOCAB, EOS, PAD, DELIM = 61, 3, 0, 7
+PROMPTS = [[5, 17, 33, 8], [9], [40, 2, 11]]
+
+
+def lm(seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    return model.double()
+
+
+def reward_model(kind="sequence", labels=1, seed=1):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD, num_labels=labels)
+    cls = transformers.GPT2ForSequenceClassification if kind == "sequence" else transformers.GPT2ForTokenClassification
+    return cls(cfg).eval()
+
+
+class Recompute:
+    """The reference step: the whole prefix through the model at every call, no cache (the state is
+    each row's prefix)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def init_state(self, prompts):
+        return object_rows([tuple(p[:-1]) for p in prompts])
+
+    @torch.no_grad()
+    def step(self, state, y_prev):
+        prefixes = [p + (int(t),) for p, t in zip(state, y_prev)]
+        logits = torch.stack([self.model(torch.tensor([list(p)])).logits[0, -1] for p in prefixes])
+        return logits, object_rows(prefixes)
+
+
+def common(**kw):
+    args = dict(n=6, m=2, rounds=3, sample_seed=4, eos_token_id=EOS, max_steps=4, stop_sequences=[[DELIM]])
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+def test_the_adapter_carries_each_partial_solution_and_matches_full_recomputation(expansion):
+    model = lm()
+    scorer = RewardScorer(reward_model())
+    fed = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: fed.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    dec = causal_lm(model, PROMPTS)
+    got = step_search(dec.step, dec.init_state, dec.prompts, scorer=scorer, expansion=expansion, **common())
+    hook.remove()
+    ref = Recompute(model)
+    want = step_search(ref.step, ref.init_state(PROMPTS), PROMPTS, scorer=scorer, expansion=expansion, **common())
+    assert_same_hypotheses(got, want, tol=FLOAT32)  # the adapter hands float32 logits
+    assert [[h.segments for h in r] for r in got] == [[h.segments for h in r] for r in want]
+    assert got.info == want.info
+    # the prefill feeds the prompts once; every later call one token per row (no prefix again)
+    assert fed[0] == (3, 4) and all(width == 1 for _, width in fed[1:])
+    first_rows = 3 * (6 if expansion == "sample" else 1)  # round 1's first call: the prefill's logits
+    assert sum(rows for rows, _ in fed[1:]) == sum(x["generated_tokens"] for x in got.info) - first_rows
+    assert len(fed) - 1 == got.model_calls - 1
+
+
+def by_hand(model, row, label, transform, pooled):
+    """The row alone through the model, its logits at the last token by hand: a sequence
+    classifier's head applied to the last hidden state, a token classifier's last position."""
+    with torch.no_grad():
+        if pooled:
+            x = model.score(model.transformer(torch.tensor([row])).last_hidden_state[0, -1]).double().tolist()
+        else:
+            x = model(torch.tensor([row])).logits[0, -1].double().tolist()
+    if transform == "softmax":
+        top = max(x)
+        z = sum(math.exp(v - top) for v in x)
+        return math.exp(x[label] - top) / z
+    return 1 / (1 + math.exp(-x[label])) if transform == "sigmoid" else x[label]
+
+
+@pytest.mark.parametrize("kind, labels, kw", [("sequence", 1, {}), ("sequence", 3, dict(label=1)),
+                                              ("token", 2, {}), ("token", 1, dict(transform="logit")),
+                                              ("token", 2, dict(step_tag=[DELIM, 12], batch_rows=2))])
+def test_reward_scorer_reads_each_row_at_its_last_token(kind, labels, kw):
+    model = reward_model(kind, labels)
+    scorer = RewardScorer(model, **kw)
+    prompts = [[5, 17, 33], [9], [40, 2, 11, 4, 4]]
+    partials = [[1, 2, DELIM], [6, 6, 6, 6, DELIM, 9, DELIM], [EOS]]
+    got = scorer(prompts, partials)
+    label = kw.get("label", labels - 1)
+    transform = kw.get("transform", "sigmoid" if labels == 1 else "softmax")
+    want = [by_hand(model, p + s + kw.get("step_tag", []), label, transform, kind == "sequence")
+            for p, s in zip(prompts, partials)]
+    assert got.dtype == np.float64 and got.tolist() == pytest.approx(want, abs=FLOAT32)
+
+
+def test_reward_scorer_refusals():
+    with pytest.raises(ValueError, match="label must be in"):
+        RewardScorer(reward_model("token", 2), label=2)
+    with pytest.raises(ValueError, match="transform must be one of"):
+        RewardScorer(reward_model(), transform="tanh")
+    seq = reward_model()
+    seq.config.pad_token_id = None
+    with pytest.raises(ValueError, match="pad_token_id"):
+        RewardScorer(seq)
+
+
+
+def test_a_row_ending_with_the_pad_id_is_read_at_its_last_token():
+    """eos often doubles as the pad id: a finished solution then ends with it, and the sequence
+    classifier must still pool there (not at the last token before it, as its search over ids would)."""
+    model = reward_model("sequence", 1)
+    got = RewardScorer(model)([[5, 6], [9]], [[4, PAD], [7, 8, 9, PAD]])
+    want = [by_hand(model, row, 0, "sigmoid", True) for row in ([5, 6, 4, PAD], [9, 7, 8, 9, PAD])]
+    assert got.tolist() == pytest.approx(want, abs=FLOAT32)
+    with pytest.raises(ValueError, match="prompts"):
+        RewardScorer(reward_model())([[5]], [[VOCAB]])

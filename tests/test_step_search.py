@@ -1,0 +1,343 @@
+"""step_search against a plain reference loop written from the method's description (one prompt at a
+time, Python lists, every segment enumerated), a plain inverse-CDF sampler, the exact sampling
+probabilities, itself across backends and batches, DVTS with one subtree, and its budgets."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from beamsearch import step_search
+from beamsearch.strategies.step import aggregate, mix, uniforms
+from approx import FLOAT64, assert_same_hypotheses
+from models import SequenceModel, log_softmax, random_table
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))]
+
+V, EOS, DELIM = 5, 0, 4  # tokens 1, 2, 3 are words; 4 ends a step; 0 ends the solution
+
+
+def scorer(prompts, partials):
+    """A deterministic verifier: a value in (0, 1) from the prompt and the partial solution's tokens."""
+    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials)]
+
+
+def segments_from(table, prefix, limit):
+    """Every segment after ``prefix`` (ending at its first eos or delimiter, or cut at ``limit``
+    tokens) with its logprob and whether it ended by eos or the delimiter, by brute force."""
+    out = []
+    words = [v for v in range(V) if v not in (EOS, DELIM)]
+    for length in range(1, limit + 1):
+        bodies = itertools.product(words, repeat=length - 1)
+        for body in bodies:
+            for end in (EOS, DELIM) + (tuple(words) if length == limit else ()):
+                seg = list(body) + [end]
+                lp = sum(log_softmax(table(tuple(prefix + seg[:i])))[seg[i]] for i in range(len(seg)))
+                out.append((seg, lp, end in (EOS, DELIM)))
+    return out
+
+
+def reference(table, prompt, *, n, m, rounds, limit, how, dvts):
+    """Step search from its description, one prompt, Python lists: round 1 expands the prompt into
+    its n best segments (here: all of them, ranked as a beam ranks them: ended first, then by
+    logprob), each later round every partial solution kept into its m best (all); one score per
+    candidate; finished (eos) ones collected; the n/m best others (DVTS: each subtree's best) go
+    on; at the end the kept ones are results. Ranked by score, logprob, tokens."""
+    live = [([], [], [], 0.0, 0)]  # tokens, segments, step scores, logprob, subtree
+    done = []
+    for r in range(rounds):
+        cands = []
+        for tokens, segs, steps, lp, sub in live:
+            found = sorted(segments_from(table, prompt + tokens, limit), key=lambda x: (not x[2], -x[1]))
+            cands += [(tokens, segs, steps, lp, sub, seg, slp) for seg, slp, _ in found[: n if r == 0 else m]]
+        scores = scorer([prompt] * len(cands), [c[0] + c[5] for c in cands])
+        going = []
+        for c, (tokens, segs, steps, lp, sub, seg, slp) in enumerate(cands):
+            item = (tokens + seg, segs + [seg], steps + [scores[c]], lp + slp, c // m if r == 0 else sub)
+            (done if seg[-1] == EOS else going).append((item, True if seg[-1] == EOS else False))
+        key = lambda x: (-aggregate(x[0][2], how), -x[0][3], x[0][0])  # noqa: E731
+        going = sorted(going, key=key)
+        if dvts:
+            live = [min([g for g in going if g[0][4] == t], key=key)[0] for t in range(n // m)
+                    if any(g[0][4] == t for g in going)]
+        else:
+            live = [g[0] for g in going[: n // m]]
+    results = done + [(x, False) for x in live]
+    results.sort(key=lambda x: (-aggregate(x[0][2], how), -x[0][3], x[0][0]))
+    return [(x[0], x[1], x[2], x[3], aggregate(x[2], how), fin) for x, fin in results]
+
+
+def as_tuples(hyps):
+    return [(h.tokens, h.segments, h.step_scores, h.logprob, h.score, h.finished) for h in hyps]
+
+
+def assert_same(got, want):
+    assert [(g[0], g[1], g[5]) for g in got] == [(w[0], w[1], w[5]) for w in want]
+    assert [g[2] for g in got] == [w[2] for w in want]  # the same scorer on the same lists
+    for i in (3, 4):
+        assert [g[i] for g in got] == pytest.approx([w[i] for w in want], abs=FLOAT64)
+
+
+@pytest.mark.parametrize("how", ["last", "min", "prod", "mean"])
+@pytest.mark.parametrize("dvts", [False, True])
+def test_exhaustive_beam_equals_the_reference_loop(how, dvts):
+    table = random_table(V, 7)
+    prompts = [[1, 2], [3], [2, 2, 1]]
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=20, m=10, rounds=3,
+                      expansion="beam", aggregation=how, dvts=dvts, eos_token_id=EOS, max_steps=2,
+                      stop_sequences=[[DELIM]])
+    for i, prompt in enumerate(prompts):
+        want = reference(table, prompt, n=20, m=10, rounds=3, limit=2, how=how, dvts=dvts)
+        assert_same(as_tuples(got[i]), want)
+        segs = [s for h in got[i] for s in h.segments]
+        assert all(1 <= len(s) <= 2 for s in segs)
+
+
+def plain_sample(table, prompt, key, limit, ends=(EOS, DELIM)):
+    """One segment by inverse-CDF sampling, written out: token t takes the first v whose running
+    probability reaches u_t times the total, u_t = uniforms(key, t)."""
+    seg, lp = [], 0.0
+    for t in range(1, limit + 1):
+        logp = log_softmax(table(tuple(prompt + seg)))
+        probs = [math.exp(x) for x in logp]
+        u = float(uniforms(np.array([key], np.uint64), t)[0])
+        run, pick = 0.0, V - 1
+        for v, p in enumerate(probs):
+            run += p
+            if run >= u * sum(probs):
+                pick = v
+                break
+        seg.append(pick)
+        lp += logp[pick]
+        if pick in ends:
+            break
+    return seg, lp
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_best_of_n_is_n_samples_ranked_by_the_scorer(backend):
+    table = random_table(V, 3)
+    prompts = [[1], [2, 3]]
+    model = SequenceModel(table, backend=backend)
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=6, m=1, rounds=1,
+                      sample_seed=11, eos_token_id=EOS, max_steps=6)
+    for i, prompt in enumerate(prompts):
+        base = int(mix(11, *prompt))
+        samples = []
+        for c in range(6):
+            samples.append(plain_sample(table, prompt, int(mix(base, 0, c)), 6, ends=(EOS,)))
+        scores = scorer([prompt] * 6, [s for s, _ in samples])
+        want = sorted(zip(scores, samples), key=lambda x: (-x[0], -x[1][1], x[1][0]))
+        assert [h.tokens for h in got[i]] == [s[0] for _, s in want]
+        assert [h.score for h in got[i]] == [sc for sc, _ in want]
+        assert [h.logprob for h in got[i]] == pytest.approx([s[1] for _, s in want], abs=FLOAT64)
+        assert [h.finished for h in got[i]] == [s[0][-1] == EOS for _, s in want]
+        assert got.info[i]["scored"] == 6 and got.info[i]["rounds"] == 1
+
+
+def test_sampled_segments_follow_the_model_distribution():
+    """One-token segments from one prompt: the frequencies of 3000 samples against the exact
+    probabilities (each within 4.5 standard deviations)."""
+    probs = np.array([0.1, 0.45, 0.05, 0.3, 0.1])
+    table = lambda prefix: np.log(probs)  # noqa: E731
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=lambda p, s: [0.0] * len(s), n=3000,
+                      sample_seed=5, eos_token_id=EOS, max_steps=1)
+    counts = np.bincount([h.tokens[0] for h in got[0]], minlength=V)
+    sd = np.sqrt(3000 * probs * (1 - probs))
+    assert (np.abs(counts - 3000 * probs) <= 4.5 * sd).all(), counts
+
+
+def run_sampled(backend, prompts, **kw):
+    model = SequenceModel(random_table(V, 5), backend=backend)
+    args = dict(scorer=scorer, n=8, m=2, rounds=3, sample_seed=3, eos_token_id=EOS, max_steps=3,
+                stop_sequences=[[DELIM]], temperature=0.9, top_p=0.95)
+    args.update(kw)
+    return step_search(model.step, model.init_state(prompts), prompts, **args)
+
+
+@pytest.mark.skipif(torch is None, reason="no torch")
+@pytest.mark.parametrize("dvts", [False, True])
+def test_same_seed_same_solutions_numpy_torch_alone_or_batched(dvts):
+    prompts = [[1, 2], [3], [2, 2, 1]]
+    batched = run_sampled("numpy", prompts, dvts=dvts)
+    assert_same_hypotheses(run_sampled("torch", prompts, dvts=dvts), batched)
+    for i, p in enumerate(prompts):
+        for backend in ("numpy", "torch"):
+            alone = run_sampled(backend, [p], dvts=dvts)
+            assert_same_hypotheses(alone, [batched[i]])
+            assert [h.segments for h in alone[0]] == [h.segments for h in batched[i]]
+    assert [h.tokens for h in run_sampled("numpy", prompts, sample_seed=4)[0]] != [h.tokens for h in batched[0]]
+
+
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+@pytest.mark.parametrize("how", ["last", "min"])
+def test_dvts_with_one_subtree_is_step_search_with_n_equal_m(expansion, how):
+    prompts = [[1, 2], [3]]
+    one = run_sampled("numpy", prompts, n=3, m=3, dvts=True, expansion=expansion, aggregation=how)
+    plain = run_sampled("numpy", prompts, n=3, m=3, dvts=False, expansion=expansion, aggregation=how)
+    assert [as_tuples(x) for x in one] == [as_tuples(x) for x in plain]
+    assert one.info == plain.info
+
+
+def rows_fed(model, prompts):
+    """Per prompt, the rows the model was called with (each prompt is told by its tokens)."""
+    out = [0] * len(prompts)
+    for call in model.calls:
+        for prefix in call:
+            out[[i for i, p in enumerate(prompts) if tuple(p) == prefix[: len(p)]][0]] += 1
+    return out
+
+
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+@pytest.mark.parametrize("budget", [dict(token_budget=7), dict(token_budget=40), dict(scored_budget=9), dict(rounds=2),
+                                    dict(token_budget=25, scored_budget=20)])
+def test_budgets_are_never_exceeded_and_count_what_the_model_did(expansion, budget):
+    prompts = [[1, 2], [3, 3, 3]]
+    model = SequenceModel(random_table(V, 9))
+    args = dict(scorer=scorer, n=4, m=2, rounds=5, sample_seed=1, eos_token_id=EOS, max_steps=4,
+                stop_sequences=[[DELIM]], expansion=expansion)
+    args.update(budget)
+    got = step_search(model.step, model.init_state(prompts), prompts, **args)
+    fed = rows_fed(model, prompts)
+    for i in range(2):
+        info = got.info[i]
+        assert info["generated_tokens"] == fed[i]
+        assert info["generated_tokens"] <= budget.get("token_budget", 10**9)
+        assert info["scored"] <= budget.get("scored_budget", 10**9)
+        assert info["rounds"] <= args["rounds"] and info["scorer_calls"] == info["rounds"]
+        assert all(len(h.segments) <= info["rounds"] for h in got[i])
+    assert got.model_calls == len(model.calls)
+    assert got.scorer_calls == max(x["rounds"] for x in got.info)
+
+
+def test_expansions_share_the_prefix_no_row_is_fed_twice():
+    """Every row the model is called with feeds one new token of one candidate: the rows fed equal
+    the tokens of every candidate's newest segment, summed over the rounds (a prefix fed again, or
+    one fed per expansion, would add rows); the m expansions of a partial solution start from its
+    state copied by select_state: the first call of round 2 feeds each kept partial solution's last
+    token m times, on its state (prompt + partial solution, nothing re-run)."""
+    prompts = [[1, 2], [3]]
+    model = SequenceModel(random_table(V, 4))
+    seen = []
+
+    def recording(p, s):
+        seen.append([tuple(a) + tuple(b) for a, b in zip(p, s)])  # prompt + partial solution
+        return scorer(p, s)
+
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=recording, n=6, m=3, rounds=3,
+                      sample_seed=2, eos_token_id=EOS, max_steps=3, stop_sequences=[[DELIM]])
+    new_tokens = 0
+    for r, batch in enumerate(seen):
+        before = [tuple(p) for p in prompts] if r == 0 else seen[r - 1]
+        for s in batch:
+            new_tokens += len(s) - max(len(b) for b in before if s[: len(b)] == b and len(b) < len(s))
+    assert sum(len(c) for c in model.calls) == new_tokens == sum(x["generated_tokens"] for x in got.info)
+    calls_in_round_1 = max(len(s) - len(p) for s in seen[0] for p in prompts if s[: len(p)] == tuple(p))
+    parents = sorted({b for s in seen[1] for b in seen[0] if s[: len(b)] == b})
+    assert sorted(model.calls[calls_in_round_1]) == sorted(b for b in parents for _ in range(3))
+    assert len(seen[1]) == 3 * len(parents)
+
+
+def test_step_scores_aggregate_by_hand():
+    assert aggregate([0.5, 0.2, 0.9], "last") == 0.9
+    assert aggregate([0.5, 0.2, 0.9], "min") == 0.2
+    assert aggregate([0.5, 0.2, 0.9], "prod") == pytest.approx(0.09)
+    assert aggregate([0.5, 0.2, 0.9], "mean") == pytest.approx(1.6 / 3)
+
+
+@pytest.mark.parametrize("kw, error, text", [
+    (dict(n=6, m=4), ValueError, "n must be a multiple of m"),
+    (dict(n=0), ValueError, "n must be >= 1"),
+    (dict(expansion="greedy"), ValueError, "expansion must be one of"),
+    (dict(aggregation="max"), ValueError, "aggregation must be one of"),
+    (dict(scorer=3), TypeError, "scorer must be callable"),
+    (dict(scorer="nomodule"), ValueError, "module:function"),
+    (dict(scorer="no_such_module_x:f"), ValueError, "cannot be imported"),
+    (dict(token_budget=0), ValueError, "token_budget must be >= 1"),
+    (dict(beam_size=3), TypeError, "beam_size"),
+    (dict(top_p=0.0), ValueError, "top_p"),
+    (dict(scorer=lambda p, s: [1.0]), ValueError, "shape"),
+    (dict(scorer=lambda p, s: [float("nan")] * len(s)), ValueError, "NaN"),
+])
+def test_bad_arguments_are_named(kw, error, text):
+    model = SequenceModel(random_table(V, 1))
+    args = dict(scorer=scorer, n=4, m=2, eos_token_id=EOS, max_steps=3)
+    args.update(kw)
+    with pytest.raises(error, match=text):
+        step_search(model.step, model.init_state([[1], [2]]), [[1], [2]], **args)
+
+
+SCORER_MODULE = '''
+def score(prompts, partials):
+    return [((sum((i + 1) * t for i, t in enumerate(s)) * 31) % 97 + 1) / 98 for s in partials]
+'''
+
+
+def test_decode_mode_step_equals_step_search_on_each_line_alone(tmp_path, monkeypatch, capsys):
+    import json
+
+    from beamsearch import corpus
+    from beamsearch.cli import main
+
+    (tmp_path / "line_scorer.py").write_text(SCORER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    texts = ["hello", "beam search", "x"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    out = tmp_path / "out.jsonl"
+    flags = ["--mode", "step", "--scorer", "line_scorer:score", "--n", "4", "--m", "2", "--rounds", "3",
+             "--max-steps", "3", "--sample-seed", "5", "--stop-sequences", "a", "--aggregation", "min"]
+    assert main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out), *flags]) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    model = corpus.toy_model()
+    import line_scorer
+
+    for r in records:
+        alone = step_search(model.step, model.make_state([{"source": r["input"]}]), [[model.bos]],
+                            scorer=line_scorer.score, n=4, m=2, rounds=3, max_steps=3, sample_seed=5,
+                            eos_token_id=model.eos, stop_sequences=[model.tokens("a")], aggregation="min")
+        assert [(h["tokens"], h["finished"], h["score"]) for h in r["nbest"]] == \
+            [(h.tokens, h.finished, h.score) for h in alone[0]]
+        assert r["step_scores"] == [h.step_scores for h in alone[0]]
+        assert {k: r[k] for k in alone.info[0]} == alone.info[0]
+    for argv, message in ((["--mode", "step", "--max-steps", "3"], "mode 'step' needs --scorer"),
+                          (["--mode", "step", "--scorer", "no_such_mod:f", "--max-steps", "3"], "cannot be imported"),
+                          (["--mode", "step", "--scorer", "line_scorer:score", "--n", "3", "--m", "2",
+                            "--max-steps", "3"], "n must be a multiple of m")):
+        code = main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out), *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_take_state_leaves_the_state_as_it_was():
+    """take_state gives rows of a state without touching it, even when the state holds a cache type
+    whose select_state reorders in place (it is copied first, by its concat_state)."""
+    from beamsearch import concat_state, select_state
+    from beamsearch.core.state import take_state
+
+    class InPlace:
+        def __init__(self, rows):
+            self.rows = rows
+
+    @select_state.register(InPlace)
+    def _(cache, idx):
+        cache.rows = cache.rows[np.asarray(idx)]  # in place, as the Hugging Face adapter's cache
+        return cache
+
+    @concat_state.register(InPlace)
+    def _(states):
+        return InPlace(np.concatenate([s.rows for s in states]))
+
+    state = (np.arange(4) * 10, InPlace(np.arange(4) + 100))
+    taken = take_state(state, [3, 1, 1])
+    assert taken[0].tolist() == [30, 10, 10] and taken[1].rows.tolist() == [103, 101, 101]
+    assert state[0].tolist() == [0, 10, 20, 30] and state[1].rows.tolist() == [100, 101, 102, 103]
