@@ -218,6 +218,19 @@ def test_every_mode_gives_the_same_hypotheses_with_a_shared_prompt_cache(kw):
     assert_same_hypotheses(got, want, tol=FLOAT32)
 
 
+def test_a_catalogue_over_a_shared_prompt_cache_equals_the_copying_caches():
+    """Generative retrieval as issue 24 puts it together: a catalogue (items sharing prefixes, one
+    a prefix of another) over the shared prompt cache gives the copying caches' hypotheses, each a
+    catalogue item then eos."""
+    model = build("gpt2", eos_bias=-30.0)
+    items = [[40, 41, 42], [40, 41], [40, 43, 44, 45], [50, 51], [52, 53, 54]]
+    kw = dict(num_beams=6, num_return_sequences=4, max_new_tokens=6, catalogue=items)
+    want = generate(model, PROMPTS, **kw).hypotheses
+    got = generate(model, PROMPTS, share_prompt_cache=True, **kw).hypotheses
+    assert_same_hypotheses(got, want, tol=FLOAT32)
+    assert all(h.tokens[:-1] in items and h.tokens[-1] in EOS for hyps in got for h in hyps)
+
+
 def test_the_cache_holds_each_prompt_once_and_each_rows_own_columns():
     """GPT-2 of 2 layers, 4 heads of 8 (d=32), float32, 4 prompts (the widest 7 tokens), beam 8,
     ``max_new_tokens=6``: after 2 fed tokens each layer holds keys and values of the 4 prompts,
