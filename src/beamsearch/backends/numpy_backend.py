@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends.base import NEG_INF
-from beamsearch.backends.bits import byte_bias, exceptions
+from beamsearch.backends.bits import Exceptions, byte_bias, exceptions
 from beamsearch.backends.ties import order_top, take_with_lowest_ties
 
 
@@ -83,6 +83,10 @@ class NumpyBackend:
 
     def keep_bits(self, x: np.ndarray, bits: np.ndarray) -> np.ndarray:
         few = exceptions(bits, x.shape[1])
+        with np.errstate(invalid="ignore"):  # a masked NaN or +inf comes out NaN (Backend.keep_bits)
+            return self._keep_bits(x, bits, few)
+
+    def _keep_bits(self, x: np.ndarray, bits: np.ndarray, few: Exceptions | None) -> np.ndarray:
         if few is None:
             bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
             np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)

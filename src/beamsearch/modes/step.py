@@ -277,7 +277,8 @@ class StepOptions:
     aggregation: str = control("last", "a solution's score from its step scores", choices=AGGREGATIONS)
     dvts: bool = control(False, "diverse verifier tree search: n / m independent subtrees")
     sample_seed: int | None = control(None, "the seed of the sampled segments", metavar="S")
-    top_p: float = control(1.0, "nucleus filtering of the sampled segments", metavar="P")
+    top_p: float = control(1.0, "nucleus filtering of the sampled segments", metavar="P", hf="top_p",
+                           selects_mode=False)  # generate's top_p: the sampled segments' with mode="step"
     token_budget: int | None = control(None, "per prompt, the most tokens generated (model rows)", metavar="T")
     scored_budget: int | None = control(None, "per prompt, the most candidates scored", metavar="C")
 

@@ -76,7 +76,7 @@ def _select_matchers(rows: MatcherRows, idx: Any) -> MatcherRows:
     if hasattr(idx, "detach"):
         idx = idx.detach().cpu().numpy()
     idx = np.asarray(idx, dtype=np.int64)
-    taken = np.zeros(len(rows), dtype=bool)
+    taken = [False] * len(rows)
     out = []
     for i in idx.tolist():  # one object per kept row: a move, or a fork of a parent kept twice
         out.append(rows.matchers[i].deep_copy() if taken[i] else rows.matchers[i])
