@@ -346,3 +346,30 @@ def test_add_rows_casts_the_offset_to_x_dtype_first(name):
     x = as_backend(np.ones((1, 2), np.float32), name)
     got = to_np(backend_of(x).add_rows(x, np.array([2.0 ** -24 + 2.0 ** -50])))
     assert got.dtype == np.float32 and got.tolist() == [[1.0, 1.0]]
+
+
+def test_byte_bias_is_zero_where_the_bit_is_set(monkeypatch):
+    """byte_bias(dtype)[b, j] is 0 where bit j of byte b is set, else -inf, in that dtype; built
+    afresh here (the table is cached per dtype). Reference: each bit read with Python ints."""
+    from beamsearch.backends import bits as packed
+
+    monkeypatch.setattr(packed, "_BIASES", {})
+    for dtype in (np.float32, np.float64):
+        table = packed.byte_bias(dtype)
+        assert table.shape == (256, 8) and table.dtype == dtype
+        want = [[0.0 if (b >> j) & 1 else -np.inf for j in range(8)] for b in range(256)]
+        np.testing.assert_array_equal(table, np.array(want, dtype=dtype))
+        assert packed.byte_bias(dtype) is table  # made once per dtype
+
+
+def test_bit_exceptions_cost_what_the_docstring_says():
+    """exceptions() gives None exactly when its cost exceeds budget * k * width. By hand, k=2
+    rows of width 64 (8 bytes): row 0 mostly kept with one byte not 0xFF (8 entries to expand),
+    row 1 mostly masked with one byte not 0 (the whole row, 64, plus 8): cost 80 = 0.625 * 128."""
+    bits = np.array([[0xFF] * 7 + [0x7F], [0] * 7 + [0x01]], dtype=np.uint8)
+    assert exceptions(bits, 64, budget=80 / 128) is not None  # at the budget: still applied by exceptions
+    assert exceptions(bits, 64, budget=79 / 128) is None
+    assert exceptions(bits, 64, budget=73 / 128) is None
+    few = exceptions(bits, 64, budget=1.0)
+    assert few.masked_rows.tolist() == [0] and few.masked_cols.tolist() == [63]
+    assert few.rows.tolist() == [1] and few.kept_rows.tolist() == [1] and few.kept_cols.tolist() == [56]
