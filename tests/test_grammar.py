@@ -7,6 +7,9 @@ and a matcher replayed from scratch along each row's tokens."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -388,3 +391,35 @@ def test_a_grammar_the_vocabulary_cannot_spell_further_never_allows_eos():
     out = beam_search_batch(step_of(table, "numpy"), np.zeros((1, 1)), [[4]], eos_token_id=EOS, max_steps=16,
                             beam_size=4, n_best=4, logits_processors=[g])
     assert out[0] and all(json.loads(text(h.tokens, vocab))["a"] in (1, 2) for h in out[0] if h.finished)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX")
+def test_a_forked_process_searches_with_the_grammar_as_its_parent(tmp_path):
+    """A process forked after a grammar search (multiprocessing's fork, a pre-forking server)
+    gets its own grammar-engine threads: its search ends, with the parent's results. Both the
+    parallel fill (3 x 30 rows) and the one-thread fill (3 x 2 rows) are run on each side."""
+    grammar = INFINITE["regex"]()
+
+    def search():
+        return [[h.tokens for h in hyps] for beam in (30, 2) for hyps in beam_search_batch(
+            step_of(bigram(4), "numpy"), np.zeros((3, 1)), [[13], [3, 4], [5]], beam_size=beam, n_best=2,
+            logits_processors=[grammar], **COMMON)]
+
+    want = search()
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # the child: write its results, exit without running pytest's teardown
+        try:
+            out.write_text(json.dumps(search()))
+        finally:
+            os._exit(0)
+    for _ in range(300):  # 30 s: a child waiting on its parent's threads never ends
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked process's grammar search did not end in 30 s")
+    assert os.waitstatus_to_exitcode(status) == 0 and json.loads(out.read_text()) == want

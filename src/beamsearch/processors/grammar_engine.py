@@ -11,6 +11,7 @@ why it and not xgrammar is in ``docs/grammar.md``.
 from __future__ import annotations
 
 import json
+import os
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["Compiled", "compile_grammar", "engine", "unpack_bits"]
+__all__ = ["Compiled", "compile_grammar", "engine", "executor", "unpack_bits"]
 
 KINDS = ("json_schema", "lark", "regex")
 _CACHE_SIZE = 64  # compiled grammars kept (least recently used dropped)
@@ -26,6 +27,7 @@ PARALLEL_ROWS = 64  # masks of at least this many rows are filled in parallel (B
 _COMPILED: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
 _TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 _VOCABS: dict[tuple[Any, ...], Any] = {}
+_EXECUTORS: dict[int | None, Any] = {}  # this process's llguidance thread pools, by thread count
 
 
 def engine() -> Any:
@@ -45,17 +47,11 @@ class Compiled:
 
     Attributes:
         root: the llguidance matcher before any token (never advanced itself).
-        executor: the llguidance thread pool the masks of ``PARALLEL_ROWS`` rows or more are filled
-            on; fewer rows are filled on ``serial``, one thread (waking a pool costs more than
-            filling a few masks, and much more on a busy machine).
-        serial: a one-thread llguidance executor.
         n_vocab: the tokenizer's vocabulary size (the bitmask covers ids ``[0, n_vocab)``).
         eos: int64 ``[E]``, the eos ids the grammar allows where it can end.
     """
 
     root: Any
-    executor: Any
-    serial: Any
     n_vocab: int
     eos: np.ndarray
 
@@ -66,8 +62,8 @@ class Compiled:
         llg = engine()
         bits = llg.numpy.allocate_token_bitmask(len(matchers), self.n_vocab)  # --> int32 [k, ceil(n_vocab / 32)]
         if matchers:
-            executor = self.executor if len(matchers) >= PARALLEL_ROWS else self.serial
-            llg.numpy.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], bits)
+            pool = executor(None if len(matchers) >= PARALLEL_ROWS else 1)
+            llg.numpy.fill_next_token_bitmask_par(pool, [(m, i) for i, m in enumerate(matchers)], bits)
         packed = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
         # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
         # into an error state whose mask holds eos: it allows nothing; eos only where it can end
@@ -95,6 +91,26 @@ class Compiled:
         return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist())), bool, len(matchers))
 
 
+def executor(threads: int | None) -> Any:
+    """This process's llguidance executor of ``threads`` threads (None: llguidance's default, 80%
+    of the CPUs up to 32), made on first use. Masks of ``PARALLEL_ROWS`` rows or more are filled
+    on the default one, fewer on one thread (waking a pool costs more than filling a few masks,
+    and much more on a busy machine). An executor's threads do not survive a fork: a child process
+    makes its own (the parent's would wait forever on threads the child does not have)."""
+    pool = _EXECUTORS.get(threads)
+    if pool is None:
+        pool = _EXECUTORS[threads] = engine().LLExecutor(threads)
+    return pool
+
+
+def _forget_executors() -> None:
+    _EXECUTORS.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_executors)
+
+
 def unpack_bits(bits: np.ndarray, n_vocab: int) -> np.ndarray:
     """bool ``[k, n_vocab]`` from a packed mask uint8 ``[k, B]`` (bit j of byte b: token ``8 b + j``)."""
     return np.unpackbits(bits, axis=1, count=n_vocab, bitorder="little").view(bool)
@@ -118,7 +134,7 @@ def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, opt
     root = llg.LLMatcher(lltok, lark_text(llg, kind, source, options), log_level=0)
     if root.is_error():
         raise ValueError(f"{kind} {text!r:.200} is refused by the grammar engine: {root.get_error()}")
-    compiled = Compiled(root, llg.LLExecutor(), llg.LLExecutor(1), int(lltok.vocab_size), eos)
+    compiled = Compiled(root, int(lltok.vocab_size), eos)
     _COMPILED[key] = compiled
     if len(_COMPILED) > _CACHE_SIZE:
         _COMPILED.popitem(last=False)
