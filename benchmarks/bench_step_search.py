@@ -17,9 +17,11 @@ top-p, the same segment limit, n, m and rounds, and the same random-weight rewar
 sequence classifier, one label, sigmoid) through :class:`beamsearch.hf.RewardScorer`. One run;
 the two searches alternate over ``--reps`` repetitions and each column is the median.
 
-Columns: prompts per second (both), the ratio (ours over the loop), model rows per call (the
-causal LM's forward calls: rows of the batch, prefill included), the causal LM's forward calls,
-the tokens those calls were fed (prefills and prefixes counted), and the reward-model calls.
+Columns: seconds and prompts per second (both; the ratio, ours over the loop, below), the seconds
+inside the scorer (the same reward model on the same number of candidates on both sides) and the
+rest (generation and selection; its ratio too), model rows per call (the causal LM's forward
+calls: rows of the batch, prefill included), the causal LM's forward calls, and the tokens those
+calls were fed (prefills and re-fed prefixes counted).
 
     python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds
     python benchmarks/bench_step_search.py --prompts 8 --reps 1  # a smaller measurement
@@ -71,6 +73,24 @@ class AtDelimiter(transformers.StoppingCriteria):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
         return input_ids[:, -1] == DELIM
+
+
+class Timed:
+    """The scorer, with the seconds spent in it."""
+
+    def __init__(self, scorer: RewardScorer) -> None:
+        self.scorer, self.seconds = scorer, 0.0
+
+    def __call__(self, prompts: list, partials: list):
+        start = time.perf_counter()
+        try:
+            return self.scorer(prompts, partials)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def reset(self) -> float:
+        out, self.seconds = self.seconds, 0.0
+        return out
 
 
 class Rows:
@@ -153,12 +173,17 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm, prm = models(args.layers, args.width, args.vocab)
-    scorer = RewardScorer(prm)
+    scorer = Timed(RewardScorer(prm))
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, args.vocab, (int(torch.randint(8, 25, (1,), generator=gen)),), generator=gen).tolist()
                for _ in range(args.prompts)]
     rows = Rows(lm)
+    warm = argparse.Namespace(**{**vars(args), "rounds": 1})
+    run_loop(lm, scorer, prompts[:1], warm, args.vocab)  # first calls (untimed): lazy set-up on both sides
+    run_ours(lm, scorer, prompts[:1], warm, args.vocab, 0)
+    rows.reset(), scorer.reset()
     timed: dict[str, list[float]] = {"loop": [], "ours": []}
+    scoring: dict[str, list[float]] = {"loop": [], "ours": []}
     counts: dict[str, tuple[int, int, int]] = {}
     for rep in range(args.reps):
         for name in (("loop", "ours") if rep % 2 == 0 else ("ours", "loop")):
@@ -169,22 +194,29 @@ def main() -> None:
             else:
                 run_ours(lm, scorer, prompts, args, args.vocab, rep)
             timed[name].append(time.perf_counter() - start)
+            scoring[name].append(scorer.reset())
             counts[name] = rows.reset()
-    report(args, timed, counts)
+    report(args, timed, scoring, counts)
 
 
-def report(args: argparse.Namespace, timed: dict[str, list[float]], counts: dict[str, tuple[int, int, int]]) -> None:
+def report(args: argparse.Namespace, timed: dict[str, list[float]], scoring: dict[str, list[float]],
+           counts: dict[str, tuple[int, int, int]]) -> None:
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"GPT-2 {args.layers}x{args.width}, V={args.vocab}; {args.prompts} prompts, n={args.n}, m={args.m}, "
           f"{args.rounds} rounds, segments <= {args.max_steps} tokens; median of {args.reps}")
-    print(f"{'search':<22} {'seconds':>8} {'prompts/s':>10} {'rows/call':>10} {'LM calls':>9} {'tokens fed':>11}")
-    speed = {}
+    print(f"{'search':<22} {'seconds':>8} {'prompts/s':>10} {'scorer s':>9} {'rest s':>7} {'rows/call':>10} "
+          f"{'LM calls':>9} {'tokens fed':>11}")
+    speed, rest = {}, {}
     for name, label in (("loop", "search-and-learn loop"), ("ours", "step_search")):
         sec = statistics.median(timed[name])
+        score_s = statistics.median(scoring[name])
+        rest[name] = statistics.median(t - s for t, s in zip(timed[name], scoring[name]))
         calls, rows, tokens = counts[name]
         speed[name] = args.prompts / sec
-        print(f"{label:<22} {sec:>8.2f} {speed[name]:>10.2f} {rows / calls:>10.1f} {calls:>9} {tokens:>11}")
-    print(f"ours / loop: {speed['ours'] / speed['loop']:.2f}x prompts per second")
+        print(f"{label:<22} {sec:>8.2f} {speed[name]:>10.2f} {score_s:>9.2f} {rest[name]:>7.2f} {rows / calls:>10.1f} "
+              f"{calls:>9} {tokens:>11}")
+    print(f"ours / loop: {speed['ours'] / speed['loop']:.2f}x prompts per second; "
+          f"{rest['loop'] / rest['ours']:.2f}x outside the scorer (generation and selection)")
 
 
 if __name__ == "__main__":

@@ -341,3 +341,25 @@ def test_take_state_leaves_the_state_as_it_was():
     taken = take_state(state, [3, 1, 1])
     assert taken[0].tolist() == [30, 10, 10] and taken[1].rows.tolist() == [103, 101, 101]
     assert state[0].tolist() == [0, 10, 20, 30] and state[1].rows.tolist() == [100, 101, 102, 103]
+
+
+def test_the_engine_keeps_the_state_rows_of_what_ended():
+    """run(..., keep_states=True): joined, the kept states' rows align with the ended hypotheses, and
+    row h is what continues hypothesis h: its prefix is the prompt and every token but the last
+    (which is the next call's y_prev); the live rows' reorders were not disturbed (the model checks
+    that its state's leaves moved together)."""
+    from beamsearch import concat_state
+    from beamsearch.core.engine import run
+    from beamsearch.modes.beam import beam_plan
+
+    prompts = [[1, 2], [3]]
+    model = SequenceModel(random_table(V, 6))
+    plan = beam_plan(prompts, beam_size=3, n_best=3, eos_token_id=EOS, max_steps=3, stop_sequences=[[DELIM]])
+    outcome = run(model.step, model.init_state(prompts), np.array([2, 3]), plan.strategy, plan.opts.controls,
+                  keep_states=True)
+    joined = concat_state(list(outcome.model_states))
+    tokens, _ = outcome.trail.paths(outcome.ended)
+    assert joined.prefix.shape[0] == outcome.ended.input.shape[0] > 6
+    for h in range(joined.prefix.shape[0]):
+        generated = tokens[h, : outcome.ended.step[h]].tolist()
+        assert joined.prefix[h] == tuple(prompts[outcome.ended.input[h]] + generated[:-1])

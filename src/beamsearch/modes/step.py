@@ -162,14 +162,13 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     given = dict(controls)
     if p < 1:
         given["logits_processors"] = (*given.get("logits_processors", ()), TopP(p))
-    given.pop("max_steps")
-    given["prompts"] = None
+    given.pop("max_steps")  # each round gives each segment its own limit
     ids = opts.prompts
     keys = _keys(ids, rng, sample_seed)
     history = opts.controls.keep_history
     return StepSettings(_scorer(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
                         budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
-                        {k: v for k, v in given.items() if k != "prompts"}, opts.controls.max_steps, ids, history)
+                        given, opts.controls.max_steps, ids, history)
 
 
 def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
