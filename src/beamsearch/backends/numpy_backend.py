@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends.base import NEG_INF
-from beamsearch.backends.bits import Exceptions, byte_bias, exceptions
+from beamsearch.backends.bits import Exceptions, byte_bias, exceptions, row_bias
 from beamsearch.backends.ties import order_top, take_with_lowest_ties
 
 
@@ -92,9 +92,10 @@ class NumpyBackend:
             np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
             return x
         x[few.masked_rows, few.masked_cols] += NEG_INF
-        kept = x[few.kept_rows, few.kept_cols]
-        x[few.rows] += NEG_INF
-        x[few.kept_rows, few.kept_cols] = kept
+        if few.rows.size:
+            kept = x[few.kept_rows, few.kept_cols]
+            x += row_bias(few.rows, x.shape[0]).astype(x.dtype)  # one pass: -inf on those rows, 0 elsewhere
+            x[few.kept_rows, few.kept_cols] = kept
         return x
 
     def keep_only(self, x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from beamsearch.backends.base import NEG_INF
-from beamsearch.backends.bits import byte_bias, exceptions
+from beamsearch.backends.bits import byte_bias, exceptions, row_bias
 from beamsearch.backends.ties import order_top
 
 
@@ -108,8 +108,8 @@ class TorchBackend:
             x.index_put_((r, c), x.new_full((1,), NEG_INF).expand(len(r)), accumulate=True)  # x[r, c] + -inf
         if few.rows.size:
             r, c = self.index(few.kept_rows, x), self.index(few.kept_cols, x)
-            kept, rows = x[r, c], self.index(few.rows, x)
-            x.index_add_(0, rows, x.new_full((1, 1), NEG_INF).expand(len(rows), x.shape[1]))  # no [s, V] copy
+            kept = x[r, c]
+            x.add_(self.from_host(row_bias(few.rows, x.shape[0]), x))  # one pass: -inf on those rows, 0 elsewhere
             x[r, c] = kept
         return x
 
