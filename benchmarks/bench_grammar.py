@@ -13,6 +13,9 @@ last token: only the search and the masks are timed). Every search runs exactly 
 - ``replay``: the same search with a reference that rebuilds each row's matcher from the
   grammar's start along the row's generated tokens at every step (vLLM's approach), then fills
   the same masks;
+- ``engine``: the time inside the grammar engine's calls in the schema's search (every row's mask
+  filled, every row's matcher advanced; forks not counted): what any way of driving the engine
+  pays, so ``(schema - engine) / plain`` is the cost of the rest of the search with its masks;
 - ``late step``: one step late in the search (the median interval between two steps over the
   last 16, from a step callback: the search's setup and results left out).
 
@@ -35,7 +38,9 @@ import numpy as np
 import torch
 
 from beamsearch import beam_search_batch
+from beamsearch.backends.bits import exceptions
 from beamsearch.processors import Grammar
+from beamsearch.processors.grammar_engine import Compiled
 
 SCHEMAS = {
     # the null model's outputs: one string that never closes (one lexeme, however long) ...
@@ -92,7 +97,7 @@ class Replay:
             matchers.append(m)
         bits = self.compiled.fill(matchers)  # --> uint8 [k, B], packed
         bits = np.pad(bits, ((0, 0), (0, max(0, -(-logits.shape[1] // 8) - bits.shape[1]))))
-        return ctx.backend.keep_bits(logits, bits)
+        return ctx.backend.keep_bits(logits, bits, exceptions(bits, logits.shape[1]))
 
 
 def null_model(vocab: int, seed: int = 0):
@@ -120,6 +125,45 @@ def timed(step, n, beam, steps, eos, processors, repeat):
     return 1e3 * best / steps
 
 
+class EngineClock:
+    """Time spent inside the grammar engine's calls (every row's mask filled, every row's matcher
+    advanced): the engine's own work, which any way of driving it pays."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> EngineClock:
+        self.saved = Compiled.fill, Compiled.consume
+        fill, consume = self.saved
+
+        def timed_fill(compiled, matchers):
+            t = time.perf_counter()
+            try:
+                return fill(compiled, matchers)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        def timed_consume(compiled, matchers, tokens):
+            t = time.perf_counter()
+            try:
+                return consume(compiled, matchers, tokens)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        Compiled.fill, Compiled.consume = timed_fill, timed_consume
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Compiled.fill, Compiled.consume = self.saved
+
+
+def engine_ms(step, n, beam, steps, eos, processors) -> float:
+    """ms per step inside the grammar engine, in one search."""
+    with EngineClock() as clock:
+        search(step, n, beam, steps, eos, processors)
+    return 1e3 * clock.seconds / steps
+
+
 def late_step(step, n, beam, steps, eos, processors, repeat, last=16):
     """ms of one step late in the search: the median interval between the callback's calls over
     the search's last ``last`` steps (what a step costs at that output length, without the
@@ -145,8 +189,8 @@ def main() -> None:
     step, eos = null_model(len(tok)), tok.eos_token_id
     short, long = args.steps
     print(f"tokenizer: byte-level BPE, {len(tok)} tokens; N={args.n}; torch {torch.__version__}, 1 thread")
-    print("schema         beam  steps  plain ms/step  schema ms/step  schema/plain  schema late step ms"
-          "  replay late step ms  replay/schema")
+    print("schema         beam  steps  plain ms/step  schema ms/step  engine ms/step  schema/plain"
+          "  (schema - engine)/plain  schema late step ms  replay late step ms  replay/schema")
     for name, schema in SCHEMAS.items():
         grammar = Grammar.json_schema(schema, tok)
         for beam in args.beams:
@@ -155,8 +199,9 @@ def main() -> None:
                 plain = timed(step, args.n, beam, steps, eos, [], args.repeat)
                 constrained = timed(step, args.n, beam, steps, eos, [grammar], args.repeat)
                 late[steps] = late_step(step, args.n, beam, steps, eos, [grammar], args.repeat)
-                row = (f"{name:13s}  {beam:4d}  {steps:5d}  {plain:13.2f}  {constrained:14.2f}  "
-                       f"{constrained / plain:12.2f}  {late[steps]:19.3f}")
+                engine = engine_ms(step, args.n, beam, steps, eos, [grammar])
+                row = (f"{name:13s}  {beam:4d}  {steps:5d}  {plain:13.2f}  {constrained:14.2f}  {engine:14.2f}  "
+                       f"{constrained / plain:12.2f}  {(constrained - engine) / plain:23.2f}  {late[steps]:19.3f}")
                 if steps == long:
                     replay = late_step(step, args.n, beam, steps, eos, [Replay(grammar)], 1)
                     row += f"  {replay:19.3f}  {replay / late[steps]:13.1f}"

@@ -7,6 +7,7 @@ and a matcher replayed from scratch along each row's tokens."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import time
@@ -21,6 +22,7 @@ from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam
 from beamsearch.processors import Grammar, NoRepeatNGram  # noqa: E402
 from beamsearch.processors.grammar_engine import PARALLEL_ROWS  # noqa: E402
 from beamsearch.refill import decode_stream  # noqa: E402
+from approx import FLOAT32, FLOAT64, assert_same_hypotheses  # noqa: E402
 from grammar_oracle import (EOS, all_outputs, allowed, constrained_logp, lark_parser, language,  # noqa: E402
                             regex_parser, schema_parser, text)
 
@@ -423,3 +425,47 @@ def test_a_forked_process_searches_with_the_grammar_as_its_parent(tmp_path):
         os.waitpid(pid, 0)
         pytest.fail("the forked process's grammar search did not end in 30 s")
     assert os.waitstatus_to_exitcode(status) == 0 and json.loads(out.read_text()) == want
+
+
+class ReplayedMask:
+    """The reference for a wide vocabulary: each row's allowed tokens from a matcher replayed
+    along its generated tokens, applied as a plain boolean mask (no carried matcher, no packed
+    bits, no support)."""
+
+    needs_history = False
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
+
+    def __call__(self, logits, ctx):
+        generated = ctx.history[:, ctx.history.shape[1] - (ctx.step - 1):]
+        allowed = np.stack([self.grammar.allowed_after(row) for row in generated.tolist()])
+        return np.where(allowed, logits, -np.inf)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_rows_the_grammar_mostly_masks_are_ranked_by_their_allowed_entries_alone(backend, monkeypatch):
+    """On 1,500 tokens where every row allows a handful, the grammar hands the search its allowed
+    (row, token) pairs and the selection ranks those alone (core.select.best_of_support): the
+    same hypotheses as the grammar's mask replayed and applied densely."""
+    import beamsearch.core.select as select
+
+    rng = np.random.default_rng(5)
+    others = list("cdefghijklmnopqrstuvwxyz")  # tokens the pattern never allows, then a few it does
+    vocab = ["</s>", *("".join(rng.choice(others, size=rng.integers(1, 4))) for _ in range(1489))]
+    for token in ["a", "b", "1", "2", "-", "ab", "b1", "-1", "-2", "12"]:
+        vocab.insert(int(rng.integers(1, len(vocab))), token)
+    table = rng.normal(size=(len(vocab), len(vocab))) * 3
+    grammar = Grammar.regex(r"(ab|b1)+(-[12]+)*", vocab, eos_token_id=0)
+    ranked = []
+    monkeypatch.setattr(select, "best_of_support", lambda *a, _f=select.best_of_support: ranked.append(1) or _f(*a))
+    search = dict(beam_size=6, n_best=6, eos_token_id=0, max_steps=7, alpha=0.0)
+    prompts = [[3], [8], [20]]
+    got = beam_search_batch(step_of(table, backend), np.zeros((3, 1)), prompts, logits_processors=[grammar], **search)
+    assert ranked  # the sparse ranking ran
+    monkeypatch.setattr(select, "best_of_support", lambda *a: pytest.fail("no support without the grammar"))
+    want = beam_search_batch(step_of(table, "numpy"), np.zeros((3, 1)), prompts,
+                             logits_processors=[ReplayedMask(grammar)], **search)
+    assert_same_hypotheses(got, want, tol=FLOAT64 if backend == "numpy" else FLOAT32)
+    assert all(re.fullmatch(r"(ab|b1)+(-[12]+)*", text(h.tokens[:-1], vocab)) for hyps in got for h in hyps
+               if h.finished)

@@ -65,14 +65,15 @@ class Backend(Protocol):
     def fill_columns(self, x: Any, cols: np.ndarray, value: float) -> Any:
         """``x`` with every row's ``cols`` set to ``value``."""
 
-    def keep_bits(self, x: Any, bits: np.ndarray) -> Any:
+    def keep_bits(self, x: Any, bits: np.ndarray, few: Any) -> Any:
         """``x`` with -inf added to every entry whose bit is 0: ``bits`` is a packed mask on the host,
         uint8 ``[k, B]`` with ``8 B >= V``, bit j of byte b (least significant first) column
-        ``8 b + j`` (a grammar engine's int32 bitmask viewed as bytes). Applied on ``x``'s device:
-        ``x + bias`` entry by entry, ``bias`` 0 or -inf (:mod:`beamsearch.backends.bits`): a mask
-        with few exceptions to its rows' majority touches only those entries (and adds -inf over
-        its mostly masked rows); any other is sent as bytes (8 times less than a bool mask),
-        expanded by a 256-entry table and added in one vectorized pass."""
+        ``8 b + j`` (a grammar engine's int32 bitmask viewed as bytes), and ``few`` its
+        :func:`beamsearch.backends.bits.exceptions` (``exceptions(bits, V)``). Applied on ``x``'s
+        device: ``x + bias`` entry by entry, ``bias`` 0 or -inf. With ``few`` only those entries
+        are touched (and one addition of a per-row bias masks the mostly masked rows whole); with
+        None the bytes are sent (8 times less than a bool mask), expanded by a 256-entry table and
+        added in one vectorized pass."""
 
     def keep_only(self, x: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
         """``x`` with row ``rows[i]`` set to -inf everywhere but column ``cols[i]``."""

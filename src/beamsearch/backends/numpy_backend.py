@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends.base import NEG_INF
-from beamsearch.backends.bits import Exceptions, byte_bias, exceptions, row_bias
+from beamsearch.backends.bits import Exceptions, byte_bias, row_bias
 from beamsearch.backends.ties import order_top, take_with_lowest_ties
 
 
@@ -81,8 +81,7 @@ class NumpyBackend:
         x[:, cols] = value
         return x
 
-    def keep_bits(self, x: np.ndarray, bits: np.ndarray) -> np.ndarray:
-        few = exceptions(bits, x.shape[1])
+    def keep_bits(self, x: np.ndarray, bits: np.ndarray, few: Exceptions | None) -> np.ndarray:
         with np.errstate(invalid="ignore"):  # a masked NaN or +inf comes out NaN (Backend.keep_bits)
             return self._keep_bits(x, bits, few)
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from beamsearch.backends.base import NEG_INF
-from beamsearch.backends.bits import byte_bias, exceptions, row_bias
+from beamsearch.backends.bits import Exceptions, byte_bias, row_bias
 from beamsearch.backends.ties import order_top
 
 
@@ -94,8 +94,7 @@ class TorchBackend:
             x[:, self.index(cols, x)] = value
         return x
 
-    def keep_bits(self, x: torch.Tensor, bits: np.ndarray) -> torch.Tensor:
-        few = exceptions(bits, x.shape[1])
+    def keep_bits(self, x: torch.Tensor, bits: np.ndarray, few: Exceptions | None) -> torch.Tensor:
         if few is None:
             # an add, not masked_fill_: branch-free (masked_fill_ on the CPU slows down 4x on masks
             # without long runs); the bytes go to x's device and are expanded there

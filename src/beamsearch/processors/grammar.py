@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from beamsearch.backends.bits import exceptions
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state
 from beamsearch.processors._base import RowCarrier, StepContext
@@ -174,7 +175,10 @@ class Grammar(RowCarrier):
         bits = ctx.row_states(self).allowed_bits()  # --> uint8 [k, B], no bit at or past n_vocab
         if 8 * bits.shape[1] < vocab:  # the model's ids past the tokenizer's: never allowed
             bits = np.pad(bits, ((0, 0), (0, -(-vocab // 8) - bits.shape[1])))
-        return ctx.backend.keep_bits(logits, bits)
+        few = exceptions(bits, vocab)
+        if few is not None and few.rows.size == len(bits):  # every row mostly masked: rank its few entries
+            ctx.support = (few.kept_rows, few.kept_cols)
+        return ctx.backend.keep_bits(logits, bits, few)
 
     def allowed_after(self, tokens: Sequence[int]) -> np.ndarray:
         """bool ``[n_vocab]``: the tokens allowed after ``tokens`` by a matcher replayed from the
