@@ -34,6 +34,11 @@ from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_gramma
 
 __all__ = ["Grammar", "MatcherRows"]
 
+SUPPORT_SHARE = 256
+"""The allowed pairs go to the selection (``StepContext.support``, ranked alone by sorting them on
+the host) when they are at most 1/256 of ``[k, V]``: about 125 per row at V = 32,000, where the
+sort costs less than a pass over the array (bench_grammar.py)."""
+
 
 class MatcherRows:
     """The grammar matchers of ``k`` rows (a :class:`~beamsearch.processors.RowStates`).
@@ -176,8 +181,8 @@ class Grammar(RowCarrier):
         if 8 * bits.shape[1] < vocab:  # the model's ids past the tokenizer's: never allowed
             bits = np.pad(bits, ((0, 0), (0, -(-vocab // 8) - bits.shape[1])))
         few = exceptions(bits, vocab)
-        if few is not None and few.rows.size == len(bits):  # every row mostly masked: rank its few entries
-            ctx.support = (few.kept_rows, few.kept_cols)
+        if few is not None and few.rows.size == len(bits) and SUPPORT_SHARE * few.kept_rows.size <= bits.size * 8:
+            ctx.support = (few.kept_rows, few.kept_cols)  # every row allows a handful: they alone are ranked
         return ctx.backend.keep_bits(logits, bits, few)
 
     def allowed_after(self, tokens: Sequence[int]) -> np.ndarray:
