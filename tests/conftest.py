@@ -31,6 +31,29 @@ plus 30 times the clean time of all its tests, which for the engine's functions 
 every test) is most of an hour per hanging mutant."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_caches_under_a_mutant():
+    """mutmut forks each mutant's run from a process that has already run the tests: the caches
+    the package keeps per process (compiled grammars and their tokenizers, mask tables per dtype)
+    would come filled by the unmutated code, and a mutant of the code that fills them would never
+    run. Under a mutant they start empty."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        from beamsearch.backends import bits
+
+        bits._BIASES.clear()
+        try:
+            from beamsearch.backends.torch_backend import TorchBackend
+            from beamsearch.processors import grammar_engine
+
+            TorchBackend._biases.clear()
+            grammar_engine._COMPILED.clear()
+            grammar_engine._VOCABS.clear()
+            grammar_engine._TOKENIZERS.clear()
+        except ImportError:
+            pass
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _cpu_limit_under_a_mutant():
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
