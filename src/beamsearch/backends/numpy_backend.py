@@ -83,18 +83,15 @@ class NumpyBackend:
 
     def keep_bits(self, x: np.ndarray, bits: np.ndarray, few: Exceptions | None) -> np.ndarray:
         with np.errstate(invalid="ignore"):  # a masked NaN or +inf comes out NaN (Backend.keep_bits)
-            return self._keep_bits(x, bits, few)
-
-    def _keep_bits(self, x: np.ndarray, bits: np.ndarray, few: Exceptions | None) -> np.ndarray:
-        if few is None:
-            bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
-            np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
-            return x
-        x[few.masked_rows, few.masked_cols] += NEG_INF
-        if few.rows.size:
-            kept = x[few.kept_rows, few.kept_cols]
-            x += row_bias(few.rows, x.shape[0]).astype(x.dtype)  # one pass: -inf on those rows, 0 elsewhere
-            x[few.kept_rows, few.kept_cols] = kept
+            if few is None:
+                bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
+                np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
+                return x
+            x[few.masked_rows, few.masked_cols] += NEG_INF
+            if few.rows.size:
+                kept = x[few.kept_rows, few.kept_cols]
+                x += row_bias(few.rows, x.shape[0]).astype(x.dtype)  # one pass: -inf on those rows, 0 elsewhere
+                x[few.kept_rows, few.kept_cols] = kept
         return x
 
     def keep_only(self, x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

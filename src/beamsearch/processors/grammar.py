@@ -10,8 +10,10 @@ is ever replayed, so a step costs the same at token 10 as at token 1000.
 
 Per step: every row's allowed tokens are filled into one bitmask by one engine call (in
 parallel), sent packed to the logits' backend (numpy or torch, on their device) and applied there
-in one vectorized pass (``Backend.keep_bits``: -inf added where a bit is 0): a token the grammar does not allow becomes -inf before
+(``Backend.keep_bits``: -inf added where a bit is 0, touching only a row's exceptions where it
+is mostly allowed or mostly masked): a token the grammar does not allow becomes -inf before
 log_softmax, so the search ranks the model's distribution renormalized over the allowed tokens.
+Where every row allows a handful, those pairs alone are ranked (``StepContext.support``).
 An eos id is allowed only where the grammar can end. A row whose grammar allows nothing (a token
 it rejected was forced on it: a forced prefix, a scored target) gets no token and dies.
 

@@ -4,8 +4,8 @@ Three things live here: the llguidance tokenizer of a vocabulary (built once per
 eos ids, cached), the compiled grammar (one llguidance matcher per ``(kind, source, options,
 tokenizer)``, cached; every row's matcher is a copy of it), and the two batched calls of a step:
 every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel from
-``PARALLEL_ROWS`` rows), every row's matcher advanced by its new token. llguidance is the optional extra ``beamsearch[grammar]``;
-why it and not xgrammar is in ``docs/grammar.md``.
+``PARALLEL_ROWS`` rows), every row's matcher advanced by its new token. llguidance is the
+optional extra ``beamsearch[grammar]``; why it and not xgrammar is in ``docs/grammar.md``.
 """
 
 from __future__ import annotations
