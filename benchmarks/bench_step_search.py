@@ -173,15 +173,17 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm, prm = models(args.layers, args.width, args.vocab)
-    scorer = Timed(RewardScorer(prm))
+    # the loop's reward model reads each candidate's whole text, as search-and-learn's does; ours
+    # keeps the rows it read for the next round's candidates, which extend them
+    scorers = {"loop": Timed(RewardScorer(prm, keep_cache=False)), "ours": Timed(RewardScorer(prm))}
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, args.vocab, (int(torch.randint(8, 25, (1,), generator=gen)),), generator=gen).tolist()
                for _ in range(args.prompts)]
     rows = Rows(lm)
     warm = argparse.Namespace(**{**vars(args), "rounds": 1})
-    run_loop(lm, scorer, prompts[:1], warm, args.vocab)  # first calls (untimed): lazy set-up on both sides
-    run_ours(lm, scorer, prompts[:1], warm, args.vocab, 0)
-    rows.reset(), scorer.reset()
+    run_loop(lm, scorers["loop"], prompts[:1], warm, args.vocab)  # first calls (untimed): lazy set-up on both sides
+    run_ours(lm, scorers["ours"], prompts[:1], warm, args.vocab, 0)
+    rows.reset(), [s.reset() for s in scorers.values()]
     timed: dict[str, list[float]] = {"loop": [], "ours": []}
     scoring: dict[str, list[float]] = {"loop": [], "ours": []}
     counts: dict[str, tuple[int, int, int]] = {}
@@ -190,11 +192,11 @@ def main() -> None:
             torch.manual_seed(rep)
             start = time.perf_counter()
             if name == "loop":
-                run_loop(lm, scorer, prompts, args, args.vocab)
+                run_loop(lm, scorers[name], prompts, args, args.vocab)
             else:
-                run_ours(lm, scorer, prompts, args, args.vocab, rep)
+                run_ours(lm, scorers[name], prompts, args, args.vocab, rep)
             timed[name].append(time.perf_counter() - start)
-            scoring[name].append(scorer.reset())
+            scoring[name].append(scorers[name].reset())
             counts[name] = rows.reset()
     report(args, timed, scoring, counts)
 

@@ -16,7 +16,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderC
 from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
-from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference
+from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
                                   position_limit, right_padded, search_eos)
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
@@ -38,18 +38,6 @@ def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
     prepared.forward_seconds += time.perf_counter() - start
     prepared.forward_calls += 1
     return out
-
-
-def _cache_keyword(model: Any) -> str:
-    """The forward's name for the KV cache argument: ``cache`` (transformers >= 5.24; the old
-    ``past_key_values`` is deprecated there), else ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _cache_of(out: Any) -> Any:
-    """The model output's KV cache (``cache`` in newer releases, ``past_key_values`` before)."""
-    cache = getattr(out, "cache", None)
-    return out.past_key_values if cache is None else cache
 
 
 def _logits(out: Any, extra_column: bool) -> torch.Tensor:
@@ -101,7 +89,7 @@ class AdapterStep:
     def __init__(self, prepared: Prepared, model: Any, extra_column: bool, ready: bool) -> None:
         self.prepared, self.model, self.extra_column, self.ready = prepared, model, extra_column, ready
         self.limit = position_limit(model)
-        self.cache_kw = _cache_keyword(model)
+        self.cache_kw = cache_keyword(model)
 
 
 @inference
@@ -155,7 +143,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     prepared = Prepared(None, None, rows, eos)
     lengths = mask.sum(dim=1, keepdim=True)  # --> [N, 1]
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # --> [N, P]
-    cache_kw = _cache_keyword(model)
+    cache_kw = cache_keyword(model)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     width = ids.shape[1]
     layer: Callable[[], DynamicLayer] = (lambda: PromptLayer(capacity)) if keeps_prompt(width, capacity) \
@@ -166,13 +154,13 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
                  **{cache_kw: cache})
     source = torch.arange(len(rows), device=device)
     if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
-        prepared.init_state = CausalState(shared_cache(model, _cache_of(out), mask, capacity),
+        prepared.init_state = CausalState(shared_cache(model, cache_of(out), mask, capacity),
                                           mask.new_ones(len(rows), capacity), lengths[:, 0], 0, longest,
                                           _logits(out, extra), None, source)
         prepared.step = SharedCausalStep(prepared, model, extra, True)
         return prepared
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
-    prepared.init_state = CausalState(_cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
+    prepared.init_state = CausalState(cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
                                       source)
     prepared.step = CausalStep(prepared, model, extra, mask_ready(model, cache))
     return prepared
@@ -216,14 +204,21 @@ class CausalStep(AdapterStep):
             mask = mask.clone()
             mask[:, t] = (~state.pending).to(mask.dtype)
             fed = fed.masked_fill(state.pending, 0)
-        attend = as_4d(mask[:, : t + 1]) if self.ready else mask[:, : t + 1]
+        fed_mask, positions, order = mask, state.positions, state.order
+        if order is not None:  # the cache's rows are in another order: feed them in theirs
+            at = torch.empty_like(order)
+            at[order] = torch.arange(order.shape[0], device=order.device)  # the row in each cache row
+            y_prev, fed_mask, positions = (x.index_select(0, at) for x in (y_prev, mask, positions))
+        attend = as_4d(fed_mask[:, : t + 1]) if self.ready else fed_mask[:, : t + 1]
         out = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
-                           position_ids=state.positions[:, None])
+                           position_ids=positions[:, None])
         logits = _logits(out, self.extra_column)
+        if order is not None:
+            logits = logits.index_select(0, order)
         if state.pending is not None:
             logits = torch.where(state.pending[:, None], state.first, logits)
-        return logits, CausalState(_cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
-                                   None, state.source)
+        return logits, CausalState(cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
+                                   None, state.source, order)
 
     def forward(self, cache: Any, **inputs: Any) -> Any:
         """The model's forward on ``inputs`` with ``cache`` (timed and counted)."""
@@ -334,7 +329,7 @@ class Seq2SeqStep(AdapterStep):
             out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None], **own,
                          **{self.cache_kw: state.cache})
-            return _logits(out, self.extra_column), state._replace(cache=_cache_of(out), fed=state.fed + 1)
+            return _logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=state.fed + 1)
         if not self.can_join:
             raise TypeError(f"rows of {type(self.model).__name__} at different steps cannot share a call: its "
                             "decoder positions cannot be given per row (decode it in fixed batches)")
@@ -346,5 +341,5 @@ class Seq2SeqStep(AdapterStep):
             out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None],
                          decoder_attention_mask=attend, **{self.cache_kw: state.cache})
-        return _logits(out, self.extra_column), state._replace(cache=_cache_of(out), fed=t + 1, mask=mask,
+        return _logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=t + 1, mask=mask,
                                                                positions=state.positions + 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -32,6 +33,18 @@ def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
 
     return inner
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward's name for the KV cache argument: ``cache`` (transformers >= 5.24; the old
+    ``past_key_values`` is deprecated there), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def cache_of(out: Any) -> Any:
+    """The model output's KV cache (``cache`` in newer releases, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
 
 
 class PromptLayer(DynamicLayer):
@@ -93,6 +106,39 @@ class PromptLayer(DynamicLayer):
             for buffer in (self._k, self._v):
                 generated = buffer[:, :, self.prompt : self.length]
                 generated.copy_(generated.index_select(0, idx))
+        self._views()
+
+    @staticmethod
+    def joined(parts: list[tuple[torch.Tensor, torch.Tensor]], room: int) -> PromptLayer:
+        """The rows of several caches' layers in one layer: ``parts`` (keys, values) ``[n_i, heads,
+        t_i, dh]`` each, left-padded with zeros to the longest ``t`` and stacked, written once into
+        buffers with ``room`` more columns (no prompt columns: rows of several searches share none)."""
+        keys, values = parts[0]
+        t, n = max(k.shape[2] for k, _ in parts), sum(k.shape[0] for k, _ in parts)
+        layer = PromptLayer(room)
+        layer.lazy_initialization(keys, values)
+        layer._k, layer._v = (x.new_empty((n, x.shape[1], t + room, x.shape[3])) for x in (keys, values))
+        row = 0
+        for k, v in parts:
+            lead = t - k.shape[2]
+            for buffer, x in ((layer._k, k), (layer._v, v)):
+                buffer[row : row + x.shape[0], :, :lead] = 0
+                buffer[row : row + x.shape[0], :, lead:t] = x
+            row += k.shape[0]
+        layer.length = t
+        layer._views()
+        return layer
+
+    def move_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
+        """Rows ``movers`` (int64 ``[j]``) copied over rows ``holes`` (``[j]``), then only the first
+        ``rows`` rows kept: a selection of distinct rows that copies only the rows that move (the
+        caller keeps which row is where)."""
+        if self._k is None or self._v is None:
+            return
+        if holes.numel():
+            for buffer in (self._k, self._v):
+                buffer[holes, :, : self.length] = buffer[movers, :, : self.length]
+        self._k, self._v = self._k[:rows], self._v[:rows]
         self._views()
 
     def drop_leading(self, columns: int) -> None:
@@ -179,14 +225,18 @@ def _with_keys(layer: Any) -> Any:
 
 @select_state.register(DynamicCache)
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
-    """A new cache whose every layer holds rows ``idx`` of the old one's keys and values."""
-    settled(cache)
+    """A new cache whose every layer holds rows ``idx`` of the old one's keys and values (a
+    reorder waiting in a :class:`DeferredLayer` is composed with ``idx``, not applied to the
+    old cache: only the rows taken are copied)."""
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
         layer_: Any = _with_keys(layer)
         if isinstance(layer_, (PromptLayer, DeferredLayer)):
-            out.layers.append(plain_layer(select_state(layer_.keys, idx), select_state(layer_.values, idx)))
+            rows = idx
+            if isinstance(layer_, DeferredLayer) and layer_.pending is not None and layer_.keys is not None:
+                rows = layer_.pending.index_select(0, torch.as_tensor(idx, device=layer_.pending.device))
+            out.layers.append(plain_layer(select_state(layer_.keys, rows), select_state(layer_.values, rows)))
             continue
         new = copy.copy(layer_)
         if layer_.keys is not None and layer_.keys.dim() > 0:

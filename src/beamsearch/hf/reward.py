@@ -2,20 +2,26 @@
 :class:`RewardScorer`, for a sequence-classification model (an outcome or process reward model
 read at the last token) or a token-classification one (a process reward model read per token),
 the score read at the newest step's delimiter: the last token of prompt + partial solution, or of
-a ``step_tag`` appended to it (the token some process reward models are trained to score at)."""
+a ``step_tag`` appended to it (the token some process reward models are trained to score at).
+A causal reward model keeps the keys and values of the rows it scored, so that a candidate that
+extends one of them (the next round's, of a partial solution kept) feeds only its new segment
+(:class:`KeptRows`)."""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from beamsearch.core import validate as check
-from beamsearch.hf.caches import inference
+from beamsearch.hf.caches import cache_keyword, inference, plain_layer
 from beamsearch.hf.inputs import in_vocab
 
-__all__ = ["RewardScorer"]
+__all__ = ["KeptRows", "RewardScorer"]
 
 TRANSFORMS = ("sigmoid", "softmax", "logit")
 
@@ -33,6 +39,14 @@ class RewardScorer:
     embeddings, so that it pools at the last column even where a row ends with the pad id, as a
     finished solution does when eos doubles as pad.)
 
+    With ``keep_cache``, the keys and values of every row a call scores (without its step tag)
+    are kept until the next call (:class:`KeptRows`), and a row whose prompt and a prefix of whose
+    partial solution were scored by the previous call feeds only the tokens after that prefix, read
+    against the kept ones; a row with no such prefix first has its prompt read once for all the rows
+    that share it. Step search's round r + 1 extends the partial solutions its round r scored, so
+    the reward model reads each token about once instead of once per round. The scores equal a
+    whole row's to float rounding (exactly so only up to it: the model sums in another order).
+
     Args:
         model: a ``...ForSequenceClassification`` or ``...ForTokenClassification`` model, in eval
             mode (random weights are fine for tests).
@@ -41,10 +55,14 @@ class RewardScorer:
         transform: ``"sigmoid"``, ``"softmax"`` or ``"logit"``; default ``"sigmoid"`` for a
             one-label model, ``"softmax"`` otherwise.
         batch_rows: the most rows per model call (rows of like lengths share a call: little padding).
+        keep_cache: keep the rows' keys and values for the next call; default: when the model
+            attends causally with full-attention layers only (a bidirectional encoder's keys depend
+            on the tokens after them; a sliding window keeps its own cache). True on another model
+            is a ValueError.
     """
 
     def __init__(self, model: Any, *, step_tag: Sequence[int] = (), label: int | None = None,
-                 transform: str | None = None, batch_rows: int = 64) -> None:
+                 transform: str | None = None, batch_rows: int = 64, keep_cache: bool | None = None) -> None:
         labels = int(model.config.num_labels)
         self.model, self.step_tag = model, check.token_list("step_tag", step_tag, allow_empty=True)
         self.label = labels - 1 if label is None else check.integer("label", label)
@@ -60,37 +78,82 @@ class RewardScorer:
             raise ValueError("a sequence-classification reward model needs config.pad_token_id (it pools at the last "
                              "token that is not padding); set model.config.pad_token_id")
         self.pad = int(pad) if pad is not None else 0
+        cacheable = causal_full_attention(model)
+        if keep_cache and not cacheable:
+            raise ValueError(f"keep_cache=True needs a reward model that attends causally with full-attention layers "
+                             f"only; this {model.config.model_type} model does not")
+        self.keep_cache = cacheable if keep_cache is None else bool(check.flag("keep_cache", keep_cache))
+        self.kept = KeptRows.empty()
 
     def __call__(self, prompts: Sequence[Sequence[int]], partial_solutions: Sequence[Sequence[int]]) -> np.ndarray:
         """float64 ``[C]``: each candidate's score (see the class)."""
-        rows = [list(p) + list(s) + self.step_tag for p, s in zip(prompts, partial_solutions)]
-        in_vocab(self.model, rows, "prompts + partial_solutions")
-        order = sorted(range(len(rows)), key=lambda j: len(rows[j]))  # rows of like lengths together: less padding
-        size = self.batch_rows
-        parts = [self._logits([rows[j] for j in order[i : i + size]]) for i in range(0, len(rows), size)]
-        if not parts:
+        heads = [list(p) for p in prompts]
+        tails = [list(s) + self.step_tag for s in partial_solutions]
+        in_vocab(self.model, [h + t for h, t in zip(heads, tails)], "prompts + partial_solutions")
+        if not heads:
             return np.zeros(0)
-        logits = torch.empty((len(rows), parts[0].shape[1]), dtype=torch.float64)
-        logits[torch.tensor(order)] = torch.cat(parts).double().cpu()
+        if not self.keep_cache:
+            return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails)], KeptRows.empty()))
+        tag, fresh = len(self.step_tag), KeptRows.empty()
+        rows = [self.kept.row(h, t, tag) for h, t in zip(heads, tails)]
+        unread = list(dict.fromkeys(tuple(h) for h, t, r in zip(heads, tails, rows) if r.at < 0 and h and t))
+        if unread:  # each prompt that no kept row extends, read once for every row that starts with it
+            self._scored([Row(-1, 0, list(p)) for p in unread], self.kept, fresh, [(p, ()) for p in unread])
+            kept = self.kept.joined(fresh)
+            rows = [kept.row(h, t, tag) if r.at < 0 else r for h, t, r in zip(heads, tails, rows)]
+        else:
+            kept = self.kept
+        names = [(tuple(h), tuple(t[: len(t) - tag])) for h, t in zip(heads, tails)]
+        logits = self._scored(rows, kept, fresh, names, tag)
+        self.kept = fresh
         return self._read(logits)
 
+    def _scored(self, rows: list[Row], kept: KeptRows, into: KeptRows | None = None,
+                names: list[tuple[tuple[int, ...], tuple[int, ...]]] | None = None, tag: int = 0) -> torch.Tensor:
+        """float64 ``[C, labels]``: each row's logits at its last token, in batches of rows of like
+        lengths (their kept columns read from ``kept``); with ``into``, each row's keys and values
+        but the last ``tag`` tokens' kept there under ``names[i]``."""
+        order = sorted(range(len(rows)), key=lambda j: (len(rows[j].new), rows[j].past))  # little padding
+        parts = []
+        for i in range(0, len(rows), self.batch_rows):
+            batch = [rows[j] for j in order[i : i + self.batch_rows]]
+            logits, cache = self._logits(batch, kept)
+            parts.append(logits)
+            if into is not None and names is not None:
+                into.add(cache, batch, [names[j] for j in order[i : i + self.batch_rows]], tag)
+        logits = torch.empty((len(rows), parts[0].shape[1]), dtype=torch.float64)
+        logits[torch.tensor(order)] = torch.cat(parts).double().cpu()
+        return logits
+
     @inference
-    def _logits(self, rows: list[list[int]]) -> torch.Tensor:
-        """float ``[c, labels]``: the logits at each row's last token (rows left-padded)."""
+    def _logits(self, rows: list[Row], kept: KeptRows) -> tuple[torch.Tensor, Any]:
+        """float ``[c, labels]``: the logits at each row's last token, and the model's cache
+        (``[c, heads, lead + width, dh]`` a layer; None without ``keep_cache``). Each row's kept
+        columns (``past``, left-padded to the longest, ``lead``) then its new tokens (left-padded to
+        ``width``), so that every row's last token is the last column."""
         device = next(self.model.parameters()).device
-        width = max(len(r) for r in rows)
+        width, lead = max(len(r.new) for r in rows), max(r.past for r in rows)
         ids = torch.full((len(rows), width), self.pad, dtype=torch.long, device=device)
-        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        mask = torch.zeros((len(rows), lead + width), dtype=torch.long, device=device)
         for i, r in enumerate(rows):
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        if not self.pooled:
-            return self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
-        # given embeddings, a sequence classifier pools at the last column: every row's last token,
-        # even one that is the pad id (an eos that doubles as pad), which its search over ids would skip
-        embeds = self.model.get_input_embeddings()(ids)
-        return self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions).logits
+            ids[i, width - len(r.new):] = torch.tensor(r.new, dtype=torch.long)
+            mask[i, lead - r.past : lead] = 1
+            mask[i, lead + width - len(r.new):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:]
+        inputs: dict[str, Any] = dict(attention_mask=mask, position_ids=positions, use_cache=self.keep_cache)
+        cache = None
+        if self.keep_cache:  # the model extends this cache in place (a classifier's output may not return it)
+            cache = DynamicCache(config=self.model.config)
+            inputs[cache_keyword(self.model)] = kept.past(rows, lead, cache) if lead else cache
+        if self.pooled:
+            # given embeddings, a sequence classifier pools at the last column: every row's last token,
+            # even one that is the pad id (an eos that doubles as pad), which its search over ids would skip
+            out = self.model(inputs_embeds=self.model.get_input_embeddings()(ids), **inputs)
+            logits = out.logits
+        else:
+            out = self.model(input_ids=ids, **inputs)
+            logits = out.logits[:, -1]
+        return logits, cache
 
     def _read(self, logits: torch.Tensor) -> np.ndarray:
         if self.transform == "softmax":
@@ -99,3 +162,111 @@ class RewardScorer:
         if self.transform == "sigmoid":
             x = torch.sigmoid(x)
         return x.cpu().numpy()
+
+
+def causal_full_attention(model: Any) -> bool:
+    """Whether ``model`` takes a KV cache and attends causally (every attention module that says
+    so says ``is_causal``) with full-attention cache layers only: then a row's keys and values do
+    not depend on the tokens after it, and can be kept for a row that extends it."""
+    takes = {"cache", "past_key_values"} & set(inspect.signature(model.forward).parameters)
+    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    layers = DynamicCache(config=model.config).layers
+    return bool(takes) and bool(flags) and all(flags) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a reward-model call: ``new`` token ids, read after ``past`` kept columns that
+    start at ``at`` in the kept rows (``at`` -1 and ``past`` 0: none)."""
+
+    at: int
+    past: int
+    new: list[int]
+
+
+class KeptRows:
+    """The keys and values of the rows one call read, by tokens, for the rows of the next call
+    that extend them.
+
+    Per model layer, keys and values ``[1 + T, heads, dh]`` (the kept rows' tokens one after the
+    other; place 0 zeros, the padding of a shorter row's columns), in parts per batch until read;
+    ``index[prompt][partial] = (at, tokens)``: the row ``prompt + partial`` is ``tokens`` places from
+    ``at``."""
+
+    def __init__(self) -> None:
+        self.parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per batch, per layer (keys, values)
+        self.index: dict[tuple[int, ...], dict[tuple[int, ...], tuple[int, int]]] = {}
+        self.size = 1  # places taken, the zeros at 0 included
+        self.store: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.lengths: dict[tuple[int, ...], list[int]] = {}
+
+    @staticmethod
+    def empty() -> KeptRows:
+        return KeptRows()
+
+    def row(self, prompt: list[int], tail: list[int], tag: int) -> Row:
+        """The row ``prompt + tail`` (``tail``: a partial solution and ``tag`` step-tag tokens) read
+        after its longest kept prefix ``prompt + tail[:j]``, ``j <= len(tail) - tag``, that leaves at
+        least one token to read (none kept: the whole row)."""
+        key = tuple(prompt)
+        entries = self.index.get(key)
+        if entries:
+            if key not in self.lengths:
+                self.lengths[key] = sorted({len(k) for k in entries}, reverse=True)
+            for j in self.lengths[key]:
+                if j <= len(tail) - tag and j < len(tail):
+                    hit = entries.get(tuple(tail[:j]))
+                    if hit is not None:
+                        return Row(hit[0], hit[1], tail[j:])
+        return Row(-1, 0, prompt + tail)
+
+    def add(self, cache: Any, rows: list[Row], names: list[tuple[tuple[int, ...], tuple[int, ...]]], tag: int) -> None:
+        """Keep the columns of a call's ``rows`` (its ``cache``, ``[c, heads, lead + width, dh]`` a
+        layer, laid out as :meth:`RewardScorer._logits` feeds them) but each row's last ``tag``, as
+        ``names[i]`` (prompt, partial solution)."""
+        layers = cache.layers
+        columns = layers[0].keys.shape[2]
+        lead = columns - max(len(r.new) for r in rows)
+        past = np.array([r.past for r in rows], np.int64)
+        new = np.array([len(r.new) for r in rows], np.int64)
+        counts = past + new - tag  # --> [c]: each row's columns kept (its step tag's are not)
+        for (prompt, partial), n in zip(names, counts.tolist()):
+            self.index.setdefault(prompt, {})[partial] = (self.size, n)
+            self.size += n
+        which = np.repeat(np.arange(len(rows)), counts)
+        at = np.arange(which.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)  # place within its row
+        p, n = past[which], new[which]
+        where = np.where(at < p, lead - p + at, columns - n + at - p)  # its kept columns, then its new ones
+        device = layers[0].keys.device
+        i_t, c_t = torch.from_numpy(which).to(device), torch.from_numpy(where).to(device)
+        self.parts.append([(layer.keys[i_t, :, c_t], layer.values[i_t, :, c_t]) for layer in layers])
+        self.store, self.lengths = None, {}
+
+    def joined(self, other: KeptRows) -> KeptRows:
+        """These kept rows and ``other``'s, in one (``other``'s places after these)."""
+        out = KeptRows()
+        out.parts, out.size = self.parts + other.parts, self.size + other.size - 1
+        out.index = {p: dict(e) for p, e in self.index.items()}
+        for prompt, entries in other.index.items():
+            mine = out.index.setdefault(prompt, {})
+            for partial, (at, n) in entries.items():
+                mine[partial] = (at + self.size - 1, n)
+        return out
+
+    def past(self, rows: list[Row], lead: int, cache: DynamicCache) -> DynamicCache:
+        """``cache`` holding the rows' kept columns, each row's left-padded with zeros to ``lead``:
+        keys and values ``[c, heads, lead, dh]`` a layer."""
+        if self.store is None:
+            self.store = []
+            for layer in zip(*self.parts):  # per model layer, every batch's (keys, values)
+                zero = torch.zeros_like(layer[0][0][:1])
+                self.store.append((torch.cat([zero] + [k for k, _ in layer]), torch.cat([zero] + [v for _, v in layer])))
+        place = np.zeros((len(rows), lead), np.int64)
+        for i, r in enumerate(rows):
+            place[i, lead - r.past :] = np.arange(r.at, r.at + r.past)
+        idx = torch.from_numpy(place.reshape(-1)).to(self.store[0][0].device)
+        cache.layers = []
+        for keys, values in self.store:
+            k, v = (x.index_select(0, idx).view(len(rows), lead, *x.shape[1:]).transpose(1, 2) for x in (keys, values))
+            cache.layers.append(plain_layer(k, v))
+        return cache

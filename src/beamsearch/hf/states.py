@@ -58,7 +58,10 @@ class CausalState(NamedTuple):
 
     Rows may come from searches joined at different steps (refill, :func:`concat_state`): their
     caches are then aligned by left padding, masked out in ``mask``, and each row keeps its own
-    positions, so the model computes for each row what it computes for it alone."""
+    positions, so the model computes for each row what it computes for it alone. When rows only
+    leave (no row is copied), a cache that holds its rows in place moves only the rows that fill
+    the places of those that left, and ``order`` says where each row's cache row is: the step
+    feeds the cache's rows in their order and hands the logits back in the state's."""
 
     cache: DynamicCache  # per layer, keys and values [k, heads, t, dh]; t = columns
     mask: torch.Tensor  # int64 [k, M], M > t: column j is 0 where cache column j is padding, 1 elsewhere
@@ -68,6 +71,7 @@ class CausalState(NamedTuple):
     first: torch.Tensor | None  # float [k, V]: logits of the prompt's last position, until used
     pending: torch.Tensor | None  # bool [k]: rows whose next logits are ``first`` (None: every row, when first is set)
     source: torch.Tensor  # int64 [k]: the input each row decodes (mask, positions, first, pending depend on it alone)
+    order: torch.Tensor | None = None  # int64 [k]: the cache row of each row (None: row i is cache row i)
 
 
 class Seq2SeqState(NamedTuple):
@@ -105,15 +109,40 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
     idx = torch.as_tensor(idx, device=state.mask.device)
     source = state.source.index_select(0, idx)
     same = source.shape == state.source.shape and torch.equal(source, state.source)
-    reorder_in_place(state.cache, idx, same)
+    rows = idx if state.order is None else state.order.index_select(0, idx)  # --> the cache rows kept
+    order = _compacted(state.cache, rows) if state.order is not None or not same else None
+    if order is None:
+        reorder_in_place(state.cache, rows, same and state.order is None)
     if same:
-        return state
+        return state._replace(order=order)
     if isinstance(state.cache, SharedPromptCache):
         source = state.cache.shared.regroup(source)
     mask, columns = _drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
     return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
-                       None if state.pending is None else state.pending.index_select(0, idx), source)
+                       None if state.pending is None else state.pending.index_select(0, idx), source, order)
+
+
+def _compacted(cache: DynamicCache, rows: torch.Tensor) -> torch.Tensor | None:
+    """Keep cache rows ``rows`` (int64 ``[k']``) by moving only those at ``k'`` or beyond into the
+    places of the rows that leave, when every layer holds its rows in place
+    (:class:`~beamsearch.hf.caches.PromptLayer`) and no row is kept twice. Returns int64 ``[k']``,
+    the cache row of each kept row, or None (nothing done: the caller gathers)."""
+    if isinstance(cache, SharedPromptCache) or not all(isinstance(layer, PromptLayer) for layer in cache.layers):
+        return None
+    k = rows.shape[0]
+    present = torch.zeros(max(k, int(rows.max()) + 1 if k else 0), dtype=torch.bool, device=rows.device)
+    present[rows] = True
+    if int(present.sum()) != k:  # a row kept twice: copies are needed
+        return None
+    far = rows >= k
+    holes = torch.nonzero(~present[:k]).flatten()  # places < k' of rows that leave, as many as rows beyond k'
+    movers = rows[far]
+    for layer in cache.layers:
+        layer.move_rows(holes, movers, k)  # type: ignore[attr-defined]
+    order = rows.clone()
+    order[far] = holes
+    return order
 
 
 @take_state.register(CausalState)
@@ -123,7 +152,8 @@ def _take_causal_state(state: CausalState, idx: Any) -> CausalState:
     rows gathered into new tensors (only the filled columns), the rows' masks, positions, prefill
     logits and inputs taken likewise (step search keeps the rows of segments that end)."""
     idx = torch.as_tensor(idx, device=state.mask.device)
-    cache = select_state(state.cache, idx)  # a DynamicCache's selection builds a new cache
+    rows = idx if state.order is None else state.order.index_select(0, idx)
+    cache = select_state(state.cache, rows)  # a DynamicCache's selection builds a new cache
     mask, columns = _drop_leading(cache, state.mask.index_select(0, idx), state.columns)
     return CausalState(cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
@@ -180,24 +210,27 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
                        first, pending, source)
 
 
+JOIN_ROOM = 16  # columns allocated for the tokens to come in a joined layer whose rows had no room of their own
+
+
 def _joined_cache(states: list[CausalState]) -> DynamicCache:
-    """The states' caches in one: every layer's keys and values left-padded with zeros to the
-    longest and concatenated."""
+    """The states' caches in one: every layer's keys and values (each state's rows in its own
+    order) left-padded with zeros to the longest and stacked; a full-attention layer into a
+    :class:`~beamsearch.hf.caches.PromptLayer` with room for the tokens to come."""
     for s in states:
         settled(s.cache)
     cache = copy.copy(states[0].cache)
     cache.layers = []
     for i, layer in enumerate(states[0].cache.layers):
-        keys = torch.cat(pad_axis([s.cache.layers[i].keys for s in states], 2, 0.0, side="left"))
-        values = torch.cat(pad_axis([s.cache.layers[i].values for s in states], 2, 0.0, side="left"))
-        if isinstance(layer, PromptLayer):  # the rows of several searches share no prompt columns
-            cache.layers.append(plain_layer(keys, values))
-            continue
-        if isinstance(layer, DeferredLayer):
-            cache.layers.append(plain_layer(keys, values, DeferredLayer))
+        parts = [(s.cache.layers[i].keys, s.cache.layers[i].values) if s.order is None else
+                 (s.cache.layers[i].keys.index_select(0, s.order), s.cache.layers[i].values.index_select(0, s.order))
+                 for s in states]
+        if isinstance(layer, (PromptLayer, DeferredLayer)) or type(layer) is DynamicLayer:
+            cache.layers.append(PromptLayer.joined(parts, layer.room if isinstance(layer, PromptLayer) else JOIN_ROOM))
             continue
         new = copy.copy(layer)
-        new.keys, new.values = keys, values
+        new.keys = torch.cat(pad_axis([k for k, _ in parts], 2, 0.0, side="left"))
+        new.values = torch.cat(pad_axis([v for _, v in parts], 2, 0.0, side="left"))
         cache.layers.append(new)
     return cache
 
