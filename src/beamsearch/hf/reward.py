@@ -132,13 +132,13 @@ class RewardScorer:
         columns (``past``, left-padded to the longest, ``lead``) then its new tokens (left-padded to
         ``width``), so that every row's last token is the last column."""
         device = next(self.model.parameters()).device
-        width, lead = max(len(r.new) for r in rows), max(r.past for r in rows)
-        ids = torch.full((len(rows), width), self.pad, dtype=torch.long, device=device)
-        mask = torch.zeros((len(rows), lead + width), dtype=torch.long, device=device)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.new):] = torch.tensor(r.new, dtype=torch.long)
-            mask[i, lead - r.past : lead] = 1
-            mask[i, lead + width - len(r.new):] = 1
+        new, past = (np.array(x, np.int64) for x in ([len(r.new) for r in rows], [r.past for r in rows]))
+        width, lead = int(new.max()), int(past.max())
+        fed = np.arange(width) >= width - new[:, None]  # --> [c, width]: the row's new tokens, at its end
+        ids = np.full(fed.shape, self.pad, np.int64)
+        ids[fed] = np.concatenate([r.new for r in rows])
+        mask = np.concatenate([np.arange(lead) >= lead - past[:, None], fed], axis=1).astype(np.int64)
+        ids, mask = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:]
         inputs: dict[str, Any] = dict(attention_mask=mask, position_ids=positions, use_cache=self.keep_cache)
         cache = None
@@ -261,9 +261,9 @@ class KeptRows:
             for layer in zip(*self.parts):  # per model layer, every batch's (keys, values)
                 zero = torch.zeros_like(layer[0][0][:1])
                 self.store.append((torch.cat([zero] + [k for k, _ in layer]), torch.cat([zero] + [v for _, v in layer])))
-        place = np.zeros((len(rows), lead), np.int64)
-        for i, r in enumerate(rows):
-            place[i, lead - r.past :] = np.arange(r.at, r.at + r.past)
+        at, past = (np.array(x, np.int64)[:, None] for x in ([r.at for r in rows], [r.past for r in rows]))
+        col = np.arange(lead)
+        place = np.where(col >= lead - past, at + col - (lead - past), 0)  # --> [c, lead]: 0, the zeros, before
         idx = torch.from_numpy(place.reshape(-1)).to(self.store[0][0].device)
         cache.layers = []
         for keys, values in self.store:
