@@ -11,19 +11,22 @@ round, each partial solution's KV cache carried (the loop re-feeds prompt + part
 every round).
 
 Same budget and the same outputs' distribution on both sides: the same random-weight GPT-2
-(``--layers`` x ``--width``, V = ``--vocab``) with the same logit bias (the delimiter +4, eos +2,
-so that segments end at both; applied as a processor on both sides), temperature 1, no top-k or
-top-p, the same segment limit, n, m and rounds, and the same random-weight reward model (a GPT-2
-sequence classifier, one label, sigmoid) through :class:`beamsearch.hf.RewardScorer`. One run;
-the two searches alternate over ``--reps`` repetitions and each column is the median.
+(``--layers`` x each of ``--width``, V = ``--vocab``) with the same logit bias (the delimiter +4,
+eos +2, so that segments end at both; applied as a processor on both sides), temperature 1, no
+top-k or top-p, the same segment limit, n, m and rounds, and the same random-weight reward model (a
+GPT-2 sequence classifier of the same size, one label, sigmoid) through
+:class:`beamsearch.hf.RewardScorer`: the loop's with ``keep_cache=False`` (it reads every
+candidate's whole text, as search-and-learn's does), ours keeping the rows it read, which the next
+round's candidates extend. One run; per width, the two searches alternate over ``--reps``
+repetitions and each column is the median.
 
 Columns: seconds and prompts per second (both; the ratio, ours over the loop, below), the seconds
-inside the scorer (the same reward model on the same number of candidates on both sides) and the
-rest (generation and selection; its ratio too), model rows per call (the causal LM's forward
-calls: rows of the batch, prefill included), the causal LM's forward calls, and the tokens those
-calls were fed (prefills and re-fed prefixes counted).
+inside the scorer and the rest (generation and selection; its ratio too), model rows per call (the
+causal LM's forward calls: rows of the batch, prefill included), the causal LM's forward calls,
+and the tokens the causal LM and the reward model computed (prefills, re-fed prefixes and padding
+counted).
 
-    python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds
+    python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds; widths 64, 128, 256
     python benchmarks/bench_step_search.py --prompts 8 --reps 1  # a smaller measurement
 """
 
@@ -94,7 +97,8 @@ class Timed:
 
 
 class Rows:
-    """Counts the causal LM's forward calls, their rows and the tokens fed."""
+    """Counts a model's forward calls, their rows and the tokens fed (columns that are padding
+    for a row count too: what the model computes)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.calls = self.rows = self.tokens = 0
@@ -102,6 +106,8 @@ class Rows:
 
     def hook(self, module: object, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:  # a sequence classifier given embeddings [c, t, d]
+            ids = kwargs["inputs_embeds"][..., 0]
         self.calls += 1
         self.rows += int(ids.shape[0])
         self.tokens += int(ids.numel())
@@ -165,28 +171,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--max-steps", type=int, default=16, help="the segment limit")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--width", type=int, nargs="+", default=[64, 128, 256],
+                        help="model widths (both models), one table row pair each")
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm, prm = models(args.layers, args.width, args.vocab)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"GPT-2 {args.layers} layers, V={args.vocab}; {args.prompts} prompts, n={args.n}, m={args.m}, "
+          f"{args.rounds} rounds, segments <= {args.max_steps} tokens; median of {args.reps}")
+    print(f"{'width':>5} {'search':<22} {'seconds':>8} {'prompts/s':>10} {'scorer s':>9} {'rest s':>7} "
+          f"{'rows/call':>10} {'LM calls':>9} {'LM tokens':>10} {'RM tokens':>10}")
+    for width in args.width:
+        measure(args, width)
+
+
+def measure(args: argparse.Namespace, width: int) -> None:
+    """Both searches on models of ``width``, alternating over ``args.reps`` repetitions."""
+    lm, prm = models(args.layers, width, args.vocab)
     # the loop's reward model reads each candidate's whole text, as search-and-learn's does; ours
     # keeps the rows it read for the next round's candidates, which extend them
     scorers = {"loop": Timed(RewardScorer(prm, keep_cache=False)), "ours": Timed(RewardScorer(prm))}
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, args.vocab, (int(torch.randint(8, 25, (1,), generator=gen)),), generator=gen).tolist()
                for _ in range(args.prompts)]
-    rows = Rows(lm)
+    rows, scored = Rows(lm), Rows(prm)
     warm = argparse.Namespace(**{**vars(args), "rounds": 1})
     run_loop(lm, scorers["loop"], prompts[:1], warm, args.vocab)  # first calls (untimed): lazy set-up on both sides
     run_ours(lm, scorers["ours"], prompts[:1], warm, args.vocab, 0)
-    rows.reset(), [s.reset() for s in scorers.values()]
+    rows.reset(), scored.reset(), [s.reset() for s in scorers.values()]
     timed: dict[str, list[float]] = {"loop": [], "ours": []}
     scoring: dict[str, list[float]] = {"loop": [], "ours": []}
-    counts: dict[str, tuple[int, int, int]] = {}
+    counts: dict[str, tuple[tuple[int, int, int], int]] = {}
     for rep in range(args.reps):
         for name in (("loop", "ours") if rep % 2 == 0 else ("ours", "loop")):
             torch.manual_seed(rep)
@@ -197,27 +215,22 @@ def main() -> None:
                 run_ours(lm, scorers[name], prompts, args, args.vocab, rep)
             timed[name].append(time.perf_counter() - start)
             scoring[name].append(scorers[name].reset())
-            counts[name] = rows.reset()
-    report(args, timed, scoring, counts)
+            counts[name] = (rows.reset(), scored.reset()[2])
+    report(args, width, timed, scoring, counts)
 
 
-def report(args: argparse.Namespace, timed: dict[str, list[float]], scoring: dict[str, list[float]],
-           counts: dict[str, tuple[int, int, int]]) -> None:
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"GPT-2 {args.layers}x{args.width}, V={args.vocab}; {args.prompts} prompts, n={args.n}, m={args.m}, "
-          f"{args.rounds} rounds, segments <= {args.max_steps} tokens; median of {args.reps}")
-    print(f"{'search':<22} {'seconds':>8} {'prompts/s':>10} {'scorer s':>9} {'rest s':>7} {'rows/call':>10} "
-          f"{'LM calls':>9} {'tokens fed':>11}")
+def report(args: argparse.Namespace, width: int, timed: dict[str, list[float]], scoring: dict[str, list[float]],
+           counts: dict[str, tuple[tuple[int, int, int], int]]) -> None:
     speed, rest = {}, {}
     for name, label in (("loop", "search-and-learn loop"), ("ours", "step_search")):
         sec = statistics.median(timed[name])
         score_s = statistics.median(scoring[name])
         rest[name] = statistics.median(t - s for t, s in zip(timed[name], scoring[name]))
-        calls, rows, tokens = counts[name]
+        (calls, rows, tokens), rm_tokens = counts[name]
         speed[name] = args.prompts / sec
-        print(f"{label:<22} {sec:>8.2f} {speed[name]:>10.2f} {score_s:>9.2f} {rest[name]:>7.2f} {rows / calls:>10.1f} "
-              f"{calls:>9} {tokens:>11}")
-    print(f"ours / loop: {speed['ours'] / speed['loop']:.2f}x prompts per second; "
+        print(f"{width:>5} {label:<22} {sec:>8.2f} {speed[name]:>10.2f} {score_s:>9.2f} {rest[name]:>7.2f} "
+              f"{rows / calls:>10.1f} {calls:>9} {tokens:>10} {rm_tokens:>10}")
+    print(f"{width:>5} ours / loop: {speed['ours'] / speed['loop']:.2f}x prompts per second; "
           f"{rest['loop'] / rest['ours']:.2f}x outside the scorer (generation and selection)")
 
 
