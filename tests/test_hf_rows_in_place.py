@@ -66,6 +66,10 @@ def test_rows_kept_in_place_read_their_own_prefix_through_selections_takes_and_j
     idx = [0, 0, 1, 1, 1, 2, 2, 2, 0]
     state, hist = select_state(state, idx), [list(PROMPTS[i]) for i in idx]
     state, hist = check(dec, model, state, hist, rng, 1)
+    state, hist = select_state(state, [8, 8, 0, 3, 2, 5, 7, 1, 6]), [hist[i] for i in [8, 8, 0, 3, 2, 5, 7, 1, 6]]
+    early = take_state(state, [4, 0])  # taken while a reorder may still wait in the layers: composed with it
+    check(dec, model, early, [hist[4], hist[0]], np.random.default_rng(5), 1)
+    state, hist = check(dec, model, state, hist, rng, 1)
     # a join (as refill and step search make): two takes of the rows, in another order
     a, b = [5, 1, 7, 0], [3, 8, 2, 6, 4]
     state = concat_state([take_state(state, a), take_state(state, b)])
