@@ -181,3 +181,31 @@ def test_keep_cache_only_for_causal_full_attention_models():
     assert not RewardScorer(mistral).keep_cache  # a sliding window keeps its own cache
     with pytest.raises(TypeError, match="keep_cache"):
         RewardScorer(reward_model(), keep_cache="yes")
+
+
+def test_kept_rows_stay_within_keep_bytes_and_rows_past_it_are_read_whole():
+    model = reward_model()
+    # GPT-2 2 layers x 32 wide, float32: a column's keys and values cost 2 layers x 2 x 32 x 4 = 512 bytes
+    per_column = 512
+    prompts = [[5, 17, 33], [9], [40, 2, 11, 4, 4]]
+    fed = []
+    model.register_forward_pre_hook(lambda mod, args, kwargs: fed.append(kwargs), with_kwargs=True)
+    for budget, some in ((0, False), (20 * per_column, True)):
+        scorer = RewardScorer(model, keep_bytes=budget)
+        counts = []
+        for heads, tails in random_rounds(np.random.default_rng(2), prompts, 3, 3):
+            fed.clear()
+            got = scorer(heads, tails)
+            counts.append(sum(int(torch.count_nonzero(x["attention_mask"][:, -x["position_ids"].shape[1]:]))
+                              for x in fed))
+            want = [by_hand(model, h + t, 0, "sigmoid", True) for h, t in zip(heads, tails)]
+            assert got.tolist() == pytest.approx(want, abs=FLOAT32)
+            assert scorer.kept.bytes <= budget and (scorer.kept.bytes > 0) == some
+        whole = [sum(len(h) + len(t) for h, t in zip(heads, tails))
+                 for heads, tails in random_rounds(np.random.default_rng(2), prompts, 3, 3)]
+        if some:  # some rows' extensions fed only their new tokens
+            assert any(c < w for c, w in zip(counts[1:], whole[1:]))
+        else:  # nothing kept: every row read whole, no prompt read apart
+            assert counts == whole
+    with pytest.raises(ValueError, match="keep_bytes"):
+        RewardScorer(model, keep_bytes=-1)

@@ -24,6 +24,7 @@ from beamsearch.hf.inputs import in_vocab
 __all__ = ["KeptRows", "RewardScorer"]
 
 TRANSFORMS = ("sigmoid", "softmax", "logit")
+KEEP_BYTES = 2**31  # RewardScorer's default keep_bytes
 
 
 class RewardScorer:
@@ -59,10 +60,14 @@ class RewardScorer:
             attends causally with full-attention layers only (a bidirectional encoder's keys depend
             on the tokens after them; a sliding window keeps its own cache). True on another model
             is a ValueError.
+        keep_bytes: the most bytes of keys and values kept between calls (default 2 GiB: the rows
+            of a call cost ``rows x tokens x layers x 2 x kv width x dtype size``); rows past it are
+            not kept, and the next call reads their extensions whole.
     """
 
     def __init__(self, model: Any, *, step_tag: Sequence[int] = (), label: int | None = None,
-                 transform: str | None = None, batch_rows: int = 64, keep_cache: bool | None = None) -> None:
+                 transform: str | None = None, batch_rows: int = 64, keep_cache: bool | None = None,
+                 keep_bytes: int = KEEP_BYTES) -> None:
         labels = int(model.config.num_labels)
         self.model, self.step_tag = model, check.token_list("step_tag", step_tag, allow_empty=True)
         self.label = labels - 1 if label is None else check.integer("label", label)
@@ -79,10 +84,13 @@ class RewardScorer:
                              "token that is not padding); set model.config.pad_token_id")
         self.pad = int(pad) if pad is not None else 0
         cacheable = causal_full_attention(model)
-        if keep_cache and not cacheable:
+        keep = None if keep_cache is None else check.flag("keep_cache", keep_cache)
+        if keep and not cacheable:
             raise ValueError(f"keep_cache=True needs a reward model that attends causally with full-attention layers "
                              f"only; this {model.config.model_type} model does not")
-        self.keep_cache = cacheable if keep_cache is None else bool(check.flag("keep_cache", keep_cache))
+        self.keep_cache = cacheable if keep is None else keep
+        self.keep_bytes = check.at_least("keep_bytes", keep_bytes, 0)
+        self.keeping = self.keep_cache and self.keep_bytes > 0  # rows' keys and values are kept
         self.kept = KeptRows.empty()
 
     def __call__(self, prompts: Sequence[Sequence[int]], partial_solutions: Sequence[Sequence[int]]) -> np.ndarray:
@@ -92,9 +100,9 @@ class RewardScorer:
         in_vocab(self.model, [h + t for h, t in zip(heads, tails)], "prompts + partial_solutions")
         if not heads:
             return np.zeros(0)
-        if not self.keep_cache:
+        if not self.keeping:
             return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails)], KeptRows.empty()))
-        tag, fresh = len(self.step_tag), KeptRows.empty()
+        tag, fresh = len(self.step_tag), KeptRows.empty(self.keep_bytes)
         rows = [self.kept.row(h, t, tag) for h, t in zip(heads, tails)]
         unread = list(dict.fromkeys(tuple(h) for h, t, r in zip(heads, tails, rows) if r.at < 0 and h and t))
         if unread:  # each prompt that no kept row extends, read once for every row that starts with it
@@ -140,9 +148,9 @@ class RewardScorer:
         mask = np.concatenate([np.arange(lead) >= lead - past[:, None], fed], axis=1).astype(np.int64)
         ids, mask = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:]
-        inputs: dict[str, Any] = dict(attention_mask=mask, position_ids=positions, use_cache=self.keep_cache)
+        inputs: dict[str, Any] = dict(attention_mask=mask, position_ids=positions, use_cache=self.keeping)
         cache = None
-        if self.keep_cache:  # the model extends this cache in place (a classifier's output may not return it)
+        if self.keeping:  # the model extends this cache in place (a classifier's output may not return it)
             cache = DynamicCache(config=self.model.config)
             inputs[cache_keyword(self.model)] = kept.past(rows, lead, cache) if lead else cache
         if self.pooled:
@@ -193,7 +201,9 @@ class KeptRows:
     ``index[prompt][partial] = (at, tokens)``: the row ``prompt + partial`` is ``tokens`` places from
     ``at``."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = 0) -> None:
+        self.budget = budget  # the most bytes of keys and values to keep
+        self.bytes = 0
         self.parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per batch, per layer (keys, values)
         self.index: dict[tuple[int, ...], dict[tuple[int, ...], tuple[int, int]]] = {}
         self.size = 1  # places taken, the zeros at 0 included
@@ -201,8 +211,9 @@ class KeptRows:
         self.lengths: dict[tuple[int, ...], list[int]] = {}
 
     @staticmethod
-    def empty() -> KeptRows:
-        return KeptRows()
+    def empty(budget: int = 0) -> KeptRows:
+        """Nothing kept; rows added later are kept while their keys and values fit ``budget`` bytes."""
+        return KeptRows(budget)
 
     def row(self, prompt: list[int], tail: list[int], tag: int) -> Row:
         """The row ``prompt + tail`` (``tail``: a partial solution and ``tag`` step-tag tokens) read
@@ -230,12 +241,20 @@ class KeptRows:
         past = np.array([r.past for r in rows], np.int64)
         new = np.array([len(r.new) for r in rows], np.int64)
         counts = past + new - tag  # --> [c]: each row's columns kept (its step tag's are not)
-        for (prompt, partial), n in zip(names, counts.tolist()):
+        per_column = sum(2 * layer.keys[0, :, 0].numel() * layer.keys.element_size() for layer in layers)
+        fits = self.bytes + np.cumsum(counts) * per_column <= self.budget  # rows past the budget are not kept
+        kept = np.flatnonzero(fits)  # --> [c']: the rows kept, a first run of them
+        if not kept.size:
+            return
+        past, new, counts = past[kept], new[kept], counts[kept]
+        self.bytes += int(counts.sum()) * per_column
+        for i, n in zip(kept.tolist(), counts.tolist()):
+            prompt, partial = names[i]
             self.index.setdefault(prompt, {})[partial] = (self.size, n)
             self.size += n
-        which = np.repeat(np.arange(len(rows)), counts)
+        which = np.repeat(kept, counts)
         at = np.arange(which.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)  # place within its row
-        p, n = past[which], new[which]
+        p, n = np.repeat(past, counts), np.repeat(new, counts)
         where = np.where(at < p, lead - p + at, columns - n + at - p)  # its kept columns, then its new ones
         device = layers[0].keys.device
         i_t, c_t = torch.from_numpy(which).to(device), torch.from_numpy(where).to(device)
