@@ -1,0 +1,74 @@
+"""constrained_beam_search at the edges its other tests leave: its defaults (one result, plain
+hypotheses, three pruned candidates per row in the trace), early stopping counted in model calls
+on a model worked by hand, rows of constraints that are not lists, and AnyOf's repr."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from beamsearch import AnyOf, constrained_beam_search
+from beamsearch.core.trace import PRUNED, SearchTree
+from models import SequenceModel, random_table
+from test_constrained import _call, best_satisfying, enumerate_finished
+
+
+def fixed(p):
+    logp = np.log(np.asarray(p, dtype=np.float64))
+    return lambda prefix: logp
+
+
+def test_the_defaults_one_result_plain_hypotheses_and_a_trace_of_three():
+    # V = 5, eos 4; an exhaustive beam (every row kept) returns the best satisfying output
+    table = random_table(5, 11, eos=4, eos_shift=0.5)
+    model = SequenceModel(table)
+    tree = SearchTree()
+    got = constrained_beam_search(model.step, model.init_state([[0]]), [[0]], constraints=[[[2, 1]]],
+                                  beam_size=300, eos_token_id=4, max_steps=4, alpha=0.0, trace=tree)
+    assert len(got[0]) == 1 and not hasattr(got[0][0], "token_logprobs")
+    outputs = enumerate_finished(table, [0], 5, eos=4, max_steps=4, alpha=0.0)
+    want = best_satisfying(outputs, [[2, 1]], False)[0]
+    assert got[0][0].tokens == list(want[0])
+    assert got[0][0].logprob == pytest.approx(want[1], abs=1e-9)
+    # V = 5: a row's candidates beyond those kept are pruned, at most 3 of them recorded (the default)
+    small = SearchTree()
+    model = SequenceModel(table)
+    constrained_beam_search(model.step, model.init_state([[0]]), [[0]], constraints=[[[2, 1]]], beam_size=1,
+                            eos_token_id=4, max_steps=3, trace=small)
+    pruned = small.status == PRUNED
+    assert np.bincount(small.parent[pruned], minlength=len(small)).max() == 3
+    one = SearchTree()  # and trace_width is handed on
+    model = SequenceModel(table)
+    constrained_beam_search(model.step, model.init_state([[0]]), [[0]], constraints=[[[2, 1]]], beam_size=1,
+                            eos_token_id=4, max_steps=3, trace=one, trace_width=1)
+    assert np.bincount(one.parent[one.status == PRUNED], minlength=len(one)).max() == 1
+    assert len(tree) > 0
+
+
+def test_early_stop_ends_when_no_live_row_can_win_counted_in_model_calls():
+    # V = 4 {0, 1, 2, eos 3}, p = (.05, .45, .05, .45) after every prefix, constraint [1], beam 2,
+    # alpha 0 (score = logprob). Step 1: [3] does not meet the constraint (discarded); the rows
+    # are [1] (log .45, met) and [0] or [2] (not met). Step 2: [1, 3] finishes with log .45^2; every
+    # live row then has logprob <= log .45^2 and can only fall: the input stops after 2 calls.
+    # (Early stopping is always on in this search: it is lossless.)
+    prompts = [[0]]
+    stopped = SequenceModel(fixed([.05, .45, .05, .45]))
+    got = constrained_beam_search(stopped.step, stopped.init_state(prompts), prompts, constraints=[[[1]]],
+                                  beam_size=2, eos_token_id=3, max_steps=6, alpha=0.0)
+    assert len(stopped.calls) == 2
+    assert got[0][0].tokens == [1, 3] and got[0][0].finished
+    assert got[0][0].logprob == pytest.approx(2 * math.log(.45), abs=1e-12)
+
+
+@pytest.mark.parametrize("row", ["ab", 5, b"xy"])
+def test_a_row_of_constraints_that_is_not_a_list_is_named(row):
+    err, model = _call([row])
+    assert err.type is TypeError
+    assert err.match(r"constraints\[0\] must be a list of phrases and AnyOf")
+    assert model.calls == []
+
+
+def test_anyof_repr_lists_its_phrases():
+    assert repr(AnyOf([1, 2], (3,))) == "AnyOf([1, 2], [3])"
