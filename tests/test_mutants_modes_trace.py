@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from beamsearch import beam_search_batch
+from beamsearch import beam_search_batch, diverse_beam_search
 from beamsearch.controls import Controls
 from beamsearch.core.engine import run
 from beamsearch.core.penalties import length_wu
@@ -205,3 +205,24 @@ def test_a_callback_stop_does_not_drop_an_early_stop_of_the_same_step():
         assert [h.logprob for h in results[i]] == pytest.approx([w[1] for w in want], abs=1e-9)
     assert (trace.status[(trace.input == 2) & (trace.step == 3)] != KEPT).all()
     assert FINISHED in trace.status[trace.input == 2]
+
+
+def test_an_output_ended_once_per_group_is_ranked_in_the_order_its_nodes_were_made():
+    """Diverse search without a penalty: both groups end the same outputs, and the results list
+    each twice; the first of the two results is the node made first (the lower node id)."""
+    table = random_table(V, 3, eos=EOS, eos_shift=1.0)
+    model = SequenceModel(table)
+    trace = Trace()
+    results = diverse_beam_search(model.step, model.init_state(PROMPTS[:2]), PROMPTS[:2], eos_token_id=EOS,
+                                  max_steps=3, num_groups=2, diversity_penalty=0.0, beam_size=4, n_best=4,
+                                  trace=trace)
+    twice = 0
+    for i, hyps in enumerate(results):
+        nodes = trace.results(i).tolist()
+        assert [trace.tokens(v) for v in nodes] == [h.tokens for h in hyps]
+        for a in range(len(nodes)):
+            for b in range(a + 1, len(nodes)):
+                if hyps[a].tokens == hyps[b].tokens:
+                    twice += 1
+                    assert nodes[a] < nodes[b]
+    assert twice >= 2

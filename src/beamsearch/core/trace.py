@@ -368,7 +368,7 @@ def stop_mask(answer: Any, n: int) -> np.ndarray:
         return a.copy()
     if a.ndim > 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"callback must return None, a bool mask [N] or input ids to stop; got {answer!r:.80}")
-    ids = a.reshape(-1).astype(np.int64)
+    ids = a.ravel().astype(np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
         raise ValueError(f"callback returned input ids {ids.tolist()!r:.80}; each must be in [0, {n})")
     stop[ids] = True
