@@ -351,3 +351,19 @@ def test_integer_scores_are_kept_as_reals():
 def test_errors_name_the_parameter_and_value(kw, error, message):
     with pytest.raises(error, match=message):
         search_with(**kw)
+
+
+def test_beam_segments_are_ranked_by_logprob_without_a_length_penalty():
+    """One round, a beam of width 1 (n = m = 1) within a 2-token segment. Prompt [2]: eos first at
+    log-probability -1.0 (p = e**-1); token 1 at p = 0.6, then eos at p = e**-1.05 / 0.6, so the
+    segment [1, 0] has logprob -1.05. Both finish; by logprob [0] is the one segment kept (a length
+    penalty with alpha 1 would prefer [1, 0]: -1.05 / (7 / 6) = -0.9 > -1.0)."""
+    first = np.full(V, (1 - math.exp(-1.0) - 0.6) / 3)
+    first[EOS], first[1] = math.exp(-1.0), 0.6
+    second = np.full(V, (1 - math.exp(-1.05) / 0.6) / 4)
+    second[EOS] = math.exp(-1.05) / 0.6
+    probs = {(2,): first, (2, 1): second}
+    model = SequenceModel(lambda seq: np.log(probs.get(tuple(seq), np.full(V, 1 / V))))
+    got = step_search(model.step, model.init_state([[2]]), [[2]], scorer=scorer, n=1, expansion="beam",
+                      eos_token_id=EOS, max_steps=2)
+    assert [h.tokens for h in got[0]] == [[EOS]] and got[0][0].logprob == pytest.approx(-1.0, abs=1e-12)
