@@ -367,3 +367,15 @@ def test_beam_segments_are_ranked_by_logprob_without_a_length_penalty():
     got = step_search(model.step, model.init_state([[2]]), [[2]], scorer=scorer, n=1, expansion="beam",
                       eos_token_id=EOS, max_steps=2)
     assert [h.tokens for h in got[0]] == [[EOS]] and got[0][0].logprob == pytest.approx(-1.0, abs=1e-12)
+
+
+def test_dvts_subtrees_keep_their_number_after_one_of_them_ends():
+    """eos likely (seed 0, table 2): every candidate of one DVTS subtree (not the last) finishes
+    in an early round, so the kept partial solutions' places are no longer their subtree numbers;
+    the plain loop gives the same solutions."""
+    table = random_table(V, 2, eos=EOS, eos_shift=1.5)
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state([[1, 2]]), [[1, 2]], scorer=scorer, n=6, m=2, rounds=3,
+                      dvts=True, sample_seed=0, eos_token_id=EOS, max_steps=2)
+    want = sampled_reference(table, [1, 2], 0, n=6, m=2, rounds=3, limit=2, how="last", dvts=True)
+    assert_solutions(as_tuples(got[0]), want)
