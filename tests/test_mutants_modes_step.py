@@ -379,3 +379,24 @@ def test_dvts_subtrees_keep_their_number_after_one_of_them_ends():
                       dvts=True, sample_seed=0, eos_token_id=EOS, max_steps=2)
     want = sampled_reference(table, [1, 2], 0, n=6, m=2, rounds=3, limit=2, how="last", dvts=True)
     assert_solutions(as_tuples(got[0]), want)
+
+
+def test_a_prompt_out_of_budget_stops_while_the_other_goes_on():
+    """Token budget 14, sampling, n=2, m=1, max_steps 3. Prompt [1] never ends a segment early:
+    rounds of 2 segments of min(3, left // 2) tokens: 3 (6 rows, 8 left), 3 (6 rows, 2 left), 1 (2
+    rows, 0 left), then none: 3 rounds, 14 rows. Prompt [3] only ever draws the delimiter: 2 rows a
+    round, all 5 rounds (10 rows); its partial solutions keep their own state rows after [1]'s
+    stop: every one is the delimiter 5 times, logprob 0."""
+    def table(seq):
+        if seq[0] == 3:
+            row = np.full(W7, -math.inf)
+            row[DELIM7] = 0.0
+            return row
+        return no_end_table(seq)
+
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state([[1], [3]]), [[1], [3]], scorer=scorer, n=2, rounds=5,
+                      sample_seed=6, eos_token_id=EOS, max_steps=3, stop_sequences=[[DELIM7]], token_budget=14)
+    assert [(x["rounds"], x["generated_tokens"], x["scored"]) for x in got.info] == [(3, 14, 6), (5, 10, 10)]
+    assert all([len(s) for s in h.segments] == [3, 3, 1] and not h.finished for h in got[0]) and len(got[0]) == 2
+    assert [(h.tokens, h.segments, h.logprob) for h in got[1]] == [([DELIM7] * 5, [[DELIM7]] * 5, 0.0)] * 2
