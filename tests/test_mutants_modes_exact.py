@@ -61,3 +61,29 @@ def test_the_modes_report_and_fixed_batch():
     assert EXACT.report(results, 1) == {"proven": True, "expanded": 6}
     tight, _ = run(node_budget=4)
     assert EXACT.report(tight, 0) == {"proven": False, "expanded": 4}
+
+
+def test_the_seed_returns_n_best_outputs_for_the_incumbent_by_hand():
+    """n_best 2, seed beam 2, root row [0.12, 0.8, 0.08]. The seed feeds the root, [1], [2], [1, 1],
+    [1, 2] (5 rows; it stops when its best live row, log .8 + log .8 + log .05 = -3.44, is below
+    its second finished output [0] at log .12 = -2.12); its two outputs [1, 1, 0] and [0] make the
+    incumbent -2.12. Branch and bound feeds the root ([2] at log .08 is below it), [1] ([1, 2] at
+    log .08 too), [1, 1]: 3 rows, 8 in all. With one seed output there would be no incumbent and
+    [2] would be fed as well."""
+    probs = {(): [0.12, 0.8, 0.08], (1,): [0.1, 0.8, 0.1], (1, 1): [0.9, 0.05, 0.05]}
+    model = SequenceModel(lambda seq: np.log(probs.get(tuple(seq[1:]), [1 / 3] * 3)))
+    results = exact_search(model.step, model.init_state([[2]]), [[2]], eos_token_id=0, max_steps=4, alpha=0.0,
+                           seed_beam=2, n_best=2)
+    assert [h.tokens for h in results[0]] == [[1, 1, 0], [0]]
+    assert results.proven[0] and results.expanded[0] == 8 == sum(len(c) for c in model.calls)
+
+
+def test_defaults_seed_beam_four_and_the_state_rows_checked():
+    """A uniform row over 6 tokens (eos 0): the seed's second call holds its 4 live rows."""
+    model = SequenceModel(lambda seq: np.zeros(6))
+    exact_search(model.step, model.init_state([[2]]), [[2]], eos_token_id=0, max_steps=3)
+    assert [len(c) for c in model.calls[:2]] == [1, 4]
+    model = SequenceModel(table)
+    with pytest.raises(ValueError, match=r"^init_state must have 2 rows \(one per input\) on axis 0"):
+        exact_search(model.step, model.init_state([[2], [2], [2]]), [[2], [2]], eos_token_id=0, max_steps=3)
+    assert model.calls == []
