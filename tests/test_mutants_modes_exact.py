@@ -37,6 +37,7 @@ def test_the_seeds_incumbent_prunes_by_hand():
     assert results[0][0].tokens == [1, 1, 0] and results[0][0].logprob == pytest.approx(math.log(0.576), abs=1e-12)
     assert results.proven[0] and results.expanded[0] == 6 == sum(len(c) for c in model.calls)
     assert results.model_calls[0] == 6
+    assert results.proven.dtype == bool and results.model_calls.dtype == results.expanded.dtype == np.int64
 
 
 def test_exact_results_start_empty_with_their_types():
@@ -87,3 +88,19 @@ def test_defaults_seed_beam_four_and_the_state_rows_checked():
     with pytest.raises(ValueError, match=r"^init_state must have 2 rows \(one per input\) on axis 0"):
         exact_search(model.step, model.init_state([[2], [2], [2]]), [[2], [2]], eos_token_id=0, max_steps=3)
     assert model.calls == []
+
+
+def test_an_output_found_by_branch_and_bound_becomes_the_incumbent_by_hand():
+    """Seed beam 1 follows token 1 ([1] at .5 beats [2] at .45; then [1, 1] at .25): its only
+    finished outputs are [0] (.05, log -3.0), [1, 0] and [1, 1, 0], so its incumbent is -3.0 (3 rows).
+    Branch and bound feeds the root, then [1] and [2]; [2, 0] (log .45 * .99 = -0.81) finishes and
+    is the incumbent, so [1, 1] (-1.39) and [1, 2] (-1.50) are not fed: 3 rows, 6 in all (8 if the
+    seed's incumbent stayed)."""
+    probs = {(): [0.05, 0.5, 0.45], (1,): [0.05, 0.5, 0.45], (2,): [0.99, 0.005, 0.005],
+             (1, 1): [0.05, 0.5, 0.45]}
+    model = SequenceModel(lambda seq: np.log(probs.get(tuple(seq[1:]), [1 / 3] * 3)))
+    results = exact_search(model.step, model.init_state([[2]]), [[2]], eos_token_id=0, max_steps=3, alpha=0.0,
+                           seed_beam=1, n_best=1)
+    assert [h.tokens for h in results[0]] == [[2, 0]] and results[0][0].logprob == pytest.approx(
+        math.log(0.45 * 0.99), abs=1e-12)
+    assert results.proven[0] and results.expanded[0] == 6 == sum(len(c) for c in model.calls)
