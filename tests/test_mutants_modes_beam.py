@@ -11,6 +11,7 @@ from beamsearch import beam_search, beam_search_each, greedy_decode
 from beamsearch.core.hypothesis import TokenLogprobHypothesis
 from beamsearch.core.trace import PRUNED
 from beamsearch.modes.beam import greedy_search
+from beamsearch.refill import decode_stream
 from beamsearch.viz import Trace
 from models import PrefixModel, SequenceModel, greedy_oracle, processed_logprobs, random_table
 
@@ -76,3 +77,14 @@ def test_single_input_entry_points_read_three_pruned_per_row_by_default():
         h = greedy_decode(model.step, model.init_state(), 0, EOS, 4, trace=trace, callback=seen.append, **kw)
         assert pruned_per_row(trace) == width and len(seen) == len(model.calls)
         assert h.tokens == greedy_oracle(table, EOS, 4)[0]
+
+
+def test_a_greedy_stream_gives_plain_hypotheses_unless_asked():
+    table = random_table(V, 2, eos=EOS, eos_shift=1.0)
+    for asked in (False, True):
+        model = SequenceModel(table)
+        kw = dict(return_token_logprobs=True) if asked else {}
+        got = {r.index: r.hypotheses for r in decode_stream(model.step, lambda items: model.init_state(items),
+                                                              PROMPTS, max_rows=2, mode="greedy", eos_token_id=EOS,
+                                                              max_steps=5, **kw)}
+        assert all((type(hyps[0]) is TokenLogprobHypothesis) == asked and len(hyps) == 1 for hyps in got.values())
