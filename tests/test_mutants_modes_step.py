@@ -15,8 +15,9 @@ from beamsearch.modes.step import StepResults
 from beamsearch.processors import SuppressTokens
 from beamsearch.strategies.step import aggregate, mix, uniforms
 from approx import FLOAT64
-from models import SequenceModel, log_softmax, random_table
-from test_step_search import as_tuples, reference, scorer
+from models import SequenceModel, random_table
+from test_step_search import as_tuples, plain_sample, reference, scorer  # plain_sample: inverse CDF over uniforms,
+# which test_mix_and_uniforms_against_plain_splitmix64 checks against plain integers
 
 try:
     import torch
@@ -77,33 +78,13 @@ def test_aggregate_by_hand():
 
 # ---- a sampled step search written as a plain loop ------------------------------------------------
 
-def plain_segment(table, prefix, key, limit):
-    """One segment by inverse-CDF sampling: token t is the first whose running probability
-    reaches u_t times the total, u_t = ((mix(key, t) >> 11) + 0.5) / 2**53 (plain integers)."""
-    seg, lp = [], 0.0
-    for t in range(1, limit + 1):
-        logp = log_softmax(table(tuple(prefix + seg)))
-        probs = [math.exp(x) for x in logp]
-        u = ((plain_mix(key, t) >> 11) + 0.5) / 2**53
-        run, pick = 0.0, V - 1
-        for v, p in enumerate(probs):
-            run += p
-            if run >= u * sum(probs):
-                pick = v
-                break
-        seg.append(pick)
-        lp += logp[pick]
-        if pick in (EOS, DELIM):
-            break
-    return seg, lp
-
-
 def sampled_reference(table, prompt, seed, *, n, m, rounds, limit, how, dvts):
     """From step_search's docstring: key = mix(seed, *prompt); the kept partial solution at place s
     (its prompt's keeps: best first; with DVTS by subtree) has candidates c = s*m .. s*m + m - 1 in
     round r (round 0: the prompt, c = 0 .. n - 1), each sampled with mix(key, r, c); finished ones
     are collected, the n/m best others go on (DVTS: each subtree's best; subtree = c // m of round
-    0). Ranked by aggregated score, logprob, tokens."""
+    0). Ranked by aggregated score, logprob, tokens. Segments by inverse-CDF sampling (token t: the
+    first whose running probability reaches u_t times the total, u_t = uniforms(key, t))."""
     key = plain_mix(seed, *prompt)
     live = [([], [], [], 0.0, 0)]  # tokens, segments, step scores, logprob, subtree
     done = []
@@ -113,7 +94,7 @@ def sampled_reference(table, prompt, seed, *, n, m, rounds, limit, how, dvts):
         for s, (tokens, segs, steps, lp, sub) in enumerate(live):
             for j in range(width):
                 c = s * width + j
-                seg, slp = plain_segment(table, prompt + tokens, plain_mix(key, r, c), limit)
+                seg, slp = plain_sample(table, prompt + tokens, plain_mix(key, r, c), limit)
                 cands.append((tokens + seg, segs + [seg], steps, lp + slp, c // m if r == 0 else sub))
         scores = scorer([prompt] * len(cands), [c[0] for c in cands])
         going = []
