@@ -104,3 +104,23 @@ def test_an_output_found_by_branch_and_bound_becomes_the_incumbent_by_hand():
     assert [h.tokens for h in results[0]] == [[2, 0]] and results[0][0].logprob == pytest.approx(
         math.log(0.45 * 0.99), abs=1e-12)
     assert results.proven[0] and results.expanded[0] == 6 == sum(len(c) for c in model.calls)
+
+
+def test_the_seed_keeps_an_early_stop_beside_an_input_out_of_budget():
+    """Node budget 2, seed beam 2. Prompt [2] (uniform over eos, 1, 2) would hold 1 + 2 rows after
+    the seed's first step: it stops there (over budget) and its branch and bound feeds the root
+    only, its children [1] and [2] being left out by the budget: not proven. Prompt [1] (eos at
+    .9, token 1 at .1, token 2 impossible) stops early at the same step (its one live row, log .1,
+    cannot beat [0] at log .9): 1 seed row, then its root, whose child [1] is below the incumbent:
+    2 rows, proven."""
+    rows = {(1,): [0.9, 0.1, 0.0]}
+
+    def table(seq):
+        with np.errstate(divide="ignore"):
+            return np.log(rows.get(tuple(seq), [1 / 3] * 3))
+
+    model = SequenceModel(table)
+    results = exact_search(model.step, model.init_state([[2], [1]]), [[2], [1]], eos_token_id=0, max_steps=3,
+                           alpha=0.0, seed_beam=2, node_budget=2)
+    assert results.proven.tolist() == [False, True] and results.expanded.tolist() == [2, 2]
+    assert results[1][0].tokens == [0]
