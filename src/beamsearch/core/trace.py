@@ -149,7 +149,7 @@ class SearchTree:
         return int(self.input.shape[0]) if hasattr(self, "input") else 0
 
     def __repr__(self) -> str:
-        return f"Trace({self.n_inputs} inputs, {len(self)} nodes, {int(self.step.max(initial=0)) if len(self) else 0} steps)"
+        return f"Trace({self.n_inputs} inputs, {len(self)} nodes, {int(self.step.max()) if len(self) else 0} steps)"
 
     def tokens(self, node: int) -> list[int]:
         """The generated tokens of a node's prefix (prompt excluded), first to last."""
@@ -171,7 +171,7 @@ class SearchTree:
     def results(self, input: int = 0) -> np.ndarray:
         """int64: the nodes of input ``input``'s results, best first."""
         nodes = np.flatnonzero((self.rank >= 0) & (self.input == input))
-        return nodes[np.argsort(self.rank[nodes], kind="stable")]
+        return nodes[np.argsort(self.rank[nodes])]  # ranks are distinct within an input
 
     # ---- filled by the Tracer --------------------------------------------------------------------
 
@@ -287,8 +287,7 @@ class Tracer:
                 record = dataclasses.replace(record, status=status, stop_reason=reason)
         if self.trace is not None:
             self.trace._add(record)
-        live = selection.live.size
-        self.row_node = record.node[:live][record.status[:live] == KEPT]  # advance keeps these, in order
+        self.row_node = record.node[record.status == KEPT]  # advance keeps these, in order (only live rows are KEPT)
         self.next_node += record.node.shape[0]
         return selection
 
@@ -367,9 +366,9 @@ def stop_mask(answer: Any, n: int) -> np.ndarray:
         if a.shape != (n,):
             raise ValueError(f"callback returned a bool mask of shape {a.shape}; expected ({n},), one per input")
         return a.copy()
-    if a.ndim > 1 or (a.size and a.dtype.kind not in "iu"):
+    if a.ndim > 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"callback must return None, a bool mask [N] or input ids to stop; got {answer!r:.80}")
-    ids = a.reshape(-1).astype(np.int64)
+    ids = a.ravel().astype(np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
         raise ValueError(f"callback returned input ids {ids.tolist()!r:.80}; each must be in [0, {n})")
     stop[ids] = True

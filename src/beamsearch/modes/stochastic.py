@@ -155,7 +155,7 @@ class StochasticPlan(Plan):
         return StochasticResults(hyps, pad_token_id=self.pad_token_id, kappa=outcome.state.kappa)
 
     def empty(self) -> StochasticResults:
-        return StochasticResults(pad_token_id=self.pad_token_id, kappa=np.zeros(0))
+        return StochasticResults(pad_token_id=self.pad_token_id)  # kappa: float64 [0]
 
 
 def stochastic_plan(prompts: Sequence[Sequence[int]], *, k: int, rng: Any = None,

@@ -95,7 +95,7 @@ def aggregate(step_scores: Sequence[float], how: str) -> float:
         return float(min(step_scores))
     if how == "prod":
         return float(np.prod(np.asarray(step_scores, dtype=np.float64)))
-    return float(np.mean(np.asarray(step_scores, dtype=np.float64)))
+    return float(np.mean(step_scores))  # reals: the mean is taken in float64
 
 
 def keep_best(score: np.ndarray, logprob: np.ndarray, order_of_tokens: np.ndarray, group: np.ndarray,

@@ -114,7 +114,7 @@ def _best_of_inputs(inputs: np.ndarray, token: np.ndarray, g: np.ndarray, m: int
     """
     k, per_row = token.shape
     parent = np.repeat(np.arange(k), per_row)
-    token, g = token.reshape(-1), g.reshape(-1)
+    token, g = token.ravel(), g.ravel()
     ok = np.isfinite(g)
     parent, token, g = parent[ok], token[ok], g[ok]
     flat = _rank_within(inputs)[parent] * vocab + token
