@@ -72,3 +72,21 @@ def test_a_row_of_constraints_that_is_not_a_list_is_named(row):
 
 def test_anyof_repr_lists_its_phrases():
     assert repr(AnyOf([1, 2], (3,))) == "AnyOf([1, 2], [3])"
+
+
+def test_a_bank_short_of_its_quota_leaves_its_places_to_the_best_of_the_others():
+    # V = 6 {0, 1, 2, 3, 4, eos 5}, p = (.25, .2, .03, .15, .12, .25 - .0) ... eos made unlikely:
+    # p = (.3, .2, .03, .25, .21, .01). Constraint [2], beam 4, one step. The row's 4 best tokens
+    # 0, 3, 4, 1 need 1 token more (bank need 1); the advancing token 2 meets it (bank need 0). Two
+    # banks share the beam: quota 2 each, need 0 first. Bank 0 has one candidate, [2]; bank 1's
+    # quota takes its best two, [0] and [3]; the place bank 0 leaves goes to the best of the rest
+    # by logprob, [4] (.21) before [1] (.2). (max_steps 2: the constraint and eos need 2 steps;
+    # the rows kept at step 1 are read from the trace.)
+    model = SequenceModel(fixed([.3, .2, .03, .25, .21, .01]))
+    tree = SearchTree()
+    constrained_beam_search(model.step, model.init_state([[0]]), [[0]], constraints=[[[2]]], beam_size=4,
+                            eos_token_id=5, max_steps=2, alpha=0.0, trace=tree)
+    first = np.flatnonzero(tree.step == 1)
+    kept = first[tree.status[first] != PRUNED]
+    assert sorted(tree.token[kept].tolist()) == [0, 2, 3, 4]
+    assert [p for p in model.calls[1]] == [(0, 0), (0, 3), (0, 4), (0, 2)]  # step 2's rows: best first
