@@ -40,3 +40,23 @@ def test_row_states_outside_a_search_are_refused_by_name():
     assert ctx.row_states(carrier) == "rows"
     with pytest.raises(ValueError, match="^Carrier carries"):
         ctx.row_states(Carrier())  # another object of the class: not started
+
+
+def widening_step(state, y_prev):
+    """V = 5 at the first call, 6 after: a model whose vocabulary changes between calls."""
+    calls = state[0]
+    calls.append(len(y_prev))
+    width = 5 if len(calls) == 1 else 6
+    return np.zeros((len(y_prev), width)), state
+
+
+@pytest.mark.parametrize("search", ["beam_search_batch", "exact_search"])
+def test_logits_whose_vocabulary_changes_between_calls_are_refused(search):
+    import beamsearch
+    from beamsearch.modes.exact import exact_search
+    fn = exact_search if search == "exact_search" else beamsearch.beam_search_batch
+    state = np.empty(1, object)
+    state[0] = []
+    with pytest.raises(ValueError, match=r"logits V changed between calls: was 5, got shape \(\d+, 6\)"):
+        fn(widening_step, state, [[1]], eos_token_id=4, max_steps=4, **({} if search == "exact_search" else
+                                                                          {"beam_size": 2}))
