@@ -42,21 +42,29 @@ def test_row_states_outside_a_search_are_refused_by_name():
         ctx.row_states(Carrier())  # another object of the class: not started
 
 
-def widening_step(state, y_prev):
-    """V = 5 at the first call, 6 after: a model whose vocabulary changes between calls."""
-    calls = state[0]
-    calls.append(len(y_prev))
-    width = 5 if len(calls) == 1 else 6
-    return np.zeros((len(y_prev), width)), state
+ROWS = {3: [3.0, 2.9, -9.0, -9.0, -9.0], 1: [-9.0, 9.0, -9.0, -9.0, 9.0]}  # after any other token: flat
 
 
-@pytest.mark.parametrize("search", ["beam_search_batch", "exact_search"])
-def test_logits_whose_vocabulary_changes_between_calls_are_refused(search):
+def widening(after):
+    """A model whose vocabulary changes between calls: V = 5 for the first ``after`` calls, 6 then.
+    From the prompt [3], greedy takes 0 (then a flat row at every step); 1 then 1 then eos is far
+    likelier, so exact search goes on past its greedy seed."""
+    calls = []
+
+    def step(state, y_prev):
+        calls.append(len(y_prev))
+        rows = np.array([ROWS.get(int(y), [0.0] * 5) for y in y_prev])
+        return (rows if len(calls) <= after else np.pad(rows, ((0, 0), (0, 1)), constant_values=-9.0)), state
+    return step
+
+
+@pytest.mark.parametrize("search, after", [("beam_search_batch", 1), ("exact_search", 1), ("exact_search", 5)])
+def test_logits_whose_vocabulary_changes_between_calls_are_refused(search, after):
+    # exact search: at its greedy seed's second call, or at the first call of the branch and bound
+    # that follows the seed's calls (5 of one row each here, counted by running it)
     import beamsearch
     from beamsearch.modes.exact import exact_search
     fn = exact_search if search == "exact_search" else beamsearch.beam_search_batch
-    state = np.empty(1, object)
-    state[0] = []
+    kw = dict(seed_beam=1) if search == "exact_search" else dict(beam_size=2)
     with pytest.raises(ValueError, match=r"logits V changed between calls: was 5, got shape \(\d+, 6\)"):
-        fn(widening_step, state, [[1]], eos_token_id=4, max_steps=4, **({} if search == "exact_search" else
-                                                                          {"beam_size": 2}))
+        fn(widening(after), np.zeros((1, 1)), [[3]], eos_token_id=4, max_steps=4, min_new_tokens=3, **kw)
