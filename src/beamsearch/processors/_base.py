@@ -109,4 +109,4 @@ def history_suffix_matches(history: np.ndarray, prefix: tuple[int, ...]) -> np.n
         return np.ones(history.shape[0], dtype=bool)
     if history.shape[1] < n:
         return np.zeros(history.shape[0], dtype=bool)
-    return np.all(history[:, history.shape[1] - n :] == np.asarray(prefix, dtype=np.int64), axis=1)
+    return np.all(history[:, history.shape[1] - n :] == np.asarray(prefix), axis=1)
