@@ -277,7 +277,7 @@ def _from_lists(outputs: Any) -> tuple[np.ndarray, np.ndarray]:
     """Token-id sequences, flattened in one pass when they are plain ids >= 0 of one signed
     integer type; else entry by entry through the per-entry check (which names the first bad one)."""
     if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__len__"):
-        raise TypeError(None)
+        raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
     try:
         lengths = np.fromiter(map(len, outputs), dtype=np.int64)
         flat = np.array(list(itertools.chain.from_iterable(outputs)))
