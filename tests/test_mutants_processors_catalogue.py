@@ -193,6 +193,8 @@ def test_the_messages_in_full():
     for outputs in (5, "ab"):
         with pytest.raises(TypeError, match=rf"^outputs must be a sequence of token-id sequences; got {outputs!r}$"):
             Catalogue(outputs, EOS)
+    with pytest.raises(ValueError, match=r"^outputs\[1\] must be a non-empty sequence of token ids; got \[\]$"):
+        Catalogue([[1], []], EOS)
     with pytest.raises(TypeError, match=r"^outputs\[1\] must be a sequence of token ids; got 3$"):
         Catalogue([[1, 2], 3], EOS)
     with pytest.raises(ValueError, match=r"^outputs\[1\]\[1\] must be in \[0, V\); got -4$"):
