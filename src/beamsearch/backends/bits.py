@@ -80,7 +80,7 @@ def exceptions(bits: np.ndarray, width: int, budget: float = BUDGET) -> Exceptio
     k, b = used.shape
     not_full = used != 0xFF
     n_not_full = np.count_nonzero(not_full, axis=1)
-    mostly_kept = n_not_full <= b // 2  # at least half the bytes 0xFF
+    mostly_kept = 2 * n_not_full <= b  # at least half the bytes 0xFF
     cost = 8 * int(n_not_full[mostly_kept].sum())  # the bytes to expand, 8 entries each
     not_empty = np.zeros_like(not_full)
     if not mostly_kept.all():  # the others: a whole row, and the bytes that keep something
@@ -103,8 +103,8 @@ def _columns(bits: np.ndarray, candidates: np.ndarray, rows: np.ndarray, bit: in
     if not rows.all():
         candidates = candidates & rows[:, None]
     flat = np.flatnonzero(candidates)  # --> [n]: the bytes to expand
-    unpacked = np.unpackbits(bits.reshape(-1)[flat][:, None], axis=1, bitorder="little")  # --> [n, 8]
-    hit = np.flatnonzero(unpacked.reshape(-1) == bit)
+    unpacked = np.unpackbits(bits.ravel()[flat], bitorder="little")  # --> [8 n]: byte i's bits at 8 i..8 i + 7
+    hit = np.flatnonzero(unpacked == bit)
     byte = flat[hit >> 3]
     r, cols = byte // bits.shape[1], 8 * (byte % bits.shape[1]) + (hit & 7)
     inside = cols < width

@@ -155,7 +155,7 @@ class Catalogue(RowCarrier):
                 head = f.read(9)
         except OSError as e:
             raise ValueError(f"catalogue file {str(path)!r} cannot be read: {e.strerror}") from None
-        if len(head) == 9 and head[8:9] == b"{":  # safetensors: an 8-byte header length, then its JSON
+        if len(head) == 9 and head[8:] == b"{":  # safetensors: an 8-byte header length, then its JSON
             return cls.load(path, eos_token_id)
         if eos_token_id is None:
             raise ValueError(f"eos_token_id is required with a text catalogue file ({str(path)!r})")
@@ -232,13 +232,13 @@ def _padded(outputs: Any, eos: np.ndarray, pad_id: Any, tokenizer: Any) -> tuple
     if hasattr(outputs, "ndim") and hasattr(outputs, "dtype"):
         items, lengths = _from_array(outputs, check.int64("pad_id", pad_id))
     else:
-        items, lengths = _from_lists(outputs, eos)
+        items, lengths = _from_lists(outputs)
     if items.shape[0] == 0:
         raise ValueError("outputs must hold at least one token-id sequence; got an empty catalogue")
     at = np.flatnonzero(np.isin(items, eos) & (np.arange(items.shape[1]) < lengths[:, None]))  # row-major
     if at.size:
         i = int(at[0]) // items.shape[1]
-        raise ValueError(f"outputs[{i}] holds the eos id {int(items.reshape(-1)[at[0]])}: "
+        raise ValueError(f"outputs[{i}] holds the eos id {int(items.flat[at[0]])}: "
                          f"{items[i, :lengths[i]].tolist()!r:.80}; the catalogue lists outputs without eos (eos is "
                          "allowed where an entry ends)")
     return items, lengths
@@ -273,22 +273,22 @@ def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
     return items, lengths
 
 
-def _from_lists(outputs: Any, eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Token-id sequences, flattened in one pass (any entry that is not plain ids >= 0 gets the
-    per-entry check and its message)."""
+def _from_lists(outputs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Token-id sequences, flattened in one pass when they are plain ids >= 0 of one signed
+    integer type; else entry by entry through the per-entry check (which names the first bad one)."""
     if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__len__"):
         raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
     try:
-        lengths = np.fromiter(map(len, outputs), dtype=np.int64, count=len(outputs))
+        lengths = np.fromiter(map(len, outputs), dtype=np.int64)
         flat = np.array(list(itertools.chain.from_iterable(outputs)))
     except (TypeError, ValueError):  # an entry without a length, or nested deeper than ids
-        lengths, flat = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    plain = lengths.shape[0] == len(outputs) and flat.shape == (int(lengths.sum()),) and \
-        (flat.size == 0 or (flat.dtype.kind in "iu" and int(flat.min()) >= 0)) and (lengths > 0).all()
-    if not plain:  # the per-entry checks name the first bad entry
-        for i, out in enumerate(outputs):
-            check.token_list(f"outputs[{i}]", out)
-        raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
-    items = np.full((lengths.shape[0], int(lengths.max(initial=1))), -1, np.int64)
+        flat = None
+    plain = flat is not None and flat.shape == (int(lengths.sum()),) and (lengths > 0).all() and \
+        np.issubdtype(flat.dtype, np.signedinteger) and int(flat.min()) >= 0
+    if not plain:  # mixed id types (int64 and uint64 entries), or a bad entry: the check names it
+        entries = [check.token_list(f"outputs[{i}]", out) for i, out in enumerate(outputs)]
+        lengths = np.fromiter(map(len, entries), dtype=np.int64)
+        flat = np.fromiter(itertools.chain.from_iterable(entries), dtype=np.int64)
+    items = np.zeros((lengths.shape[0], int(lengths.max(initial=1))), np.int64)
     items[np.arange(items.shape[1]) < lengths[:, None]] = flat  # row-major fill of each entry
     return items, lengths

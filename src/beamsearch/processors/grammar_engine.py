@@ -67,13 +67,11 @@ class Compiled:
         packed = np.ascontiguousarray(bits, dtype="<i4").view(np.uint8)  # --> [k, 4 W], little-endian bytes
         # a matcher left with no token (the vocabulary cannot spell what the grammar needs next) goes
         # into an error state whose mask holds eos: it allows nothing; eos only where it can end
-        state = np.array([(m.is_error(), m.is_accepting()) for m in matchers], dtype=bool).reshape(-1, 2)
+        state = np.array([(m.is_error(), m.is_accepting()) for m in matchers], dtype=bool).reshape(len(matchers), 2)
         packed[state[:, 0]] = 0
-        eos = self.eos[self.eos < self.n_vocab]
-        if len(eos) and not state[:, 1].all():
-            ending = np.flatnonzero(~state[:, 1])
-            for e in eos.tolist():
-                packed[ending, e >> 3] &= np.uint8(0xFF ^ (1 << (e & 7)))
+        ending = np.flatnonzero(~state[:, 1])
+        for e in self.eos[self.eos < self.n_vocab].tolist():
+            packed[ending, e >> 3] &= np.uint8(0xFF ^ (1 << (e & 7)))
         cut = self.n_vocab >> 3  # the ids at or past n_vocab in the last word: never allowed
         if self.n_vocab & 7:
             packed[:, cut] &= np.uint8((1 << (self.n_vocab & 7)) - 1)
@@ -84,11 +82,9 @@ class Compiled:
     def consume(self, matchers: Sequence[Any], tokens: np.ndarray) -> np.ndarray:
         """Advance each matcher by its token (int64 ``[k]``), in one call; bool ``[k]``: which
         accepted it (a rejected token leaves its matcher in an error state)."""
-        if not matchers:
-            return np.zeros(0, bool)
         # one call per row: cheaper than the executor's parallel call, whose dispatch costs more
         # than advancing a matcher by one token
-        return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist())), bool, len(matchers))
+        return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist())), bool)
 
 
 def executor(threads: int | None) -> Any:
@@ -137,7 +133,7 @@ def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, opt
     compiled = Compiled(root, int(lltok.vocab_size), eos)
     _COMPILED[key] = compiled
     if len(_COMPILED) > _CACHE_SIZE:
-        _COMPILED.popitem(last=False)
+        del _COMPILED[next(iter(_COMPILED))]  # the least recently used
     return compiled
 
 
@@ -169,7 +165,7 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
     token strings) with ``eos`` as its eos ids, and its cache key; built once per pair."""
     eos_key = tuple(eos.tolist())
     if isinstance(tokenizer, (list, tuple)):
-        key = ("vocab", tuple(tokenizer), eos_key)
+        key = (tuple(tokenizer), eos_key)  # an HF tokenizer's key holds its id instead: an int
         if key not in _VOCABS:
             wrapper = llg.TokenizerWrapper(_VocabTokenizer(tokenizer, eos_key))
             _VOCABS[key] = llg.LLTokenizer(wrapper, eos_token=list(eos_key), slices=[])
@@ -180,7 +176,7 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
 
         n_vocab = len(tokenizer)  # added tokens included
         per_eos[eos_key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos_key))
-    return per_eos[eos_key], ("hf", id(tokenizer), eos_key)
+    return per_eos[eos_key], (id(tokenizer), eos_key)
 
 
 class _VocabTokenizer:
@@ -192,11 +188,11 @@ class _VocabTokenizer:
         self.eos_token_id = eos[0]
         self.bos_token_id = None
         self.special_token_ids = list(eos)
-        self.tokens = [text.encode("utf-8") for text in vocab]
+        self.tokens = [text.encode() for text in vocab]  # UTF-8
         self._by_length = sorted((v for v, t in enumerate(self.tokens) if t and v not in eos), key=lambda v: -len(self.tokens[v]))
 
     def __call__(self, text: bytes | str) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else text
+        data = text.encode() if isinstance(text, str) else text
         out, i = [], 0
         while i < len(data):
             v = next((v for v in self._by_length if data.startswith(self.tokens[v], i)), None)

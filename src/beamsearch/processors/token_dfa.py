@@ -218,13 +218,13 @@ def _trim(table: np.ndarray, start: int, finals: np.ndarray, pattern: str) -> tu
     n_states = table.shape[0]
     live = finals.copy()
     while True:  # backward closure: at most Sc rounds, each one vectorized over [Sc, V]
-        grown = live | ((table >= 0) & live[np.where(table >= 0, table, 0)]).any(axis=1)
+        grown = live | ((table >= 0) & live[table]).any(axis=1)  # live[-1]: any value, masked
         if (grown == live).all():
             break
         live = grown
     if not live[start]:
         raise ValueError(f"pattern {pattern!r} matches no sequence of the vocabulary's tokens")
-    table = np.where((table >= 0) & live[np.where(table >= 0, table, 0)], table, -1)
+    table = np.where((table >= 0) & live[table], table, -1)
     reached = np.zeros(n_states, dtype=bool)
     reached[start] = True
     while True:  # forward closure from start

@@ -84,15 +84,15 @@ class Trie:
             at = np.flatnonzero(lengths > d)
             key = node[at] * width + items[at, d]
             uniq, inverse = np.unique(key, return_inverse=True)  # sorted by (parent, token)
-            node[at] = count + inverse.reshape(-1)
+            node[at] = count + inverse
             parents.append(uniq // width)
             tokens.append(uniq % width)
             count += uniq.shape[0]
-        parent = np.concatenate(parents) if parents else np.zeros(0, np.int64)
+        parent = np.concatenate(parents) if parents else np.zeros(0)  # its dtype: searchsorted's input only
         ends = np.zeros(count, dtype=bool)
-        ends[node[lengths > 0]] = True
+        ends[node] = True
         first = np.searchsorted(parent, np.arange(count + 1)).astype(np.int64)
-        token = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
+        token = np.concatenate(tokens) if tokens else np.zeros(0)  # made int64 below
         return Trie(first, token.astype(np.int64), ends, width)
 
     def step(self, node: np.ndarray, token: np.ndarray) -> np.ndarray:
@@ -123,21 +123,20 @@ class Trie:
         return rows, self.token[edge]
 
     def ending(self, node: np.ndarray) -> np.ndarray:
-        """bool ``[k]``: rows whose node is one where an item ends (False off the trie)."""
-        return (node >= 0) & self.ends[np.maximum(node, 0)]
+        """bool ``[k]``: rows whose node is one where an item ends (False off the trie: -1 reads the
+        root's entry, never an end since every item is non-empty)."""
+        return self.ends[np.maximum(node, 0)]
 
     def items(self) -> list[tuple[int, ...]]:
         """Every distinct item, in the trie's order (shorter first, then by tokens). For checks
         and small tries: a Python tuple per item."""
-        parent = np.zeros(self.n_nodes, np.int64)
-        parent[1:] = np.repeat(np.arange(self.n_nodes), np.diff(self.first))
-        tok = np.concatenate([[-1], self.token])
+        parent = np.repeat(np.arange(self.n_nodes), np.diff(self.first))  # --> [n - 1]: node e + 1's parent
         out = []
         for j in np.flatnonzero(self.ends).tolist():
             path = []
             while j:
-                path.append(int(tok[j]))
-                j = int(parent[j])
+                path.append(int(self.token[j - 1]))
+                j = int(parent[j - 1])
             out.append(tuple(reversed(path)))
         return out
 
@@ -197,5 +196,6 @@ class DeviceTrie:
         return rows, self.token[torch.arange(total, device=node.device) - shift]
 
     def ending(self, node: Any) -> Any:
-        """bool ``[k]`` tensor: rows whose node is one where an item ends."""
-        return (node >= 0) & self.ends[node.clamp(min=0)]
+        """bool ``[k]`` tensor: rows whose node is one where an item ends (-1, off the trie, reads
+        the root's entry: never an end)."""
+        return self.ends[node.clamp(min=0)]

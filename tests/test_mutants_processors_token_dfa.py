@@ -1,0 +1,146 @@
+"""The token automaton's edges: the compiled automaton against ``re.fullmatch`` on every token
+sequence of a small vocabulary (multi-character, empty and eos tokens), the two closures of the
+trimming on a hand-made table that loops back into a state (the compiled ones never do), the
+token walk on a hand-made character table, the mask made once per library and dtype, and every
+message in full.
+
+Oracles: ``re.fullmatch`` over all token sequences up to a length (acceptance, and the allowed
+next tokens of a finite language: those that some accepted sequence continues with); the hand
+tables' results derived beside them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from beamsearch.backends import backend_of
+from beamsearch.processors import StepContext, TokenDFA, token_dfa
+
+pytest.importorskip("interegular")
+
+EOS = 0
+VOCAB = ["<eos>", "a", "b", "ab", "", "ba", "c", "bab"]
+
+
+def sequences(n):
+    """Every sequence of non-eos tokens (the empty token included) of at most n tokens."""
+    ids = range(1, len(VOCAB))
+    return [s for k in range(n + 1) for s in itertools.product(ids, repeat=k)]
+
+
+def text(seq):
+    return "".join(VOCAB[t] for t in seq)
+
+
+@pytest.mark.parametrize("pattern", ["(ab)*c", "a(ba)*b?", "(a|bc)*", "b{1,3}a?", "c|ab|ba"])
+def test_accepts_equals_fullmatch(pattern):
+    """Every sequence of up to 4 tokens: accepted iff its text fully matches (the empty token has
+    no transition: a sequence holding it is refused)."""
+    dfa = TokenDFA.from_regex(pattern, VOCAB, EOS)
+    for seq in sequences(4):
+        want = re.fullmatch(pattern, text(seq)) is not None and 4 not in seq
+        assert dfa.accepts(list(seq)) == want, (pattern, seq)
+    assert (np.asarray(dfa.transitions)[:, [EOS, 4]] == -1).all()
+
+
+@pytest.mark.parametrize("pattern", ["c|ab|ba", "b{1,3}a?", "(ab|b){0,2}c"])
+def test_masks_of_a_finite_language_equal_its_continuations(pattern):
+    """A finite language (texts of at most 5 characters, so 5 tokens suffice): after each prefix
+    of tokens, the allowed tokens are those some accepted sequence continues with, eos where the
+    prefix itself matches; a dead end is never allowed."""
+    dfa = TokenDFA.from_regex(pattern, VOCAB, EOS)
+    accepted = [s for s in sequences(5) if 4 not in s and re.fullmatch(pattern, text(s))]
+    prefixes = sorted({s[:j] for s in accepted for j in range(len(s) + 1)} | {(2, 2, 2, 2), (6, 6)})
+    for prefix in prefixes:
+        want = {s[len(prefix)] for s in accepted if len(s) > len(prefix) and s[:len(prefix)] == prefix}
+        if prefix in accepted:
+            want.add(EOS)
+        history = np.array([list(prefix)], dtype=np.int64).reshape(1, len(prefix))
+        logits = np.zeros((1, len(VOCAB)))
+        out = dfa(logits, StepContext(len(prefix) + 1, history, np.zeros(1, np.int64), backend_of(logits)))
+        assert set(np.flatnonzero(np.isfinite(out[0])).tolist()) == want, (pattern, prefix)
+
+
+# a hand table: 0 -t0-> 1, 0 -t1-> 2 (final), 1 -t0-> 0 (back), 1 -t2-> 3, 2 -t2-> 4,
+# 3 -t0-> 3 (a loop that never reaches 2), 4: no move. Live (a final reachable): 2; 0 (by t1);
+# 1 (by t0 to 0). 3 and 4 are not.
+HAND = np.array([[1, 2, -1], [0, -1, 3], [-1, -1, 4], [3, -1, -1], [-1, -1, -1]])
+FINALS = np.array([False, False, True, False, False])
+
+
+def test_trim_follows_moves_back_into_a_state():
+    """From 0: the moves into 3 and 4 are dropped, 0, 1, 2 kept as they are. From 1: reached
+    1, 0 (by t0), 2; numbered start first: 1 -> 0, 0 -> 1, 2 -> 2."""
+    table, start, finals = token_dfa._trim(HAND.copy(), 0, FINALS, "p")
+    assert table.tolist() == [[1, 2, -1], [0, -1, -1], [-1, -1, -1]] and start == 0 and finals == [2]
+    table, start, finals = token_dfa._trim(HAND.copy(), 1, FINALS, "p")
+    assert table.tolist() == [[1, -1, -1], [0, 2, -1], [-1, -1, -1]] and start == 0 and finals == [2]
+    with pytest.raises(ValueError, match=r"^pattern 'p' matches no sequence of the vocabulary's tokens$"):
+        token_dfa._trim(HAND.copy(), 3, FINALS, "p")
+
+
+class Alphabet(dict):
+    """interegular's alphabet: a symbol per named character, ``anything_else`` (2) for others."""
+
+    def __missing__(self, ch):
+        return 2
+
+
+def test_token_walk_on_a_hand_character_table():
+    """Characters: 0 -a-> 1, 1 -b-> 0 (back to 0), 'x' (anything else) has no move. Tokens
+    'a', 'b', 'ab', 'ba', '', 'x': from 0: 1, -, 0, -, 0, -; from 1: -, 0, -, 1, 1, -."""
+    chars = np.array([[1, -1, -1], [-1, 0, -1]])
+    table = token_dfa._token_table(chars, Alphabet(a=0, b=1), ["a", "b", "ab", "ba", "", "x"])
+    assert table.tolist() == [[1, -1, 0, -1, 0, -1], [-1, 0, -1, 1, 1, -1]]
+
+
+def test_the_mask_is_made_once_per_library_and_dtype(monkeypatch):
+    torch = pytest.importorskip("torch")
+    dfa = TokenDFA([[-1, 1, -1], [-1, -1, 1]], 0, [1], EOS)
+    made = []
+    for logits in (np.zeros((2, 3), np.float32), np.zeros((1, 3), np.float32), np.zeros((2, 3)),
+                   torch.zeros(2, 3), torch.zeros(1, 3), torch.zeros(2, 3, dtype=torch.float64)):
+        backend = backend_of(logits)
+        real = backend.from_host
+        monkeypatch.setattr(backend, "from_host", lambda a, like, real=real: made.append(str(like.dtype)) or real(a, like=like))
+        k = logits.shape[0]
+        history = np.array([[1], [2]])[:k]  # row 0: 0 -t1-> 1 (accepting: eos, t2); row 1: no move
+        out = dfa(logits, StepContext(2, history, np.zeros(k, np.int64), backend))
+        finite = np.isfinite(np.asarray(out, dtype=np.float64))
+        assert finite.tolist() == [[True, False, True], [False, False, False]][:k]
+        monkeypatch.undo()
+    assert made == ["float32", "float64", "torch.float32", "torch.float64"]
+
+
+def test_the_messages():
+    table = [[-1, 1, -1], [-1, -1, 1]]
+    with pytest.raises(TypeError, match=r"^eos_token_id must be an integer; got 'x' of type str$"):
+        TokenDFA(table, 0, [1], "x")
+    with pytest.raises(TypeError, match=r"^accepting must be a sequence of token ids; got 'x'$"):
+        TokenDFA(table, 0, "x", EOS)
+    with pytest.raises(ValueError, match=r"^transitions has a transition on eos id 0 from state 1; the eos columns must "
+                                         r"be -1 \(eos is allowed in accepting states, by `accepting` alone\)$"):
+        TokenDFA([[-1, -1, -1], [1, 1, -1]], 0, [1], EOS)
+    with pytest.raises(ValueError, match=r"^transitions\[0, 1\] is 2; entries must be -1 \(no transition\) or a "
+                                         r"state in \[0, 2\)$"):
+        TokenDFA([[-1, 2, -1], [-1, 1, -1]], 0, [1], EOS)
+    with pytest.raises(TypeError, match=r"^tokens must be a sequence of token ids; got 'x'$"):
+        TokenDFA(table, 0, [1], EOS).accepts("x")
+    with pytest.raises(TypeError, match=r"^eos_token_id must be an integer; got 'x' of type str$"):
+        TokenDFA.from_regex("a", ["<eos>", "a"], "x")
+    with pytest.raises(TypeError, match=r"^pattern must be a str; got 5$"):
+        TokenDFA.from_regex(5, ["<eos>", "a"], EOS)
+    with pytest.raises(ValueError, match=r"^pattern 'a\\\\1' is not supported: Unsupported: "):
+        TokenDFA.from_regex("a\\1", ["<eos>", "a"], EOS)
+
+
+def test_without_interegular_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "interegular", None)
+    with pytest.raises(ImportError, match=r"^TokenDFA\.from_regex needs the interegular package: pip install "
+                                          r"'beamsearch\[regex\]' \(or pip install interegular==0\.3\.3\)$"):
+        TokenDFA.from_regex("a", ["<eos>", "a"], EOS)
