@@ -91,3 +91,20 @@ def test_every_step_masks_what_the_language_allows(tokenizer):
     beam_search_batch(lambda s, y: (table[y], s), np.zeros((2, 1)), [[5], [7]], eos_token_id=eos, max_steps=20,
                       beam_size=6, logits_processors=[grammar, check])
     assert len(seen) > 30
+
+
+def test_a_cached_grammar_keeps_its_tokenizer_so_no_later_tokenizer_is_served_it():
+    import gc
+    import weakref
+
+    from beamsearch.processors import grammar_engine
+
+    tok = bpe(290)
+    alive = weakref.ref(tok)
+    Grammar.json_schema(SCHEMA, tok)
+    del tok
+    gc.collect()
+    # while its compiled grammar is cached, the tokenizer lives: its id cannot be given to another
+    # tokenizer, whose vocabulary would then be served masks built for this one
+    assert alive() is not None
+    assert any(alive() in key[-1] for key in grammar_engine._COMPILED)

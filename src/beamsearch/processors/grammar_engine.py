@@ -165,7 +165,7 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
     token strings) with ``eos`` as its eos ids, and its cache key; built once per pair."""
     eos_key = tuple(eos.tolist())
     if isinstance(tokenizer, (list, tuple)):
-        key = (tuple(tokenizer), eos_key)  # an HF tokenizer's key holds its id instead: an int
+        key = (tuple(tokenizer), eos_key)  # an HF tokenizer's key holds the tokenizer object instead
         if key not in _VOCABS:
             wrapper = llg.TokenizerWrapper(_VocabTokenizer(tokenizer, eos_key))
             _VOCABS[key] = llg.LLTokenizer(wrapper, eos_token=list(eos_key), slices=[])
@@ -176,7 +176,9 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
 
         n_vocab = len(tokenizer)  # added tokens included
         per_eos[eos_key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos_key))
-    return per_eos[eos_key], (id(tokenizer), eos_key)
+    # the key holds the tokenizer itself: a compiled grammar in the cache keeps it alive, so no
+    # tokenizer made later can take its id and be served a grammar compiled for another vocabulary
+    return per_eos[eos_key], (tokenizer, eos_key)
 
 
 class _VocabTokenizer:
