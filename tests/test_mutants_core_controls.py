@@ -72,12 +72,13 @@ def _by_hand(prompt, target):
 
 def test_score_sequences_of_targets_that_end_with_a_stop_sequence():
     """A target ending with a stop sequence is finished and scored as any other (the stop
-    sequence changes the flag, not the sum), and one that only contains it is not finished."""
-    prompts, targets = [[1, 2], [3]], [[0, 1, 2], [2, 1, 0]]
+    sequence changes the flag, not the sum); one that holds it before its end is scored to its
+    end and is not finished, as one without it."""
+    prompts, targets = [[1, 2], [3], [0]], [[0, 1, 2], [2, 1, 0], [1, 2, 0, 3]]
     model = SequenceModel(TABLE)
     got = score_sequences(model.step, model.init_state(prompts), prompts, targets, eos_token_id=EOS, alpha=0.0,
                           stop_sequences=[[1, 2]])
-    assert [h.finished for h in got] == [True, False]
+    assert [h.finished for h in got] == [True, False, False]
     for h, p, t in zip(got, prompts, targets):
         assert h.tokens == t and h.logprob == pytest.approx(_by_hand(p, t), abs=1e-9)
 

@@ -59,7 +59,7 @@ class AllowedTokens:
             allowed.append(_ids(self.fn(inputs[row], tuple(tokens[s:])), inputs[row], logits.shape[1]))
         counts = [a.shape[0] for a in allowed]
         rows = np.repeat(np.arange(len(allowed)), counts)
-        cols = np.concatenate(allowed) if allowed else np.zeros(0, np.int64)
+        cols = np.concatenate([np.zeros(0, np.int64), *allowed])
         return keep_pairs(ctx.backend, logits, rows, cols)
 
 
