@@ -80,9 +80,10 @@ class _Restarting:
 
 
 def test_the_stream_reads_its_iterable_to_its_first_end_only():
-    """Two prompts, then the end: two results, and the iterable is asked three times, never after."""
-    inputs = _Restarting([[1], [2]], [[3]])
-    results = list(_stream(inputs, beam_size=2, max_rows=2, max_steps=4))
+    """Two prompts, then the end: two results, and the iterable is asked three times, never after
+    (the end is met when input 0 stops after its one step, while input 1 is still in flight)."""
+    inputs = _Restarting([{"prompt": [1], "max_steps": 1}, [2]], [[3]])
+    results = list(_stream(inputs, beam_size=2, max_rows=4, max_steps=4))
     assert sorted(r.index for r in results) == [0, 1] and inputs.calls == 3
 
 
@@ -93,6 +94,17 @@ def test_a_model_whose_v_changes_ends_the_stream():
     model = SequenceModel(table)
     with pytest.raises(ValueError, match=r"^logits V changed between calls: was 6, got shape \(1, 7\)"):
         list(_stream([[1]], model=model, beam_size=1, max_steps=4, max_rows=1))
+
+
+def test_a_model_whose_v_changes_for_a_new_input_ends_the_stream():
+    """One input at a time: input 0 (V = 6) stops, then input 1 joins and its first call has
+    V = 7: the stream knows V from its first call, even when every cohort in flight is new."""
+    def table(prefix):
+        return np.zeros(V + 1 if prefix[0] == 3 else V)
+
+    model = SequenceModel(table)
+    with pytest.raises(ValueError, match=r"^logits V changed between calls: was 6, got shape \(1, 7\)"):
+        list(_stream([[1], [3]], model=model, beam_size=1, max_steps=2, max_rows=1))
 
 
 def test_each_call_gets_int64_tokens_and_the_state_it_returned_when_no_row_moves():
