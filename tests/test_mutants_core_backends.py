@@ -109,7 +109,7 @@ def test_topk_stable_keeps_the_lowest_index_among_ties_in_wide_rows(lib):
 def test_two_stage_top_m_of_rows_it_ranks_and_rows_it_hands_back(tail):
     """Row 0 has a clear maximum in each of three buckets (the two-stage rule is exact there), row
     1 is flat (tied bucket maxima: ranked in one pass); float32 comes back float32. With a tail
-    of 5 columns past the buckets, its largest entries are among the top m."""
+    of 5 columns past the buckets, its largest entries are among the top m. Indices are int64."""
     from beamsearch.backends.torch_backend import BUCKET, TorchBackend
 
     s = 64
@@ -122,7 +122,7 @@ def test_two_stage_top_m_of_rows_it_ranks_and_rows_it_hands_back(tail):
     x[1, 10] = 2.0
     m = 3
     idx, val = TorchBackend()._two_stage(torch.from_numpy(x), m)
-    assert val.dtype == np.float32
+    assert val.dtype == np.float32 and idx.dtype == np.int64
     for r in range(2):
         want = _ranked_by_hand(x[r], m)
         assert idx[r].tolist() == want and val[r].tolist() == x[r, want].tolist()
