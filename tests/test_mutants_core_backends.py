@@ -141,3 +141,12 @@ def test_the_byte_bias_table_is_made_once_per_dtype():
         assert table.dtype == dtype and table.device == x.device
         assert table[0b101].tolist() == [0.0, -math.inf, 0.0] + [-math.inf] * 5  # byte 5: bits 0 and 2
         assert be._bias(x) is table
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_log_softmax_is_per_row_at_any_scale(lib):
+    """Each row normalised by its own maximum: two equal logits give log(1/2) each whether they
+    are 0 or -1000 (a shift by the whole array's maximum would underflow the second row)."""
+    arr = _lib(np.array([[0.0, 0.0], [-1000.0, -1000.0]]), lib)
+    got = _host(backend_of(arr).log_softmax(arr))
+    np.testing.assert_allclose(got, [[-math.log(2.0)] * 2] * 2, atol=1e-12)
