@@ -98,7 +98,7 @@ PITFALLS = [
     ("c08", "the user's processors run before the built-in ones", "core/plan.py",
      "    processors.extend(user)\n", "    processors[:0] = user\n"),
     ("c09", "score_sequences: a stop sequence at step m counts as finished", "core/score.py",
-     "(len(t) > m and", "(len(t) >= m and"),
+     "len(t) > stops.min_new_tokens and", "len(t) >= stops.min_new_tokens and"),
     ("c10", "stop sequences matched against the prompt too", "core/engine.py",
      "    recent = None if controls.stops is None else np.full((n, controls.stops.window), -1, np.int64)\n",
      "    recent = None if controls.stops is None else np.full((n, controls.stops.window), 1, np.int64)\n"),

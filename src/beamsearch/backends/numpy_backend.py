@@ -38,9 +38,9 @@ class NumpyBackend:
 
     def log_softmax(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         with np.errstate(all="ignore"):
-            m = np.max(x, axis=-1, keepdims=True)  # NaN propagates
+            m = np.max(x, axis=1, keepdims=True)  # NaN propagates
             res = np.subtract(x, m, out=out)
-            res -= np.log(np.sum(np.exp(res), axis=-1, keepdims=True))
+            res -= np.log(np.sum(np.exp(res), axis=1, keepdims=True))
         return res
 
     def reusable(self, buffer: Any, x: np.ndarray) -> bool:
@@ -85,12 +85,12 @@ class NumpyBackend:
         with np.errstate(invalid="ignore"):  # a masked NaN or +inf comes out NaN (Backend.keep_bits)
             if few is None:
                 bias = np.take(byte_bias(x.dtype), bits, axis=0)  # --> [k, B, 8]: 0 or -inf per column
-                np.add(x, bias.reshape(bits.shape[0], -1)[:, : x.shape[1]], out=x)
+                np.add(x, bias.reshape(bits.shape[0], 8 * bits.shape[1])[:, : x.shape[1]], out=x)
                 return x
             x[few.masked_rows, few.masked_cols] += NEG_INF
             if few.rows.size:
                 kept = x[few.kept_rows, few.kept_cols]
-                x += row_bias(few.rows, x.shape[0]).astype(x.dtype)  # one pass: -inf on those rows, 0 elsewhere
+                x += row_bias(few.rows, x.shape[0])  # one pass (cast in place): -inf on those rows, 0 elsewhere
                 x[few.kept_rows, few.kept_cols] = kept
         return x
 
@@ -116,28 +116,28 @@ class NumpyBackend:
 
     def softmax_cumsum(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
-            q = np.exp(x - np.max(x, axis=-1, keepdims=True))
-            return np.cumsum(q / q.sum(axis=-1, keepdims=True), axis=-1)
+            q = np.exp(x - np.max(x, axis=1, keepdims=True))
+            return np.cumsum(q / q.sum(axis=1, keepdims=True), axis=1)
 
     def count_below(self, x: np.ndarray, value: float) -> np.ndarray:
-        return (x < value).sum(axis=-1, keepdims=True)
+        return (x < value).sum(axis=1, keepdims=True)
 
     def take_along(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return np.take_along_axis(x, idx, axis=-1)
+        return np.take_along_axis(x, idx, 1)
 
     def topk_stable(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         g, width = x.shape
         if m >= width:
-            idx = np.argsort(-x, kind="stable")
-            return idx, np.take_along_axis(x, idx, axis=1)
-        part = np.argpartition(x, (width - m - 1, width - m), axis=1)  # ascending
+            idx = np.argsort(-x, 1, kind="stable")
+            return idx, np.take_along_axis(x, idx, 1)
+        part = np.argpartition(x, (width - m - 1, width - m), 1)  # ascending
         idx = part[:, width - m :]  # the m largest, unordered
-        edge = np.take_along_axis(x, part[:, width - m - 1 : width - m + 1], axis=1)  # --> [G, 2]
+        edge = np.take_along_axis(x, part[:, width - m - 1 : width - m + 1], 1)  # --> [G, 2]
         tied = (edge[:, 0] == edge[:, 1]) & (edge[:, 1] > -np.inf)  # equal m-th and (m+1)-th; -inf ties never kept
         if tied.any():
             idx = idx.copy()
             idx[tied] = take_with_lowest_ties(x[tied], edge[tied, 1], m)
-        return order_top(idx, np.take_along_axis(x, idx, axis=1))
+        return order_top(idx, np.take_along_axis(x, idx, 1))
 
     def to_numpy(self, x: Any) -> np.ndarray:
         return np.asarray(x)

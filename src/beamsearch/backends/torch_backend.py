@@ -193,13 +193,12 @@ class TorchBackend:
             return self._one_pass(x, m)
         buckets = buckets[:, :m].sort(dim=1).values  # --> [g, m], ascending: candidates in column order
         cand = torch.gather(body, 2, buckets[:, None, :].expand(g, BUCKET, m)).reshape(g, BUCKET * m)
-        if width > s * BUCKET:  # the tail columns are candidates too
-            cand = torch.cat([cand, x[:, s * BUCKET :]], dim=1)
+        cand = torch.cat([cand, x[:, s * BUCKET :]], dim=1)  # the tail columns (fewer than BUCKET) too
         rows = np.flatnonzero(exact)
         every = rows.shape[0] == g
         pos, val = self._one_pass(cand if every else cand[self.index(rows, x)], m)  # positions among candidates
         block, slot = np.divmod(pos, m)  # candidate b*m + i is column b*s + buckets[i]; the tail follows
-        col = buckets.numpy()[rows[:, None], np.minimum(slot, m - 1)] + block * s
+        col = buckets.numpy()[rows[:, None], slot] + block * s
         idx = np.where(pos >= BUCKET * m, pos - BUCKET * m + s * BUCKET, col)
         if every:
             return idx, val

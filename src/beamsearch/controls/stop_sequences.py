@@ -30,10 +30,9 @@ class StopSequences:
         w = self.window
         need = np.zeros((len(self.sequences), w), np.int64)  # --> [S, w]: each s[:-1], right-aligned
         care = np.zeros((len(self.sequences), w), bool)  # --> [S, w]: which columns must match
-        for i, seq in enumerate(self.sequences):
-            if len(seq) > 1:
-                need[i, w - (len(seq) - 1) :] = seq[:-1]
-                care[i, w - (len(seq) - 1) :] = True
+        for i, seq in enumerate(self.sequences):  # a one-token sequence: an empty slice, nothing to match
+            need[i, w - (len(seq) - 1) :] = seq[:-1]
+            care[i, w - (len(seq) - 1) :] = True
         object.__setattr__(self, "_need", need)
         object.__setattr__(self, "_care", care)
         object.__setattr__(self, "_last", np.array([seq[-1] for seq in self.sequences], np.int64))

@@ -204,7 +204,7 @@ class Trail:
     def generated(self, rows: np.ndarray, step: int) -> np.ndarray:
         """int64 ``[k, step - 1]``: the generated tokens of the rows of call ``step`` (their
         positions ``rows`` in that call), for a processor that reads history without the prompt."""
-        out = np.full((rows.shape[0], step - 1), -1, np.int64)
+        out = np.empty((rows.shape[0], step - 1), np.int64)  # every column is written
         ptr = rows.copy()
         for s in range(step - 1, 0, -1):
             out[:, s - 1] = self.token[s - 1][ptr]

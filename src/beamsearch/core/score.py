@@ -65,11 +65,10 @@ def score_sequences(
     opts = options(prompts, config, limits=lengths)
     if not rows:
         return []
-    controls = opts.controls
-    stops = controls.stops.sequences if controls.stops is not None else ()
-    m = controls.stops.min_new_tokens if controls.stops is not None else 0
+    controls, stops = opts.controls, opts.controls.stops
     ends = set(eos.tolist())
-    finished = np.array([t[-1] in ends or (len(t) > m and any(tuple(t[len(t) - len(s):]) == s for s in stops))
+    finished = np.array([t[-1] in ends or (stops is not None and len(t) > stops.min_new_tokens and
+                                           any(tuple(t[len(t) - len(s):]) == s for s in stops.sequences))
                          for t in rows])
     forced = Forced(np.concatenate([np.array(t) for t in rows]), np.cumsum(lengths) - lengths, lengths, finished)
     controls = dataclasses.replace(controls, stops=None, vocab_checks=controls.vocab_checks + (("targets", rows),))

@@ -216,7 +216,7 @@ def _merge(scores: StepScores, idx: np.ndarray, val: np.ndarray, start: np.ndarr
     best m', highest first), ranked by logprob + value, then flat index ``b*V + v``."""
     k, per_row = idx.shape
     g, r, vocab = start.shape[0], int(counts.max()), scores.vocab
-    total = accumulate(scores, np.repeat(np.arange(k), per_row), val.reshape(-1)).reshape(k, per_row)
+    total = accumulate(scores, np.repeat(np.arange(k), per_row), val.ravel()).reshape(k, per_row)
     if (counts == r).all():  # every input has r rows: [k, m'] is already [G, r, m']
         tot, tok = total, idx
     else:  # pad each input to r rows of -inf
@@ -229,7 +229,7 @@ def _merge(scores: StepScores, idx: np.ndarray, val: np.ndarray, start: np.ndarr
     flat = (np.arange(r)[:, None] * vocab + tok.reshape(g, r, per_row)).reshape(g, r * per_row)
     m = min(int(keep.max()), r * per_row)
     order = np.lexsort((flat, -tot))[:, :m]  # --> [G, m]: by value, then flat index
-    best = np.take_along_axis(tot, order, axis=1)
+    best = np.take_along_axis(tot, order, 1)
     grp, rank = np.nonzero(np.isfinite(best) & (np.arange(m) < keep[:, None]))
     pos = order[grp, rank]  # position in the input's [r*m'] row
     row = start[grp] + pos // per_row

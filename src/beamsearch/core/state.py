@@ -258,10 +258,8 @@ def _concat_set(states: list) -> Any:
 def _same_leaf(a: Any, b: Any) -> bool:
     if a is b:
         return True
-    if getattr(a, "shape", None) is not None and getattr(b, "shape", None) is not None:  # 0-d arrays
-        return bool(np.array_equal(backend_of(a).to_numpy(a), backend_of(b).to_numpy(b)))
     try:
-        return bool(a == b)
+        return bool(a == b)  # 0-d arrays too (numpy, torch, or one of each): == gives one bool
     except Exception:  # an object without a usable == (an array-like that refuses bool())
         return False
 
@@ -333,7 +331,7 @@ def pad_axis(leaves: Sequence[Any], axis: int, value: Any, *, side: str = "right
         shape[ax] = longest
         padded = _FULL[backend_of(x).name](x, tuple(shape), value)
         where = [slice(None)] * ndim
-        where[ax] = slice(longest - have, longest) if side == "left" else slice(0, have)
+        where[ax] = slice(longest - have, None) if side == "left" else slice(have)
         padded[tuple(where)] = x
         out.append(padded)
     return out

@@ -57,9 +57,9 @@ class AllowedTokens:
         allowed = []
         for row, (tokens, s) in enumerate(zip(history.tolist(), start.tolist())):  # the callback is per row
             allowed.append(_ids(self.fn(inputs[row], tuple(tokens[s:])), inputs[row], logits.shape[1]))
-        counts = np.array([a.shape[0] for a in allowed], dtype=np.int64)
+        counts = [a.shape[0] for a in allowed]
         rows = np.repeat(np.arange(len(allowed)), counts)
-        cols = np.concatenate(allowed) if allowed else np.zeros(0, np.int64)
+        cols = np.concatenate([np.zeros(0, np.int64), *allowed])
         return keep_pairs(ctx.backend, logits, rows, cols)
 
 

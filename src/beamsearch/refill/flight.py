@@ -136,7 +136,7 @@ class Flight:
             cohort, init = join(group)
             self.cohorts.append(cohort)
             self.state = init if self.state is None else concat_state([self.state, init])
-            self.tokens = np.concatenate([self.tokens, [p[-1] for p in cohort.plan.opts.prompts]]).astype(np.int64)
+            self.tokens = np.concatenate([self.tokens, np.array([p[-1] for p in cohort.plan.opts.prompts], np.int64)])
             if self.index is None:
                 self.index = indexer(first_foreign_leaf(self.state))
 

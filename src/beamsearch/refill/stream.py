@@ -46,7 +46,7 @@ class Stream(Iterator[Decoded]):
         if self._rows > max_rows:
             raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
                              f"({self._rows}, its beam size); raise max_rows or lower the beam")
-        self._join_rows = min(min_join, max_rows // self._rows) * self._rows  # the room a join waits for
+        self._join_rows = min_join * self._rows  # the room a join waits for (over max_rows: none in flight)
         self.stats = StreamStats(max_rows, max_tokens=max_tokens)
         self._run = self._decode(iter(inputs))
 
