@@ -90,3 +90,16 @@ def test_a_bank_short_of_its_quota_leaves_its_places_to_the_best_of_the_others()
     kept = first[tree.status[first] != PRUNED]
     assert sorted(tree.token[kept].tolist()) == [0, 2, 3, 4]
     assert [p for p in model.calls[1]] == [(0, 0), (0, 3), (0, 4), (0, 2)]  # step 2's rows: best first
+
+
+def test_every_advancing_token_of_a_row_is_a_candidate():
+    # V = 5 {0, 1, 2, 3, eos 4}, p = (.8, .02, .1, .05, .03); unordered constraints [1] and [3],
+    # beam 1. Step 1: the row's best token 0 needs 2 more; both 1 and 3 advance (need 1), though
+    # neither is among the row's best. The need-1 bank takes the beam: 3 (.05) before 1 (.02).
+    # Step 2 from [3]: 1 advances (need 0), the beam's only bank. Step 3: eos. Output [3, 1, 4].
+    model = SequenceModel(fixed([.8, .02, .1, .05, .03]))
+    got = constrained_beam_search(model.step, model.init_state([[0]]), [[0]], constraints=[[[1], [3]]],
+                                  beam_size=1, eos_token_id=4, max_steps=3, alpha=0.0)
+    assert model.calls[1] == [(0, 3)]  # step 2 feeds the one row: the prompt, then 3
+    assert got[0][0].tokens == [3, 1, 4] and got[0][0].finished
+    assert got[0][0].logprob == pytest.approx(math.log(.05 * .02 * .03), abs=1e-12)
