@@ -205,10 +205,9 @@ def settled(cache: Any) -> Any:
     return cache
 
 
-def plain_layer(keys: torch.Tensor, values: torch.Tensor, kind: type[DynamicLayer] = DynamicLayer) -> DynamicLayer:
-    """A ``kind`` layer (``DynamicLayer``, or :class:`DeferredLayer`) holding ``keys`` and
-    ``values`` ``[k, heads, t, dh]``."""
-    layer = kind()
+def plain_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    """A ``DynamicLayer`` holding ``keys`` and ``values`` ``[k, heads, t, dh]``."""
+    layer = DynamicLayer()
     layer.lazy_initialization(keys, values)
     layer.keys, layer.values = keys, values
     return layer

@@ -91,7 +91,7 @@ class RewardScorer:
         self.keep_cache = cacheable if keep is None else keep
         self.keep_bytes = check.at_least("keep_bytes", keep_bytes, 0)
         self.keeping = self.keep_cache and self.keep_bytes > 0  # rows' keys and values are kept
-        self.kept = KeptRows.empty()
+        self.kept = KeptRows()
 
     def __call__(self, prompts: Sequence[Sequence[int]], partial_solutions: Sequence[Sequence[int]]) -> np.ndarray:
         """float64 ``[C]``: each candidate's score (see the class)."""
@@ -101,8 +101,8 @@ class RewardScorer:
         if not heads:
             return np.zeros(0)
         if not self.keeping:
-            return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails)], KeptRows.empty()))
-        tag, fresh = len(self.step_tag), KeptRows.empty(self.keep_bytes)
+            return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails)], KeptRows()))
+        tag, fresh = len(self.step_tag), KeptRows(self.keep_bytes)
         rows = [self.kept.row(h, t, tag) for h, t in zip(heads, tails)]
         unread = list(dict.fromkeys(tuple(h) for h, t, r in zip(heads, tails, rows) if r.at < 0 and h and t))
         if unread:  # each prompt that no kept row extends, read once for every row that starts with it
@@ -209,11 +209,6 @@ class KeptRows:
         self.size = 1  # places taken, the zeros at 0 included
         self.store: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.lengths: dict[tuple[int, ...], list[int]] = {}
-
-    @staticmethod
-    def empty(budget: int = 0) -> KeptRows:
-        """Nothing kept; rows added later are kept while their keys and values fit ``budget`` bytes."""
-        return KeptRows(budget)
 
     def row(self, prompt: list[int], tail: list[int], tag: int) -> Row:
         """The row ``prompt + tail`` (``tail``: a partial solution and ``tag`` step-tag tokens) read
