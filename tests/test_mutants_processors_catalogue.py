@@ -22,21 +22,11 @@ from beamsearch.core.select import SPARSE_FRACTION
 from beamsearch.processors import Catalogue, StepContext, catalogue
 from beamsearch.processors.catalogue import TrieRows, on_accelerator
 from beamsearch.processors.trie import Trie
+from test_catalogue_trie import prefix_sets  # the plain dict-of-prefixes oracle
 
 torch = pytest.importorskip("torch")
 
 EOS = 0
-
-
-def prefix_sets(entries, eos=(EOS,)):
-    """``prefix -> set of allowed next tokens`` (the eos ids where an entry ends), entry by entry."""
-    allowed = {}
-    for e in entries:
-        e = tuple(int(t) for t in e)
-        for j in range(len(e)):
-            allowed.setdefault(e[:j], set()).add(e[j])
-        allowed.setdefault(e, set()).update(eos)
-    return allowed
 
 
 def finite_sets(out):
