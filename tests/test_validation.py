@@ -149,3 +149,57 @@ def test_processor_faults_are_named_and_emptied_rows_are_not():
     with pytest.raises(ValueError, match=r"row 0 contains \+inf after temperature=0.5 "):
         beam_search_batch(huge.step, huge.init_state(1), [[0]], eos_token_id=0, max_steps=2, beam_size=2,
                           temperature=0.5)
+
+
+class _Named:
+    """A processor that records the rows it is given and applies ``fn`` (its repr: ``name``)."""
+
+    def __init__(self, name, fn):
+        self.name, self.fn, self.calls = name, fn, []
+
+    def __repr__(self):
+        return self.name
+
+    def __call__(self, logits, ctx):
+        self.calls.append(ctx.row_input.tolist())
+        return self.fn(logits, ctx)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_flagged_rows_are_reprocessed_together_and_the_first_fault_in_order_is_named():
+    from beamsearch.backends import backend_of
+    from beamsearch.core.model_checks import bad_rows
+    from beamsearch.processors import StepContext
+
+    raw = np.arange(20, dtype=np.float64).reshape(5, 4)  # every row valid as the model returns it
+
+    def empty_0_and_2(x, ctx):  # rows of inputs 0 and 2 (row i is input i here) lose every token
+        x[np.isin(ctx.row_input, [0, 2])] = -np.inf
+        return x
+
+    def nan_in_3(x, ctx):
+        x[ctx.row_input == 3, 1] = np.nan
+        return x
+
+    def run(raw, rows):
+        first, second = _Named("empties", empty_0_and_2), _Named("nan-maker", nan_in_3)
+        ctx = StepContext(1, np.zeros((5, 0), np.int64), np.arange(5), backend_of(raw))
+        bad_rows(backend_of(raw), raw, np.array(rows), [first, second], ctx)
+        return first.calls, second.calls
+
+    # rows emptied by processing: no error; the flagged rows went through each processor once, together
+    assert run(raw, [0, 2]) == ([[0, 2]], [[0, 2]])
+    # a row made NaN: named with the processor that did it, though an emptied row comes first
+    with pytest.raises(ValueError, match=r"^logits row 3 contains NaN after nan-maker \(logits shape \(5, 4\)\)$"):
+        run(raw, [0, 2, 3])
+    # the first faulty row in order is the one named: row 2 as the model returned it (+inf, so no
+    # processor is blamed), before row 3's processed NaN
+    model_inf = raw.copy()
+    model_inf[2, 3] = np.inf
+    with pytest.raises(ValueError, match=r"^logits row 2 contains \+inf \(logits shape \(5, 4\)\)$"):
+        run(model_inf, [0, 2, 3])
+    # a row the model returned with no finite entry
+    model_empty = raw.copy()
+    model_empty[4] = -np.inf
+    with pytest.raises(ValueError, match=r"^logits row 4 has no finite entry \(logits shape \(5, 4\)\)$"):
+        run(model_empty, [0, 4])

@@ -85,32 +85,39 @@ def flat_ids(ids: Any, path: str = "") -> list[tuple[str | None, int]]:
 
 
 def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any], ctx: Any) -> None:
-    """Rows whose log-softmax came out NaN: raise for a row the model returned with NaN, +inf or
-    no finite entry, or that a processor made NaN or +inf (naming the first that did); return for
-    rows that processing left with no finite entry (the engine masks those). Processors are
-    row-wise, so a flagged row is re-processed alone to tell which."""
+    """Rows ``rows`` (int64 ``[r]``) whose log-softmax came out NaN: raise for a row the model
+    returned with NaN, +inf or no finite entry, or that a processor made NaN or +inf (naming the
+    last that did), the first such row in order; return when processing left every one with no
+    finite entry (the engine masks those). Processors are row-wise, so the flagged rows the model
+    returned valid are re-processed together, alone, to tell which."""
     shape = tuple(raw.shape)
-    for row in rows.tolist():
-        raw_row = backend.compute(raw[row : row + 1])  # --> [1, V], as the model returned it
-        values = backend.to_numpy(raw_row)
-        where = ""
-        if np.isfinite(values).any() and not np.isnan(values).any() and not (values == np.inf).any():
-            assert ctx is not None and processors, "a valid row cannot give NaN without processing"
-            x, one = backend.copy(raw_row), ctx.rows(np.array([row]))
-            where, bad = " after logits_processors", False
-            for processor in processors:  # the last to turn the row NaN or +inf is named
-                x = processor(x, one)
-                values = backend.to_numpy(x)
-                now = bool(np.isnan(values).any() or (values == np.inf).any())
-                if now and not bad:
-                    where = f" after {processor_label(processor)}"
-                bad = now
-        if np.isnan(values).any():
-            raise ValueError(f"logits row {row} contains NaN{where} (logits shape {shape})")
-        if (values == np.inf).any():
-            raise ValueError(f"logits row {row} contains +inf{where} (logits shape {shape})")
-        if not where:
+    values = backend.to_numpy(backend.compute(backend.take_rows(raw, backend.index(rows, raw))))  # --> [r, V]
+    where = np.full(len(rows), "", dtype=object)
+    valid = np.flatnonzero(np.isfinite(values).any(1) & ~_nan_or_inf(values))
+    if valid.size:
+        assert ctx is not None and processors, "a valid row cannot give NaN without processing"
+        x = backend.copy(backend.take_rows(raw, backend.index(rows[valid], raw)))
+        one = ctx.rows(rows[valid])
+        where[valid], bad = " after logits_processors", np.zeros(valid.size, bool)
+        for processor in processors:  # the last to turn a row NaN or +inf is named
+            x = processor(x, one)
+            processed = backend.to_numpy(x)
+            now = _nan_or_inf(processed)
+            where[valid[now & ~bad]] = f" after {processor_label(processor)}"
+            bad = now
+        values[valid] = processed
+    for j, row in enumerate(rows.tolist()):
+        if np.isnan(values[j]).any():
+            raise ValueError(f"logits row {row} contains NaN{where[j]} (logits shape {shape})")
+        if (values[j] == np.inf).any():
+            raise ValueError(f"logits row {row} contains +inf{where[j]} (logits shape {shape})")
+        if not where[j]:
             raise ValueError(f"logits row {row} has no finite entry (logits shape {shape})")
+
+
+def _nan_or_inf(values: np.ndarray) -> np.ndarray:
+    """bool ``[r]``: the rows of ``values`` ``[r, V]`` with a NaN or a +inf."""
+    return np.isnan(values).any(1) | (values == np.inf).any(1)
 
 
 def processor_label(processor: Any) -> str:
