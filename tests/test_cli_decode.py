@@ -279,6 +279,30 @@ def test_decode_flags_are_the_library_names_and_the_old_spellings_still_work(tmp
         assert code_old == code_new == 0 and old_records == new_records and len(new_records) == len(OPTION_TEXTS)
 
 
+def test_the_zoo_commands_take_the_shared_controls_flags_as_decode_spells_them():
+    """demo and translate run searches of their own with their own defaults; their beam size,
+    n-best and alpha flags are DecodingConfig's (decode's option strings and help), not retyped."""
+    import dataclasses
+
+    from beamsearch.cli import parser
+    from beamsearch.core.config import DecodingConfig
+
+    commands = next(a for a in parser()._actions if a.dest == "command").choices
+    decode = {a.dest: a for a in commands["decode"]._actions}
+    defaults = {f.name: f.default for f in dataclasses.fields(DecodingConfig)}
+    expected = {"demo": {"beam_size": 4}, "translate": {"beam_size": 5, "n_best": 1, "alpha": 0.6},
+                "evaluate": {"alpha": 0.6}}
+    for command, values in expected.items():
+        actions = {a.dest: a for a in commands[command]._actions}
+        for name, value in values.items():
+            action = actions[name]
+            assert action.option_strings == decode[name].option_strings, (command, name)
+            assert action.help == DecodingConfig.__dataclass_fields__[name].metadata["control"].help
+            assert action.default == value and action.type is decode[name].type, (command, name)
+    assert defaults["beam_size"] == 5 and defaults["n_best"] == 1 and defaults["alpha"] == 0.6  # translate's are the fields'
+    assert main(["demo", "--beam", "2", "--models", "1", "--max-len", "3"]) == 0
+
+
 def test_decode_beam_options_equal_beam_search_batch_alone(tmp_path):
     from beamsearch import beam_search_batch
 

@@ -21,7 +21,7 @@ from beamsearch.core.config import Control, DecodingConfig, controls_of, flag
 from beamsearch.corpus.grammar import GrammarOptions
 from beamsearch.modes.registry import MODES
 
-__all__ = ["RUNNER_FLAGS", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
+__all__ = ["RUNNER_FLAGS", "add_control_flags", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
 
 RUNNER_FLAGS = ("max_rows", "max_tokens", "output", "resume")
 """decode's own options that the library's messages may name (corpus decoding's keywords)."""
@@ -73,6 +73,21 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
     for spec in MODES.values():
         for f in dataclasses.fields(spec.options):
             _add(p, f.name, f.default, f.metadata["control"], str(f.type), f"{spec.name}: ")
+
+
+def add_control_flags(p: argparse.ArgumentParser, names: tuple[str, ...], **defaults: Any) -> None:
+    """The flags of the shared controls ``names`` (fields of
+    :class:`~beamsearch.core.config.DecodingConfig`: decode's flag, its other spellings, its type
+    and help) for a command that runs its own search (the zoo's ``demo`` and ``translate``): the
+    value when not given is the command's own default in ``defaults``, else the field's."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(DecodingConfig)}
+    for name in names:
+        f = fields[name]
+        c, value = f.metadata["control"], defaults.get(name, f.default)
+        p.add_argument(flag(name), *c.aliases, dest=name, type=_flag_type(str(f.type)), default=value,
+                       metavar=c.metavar, help=c.help)  # the commands' formatter shows the default
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

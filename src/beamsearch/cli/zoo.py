@@ -10,6 +10,7 @@ from typing import Any
 
 from beamsearch import Hypothesis, beam_search, greedy_decode
 from beamsearch.cli.common import FASTEST_THREADS, CliError, positive, write_page
+from beamsearch.cli.options import add_control_flags
 from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.toy import HAND_EXAMPLE, RandomPrefixModel, TableModel
 
@@ -182,7 +183,7 @@ def add_commands(sub: Any, fmt: type) -> None:
     """The zoo's subcommands, on the subparsers ``sub``."""
     p = sub.add_parser("demo", help="greedy against beam search on toy models and the shipped dates model",
                        formatter_class=fmt)
-    p.add_argument("--beam-size", "--beam", type=int, default=4, help="beam size for the random models")
+    add_control_flags(p, ("beam_size",), beam_size=4)  # the random models' beam
     p.add_argument("--max-len", type=int, default=5, help="most tokens generated per random model")
     p.add_argument("--models", type=int, default=8, help="how many random models")
 
@@ -191,7 +192,7 @@ def add_commands(sub: Any, fmt: type) -> None:
         p.add_argument("--checkpoint", metavar="DIR", default=None,
                        help="folder holding MODEL.safetensors and MODEL.json, as `train --out DIR` writes it "
                             "(default: the shipped checkpoints)")
-        p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty strength")
+        add_control_flags(p, ("alpha",))  # the models' length penalty is GNMT's
         p.add_argument("--no-calendar", dest="calendar", action="store_false",
                        help="do not constrain the search to real calendar dates (it is on by default; an "
                             "impossible date is still never printed: it becomes an error line)")
@@ -204,8 +205,7 @@ def add_commands(sub: Any, fmt: type) -> None:
                                    "only when its year is the one the text writes (a two-digit year: its last "
                                    "two digits), never another year.")
     model_options(p)
-    p.add_argument("--beam-size", "--beam", type=int, default=5, help="beam size (1: greedy)")
-    p.add_argument("--n-best", type=int, default=1, help="outputs per input, with logprob and score")
+    add_control_flags(p, ("beam_size", "n_best"))  # beam 1: greedy
     p.add_argument("--json", action="store_true",
                    help="one JSON object per input: input, date (null on error), error, candidates")
     p.add_argument("--trace", metavar="HTML", default=None,
