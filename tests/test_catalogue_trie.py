@@ -388,6 +388,35 @@ def test_support_is_dropped_after_another_processor():
     assert out[0][0].tokens[0] == 3
 
 
+def test_a_processor_declaring_masks_only_keeps_the_support(monkeypatch):
+    """A caller's processor after the catalogue that declares ``masks_only = True`` (it only sets
+    entries to -inf, here token 2 at every step: the outputs with a 2 are out): the support holds, so the search ranks the
+    allowed pairs alone, and its results equal those of the same processing ranked densely (the
+    same processor without the declaration)."""
+
+    class Ban:
+        masks_only = True
+
+        def __call__(self, logits, ctx):
+            logits[:, 2] = -np.inf
+            return logits
+
+    class BanDense(Ban):
+        masks_only = False
+
+    model = Markov(40, 4, 2)
+    cat = Catalogue([[1, 2], [1, 3, 4], [2], [3, 1], [4, 4, 1], [2, 2, 5], [7], [7, 2, 9]], EOS)  # a handful per row
+    out = {}
+    for ban in (Ban(), BanDense()):
+        sparse_steps = []
+        monkeypatch.setattr(select, "best_of_support", lambda *a: sparse_steps.append(1) or best_of_support(*a))
+        out[ban.masks_only] = beam_search_batch(model.step, model.init(2), [[1], [3]], eos_token_id=EOS, max_steps=4,
+                                                beam_size=3, n_best=3, logits_processors=[cat, ban])
+        assert bool(sparse_steps) is ban.masks_only
+    assert [[(h.tokens, h.logprob) for h in r] for r in out[True]] == [[(h.tokens, h.logprob) for h in r] for r in out[False]]
+    assert all(2 not in h.tokens for r in out[True] for h in r) and all(len(r) == 3 for r in out[True])
+
+
 # ---- the trie on the logits' device ------------------------------------------------------------
 
 

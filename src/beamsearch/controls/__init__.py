@@ -43,4 +43,4 @@ class Controls:
 
     @property
     def keep_history(self) -> bool:
-        return any(getattr(p, "needs_history", False) for p in (*self.processors, *self.masks))
+        return any(p.needs_history for p in (*self.processors, *self.masks))

@@ -20,6 +20,7 @@ class MinNewTokens:
     eos: np.ndarray
     m: int
     needs_history = False
+    masks_only = True  # it only sets entries to -inf
 
     @property
     def last_step(self) -> int:

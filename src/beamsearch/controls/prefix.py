@@ -24,6 +24,7 @@ class ForcedPrefix:
     start: np.ndarray
     lengths: np.ndarray
     masks_only = True  # it only sets entries to -inf: a support set before it still holds (StepContext.support)
+    needs_history = False
 
     @staticmethod
     def of(prefix: list[list[int]]) -> ForcedPrefix:

@@ -230,7 +230,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         if x is logits:  # processors may write: never into the model's array
             x = backend.copy(x, out=buffer)
         for processor in processors:  # a support holds while only processors that just mask follow its own
-            if not getattr(processor, "masks_only", False):
+            if not processor.masks_only:
                 ctx.support = None
             x = processor(x, ctx)
     # log_softmax into a buffer the search owns: the processed array itself, or the scratch buffer
@@ -241,7 +241,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         model_checks.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
         logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
     for mask in masks:  # a processor acting after log_softmax (mode "transformers") may set a support too
-        if not getattr(mask, "masks_only", False):
+        if not mask.masks_only:
             ctx.support = None
         logp = mask(logp, ctx)
     if controls.stops is not None and beam.recent is not None:

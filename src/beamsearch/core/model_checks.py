@@ -164,16 +164,19 @@ class CheckedProcessor:
         processor: the caller's callable.
         name: ``"logits_processors[i] (...)"`` with its repr (a function's qualified name), for
             messages.
-        needs_history, last_step: the processor's own (see :mod:`beamsearch.processors`).
+        needs_history, last_step, masks_only: the processor's own (see
+            :mod:`beamsearch.processors`), read once here: the engine reads them from every piece
+            it runs, the built-in ones declaring their own.
     """
 
-    __slots__ = ("processor", "name", "needs_history", "last_step")
+    __slots__ = ("processor", "name", "needs_history", "last_step", "masks_only")
 
     def __init__(self, index: int, processor: Any) -> None:
         self.processor = processor
         self.name = f"logits_processors[{index}] ({_shown(processor)})"
         self.needs_history = bool(getattr(processor, "needs_history", False))
         self.last_step = getattr(processor, "last_step", None)
+        self.masks_only = bool(getattr(processor, "masks_only", False))
 
     def __call__(self, logits: Any, ctx: Any) -> Any:
         return processed(self.name, self.processor(logits, ctx), logits)

@@ -20,6 +20,7 @@ class NoRepeatNGram:
     n: int
     needs_history = True
     last_step = None  # acts at every step
+    masks_only = False  # a support set before it is dropped (StepContext.support)
 
     def __post_init__(self) -> None:
         check.at_least("n", self.n, 1)

@@ -16,6 +16,7 @@ class Temperature:
     temperature: float
     needs_history = False
     last_step = None  # acts at every step
+    masks_only = False  # a support set before it is dropped (StepContext.support)
 
     def __post_init__(self) -> None:
         check.temperature("temperature", self.temperature)

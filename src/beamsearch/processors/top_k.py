@@ -19,6 +19,7 @@ class TopK:
     k: int
     needs_history = False
     last_step = None  # acts at every step
+    masks_only = False  # a support set before it is dropped (StepContext.support)
 
     def __post_init__(self) -> None:
         check.at_least("k", self.k, 1)
