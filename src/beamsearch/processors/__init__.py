@@ -10,7 +10,9 @@ value: a processor may write into ``logits`` (the search owns that buffer; the m
 never handed over) or return a new array. Processors work row by row. A processor that reads
 ``ctx.history`` including the prompt declares a class attribute ``needs_history = True``; one that
 does nothing after some step may say so with an int attribute ``last_step`` (the search then skips
-it, and copies nothing for it). A processor built with token ids may declare them as
+it, and copies nothing for it); one that only sets entries to -inf may declare ``masks_only =
+True`` (a :class:`Catalogue`'s or :class:`Grammar`'s allowed pairs before it are then still ranked
+alone, ``StepContext.support``). A processor built with token ids may declare them as
 ``vocab_checks``: a sequence of ``(argument, ids)`` pairs (``ids`` an int or nested lists of
 ints), checked against ``[0, V)`` at the first call; an id outside is a ValueError naming
 ``logits_processors[i]``, the processor, the argument, the id and V. What a processor of
