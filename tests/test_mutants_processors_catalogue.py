@@ -161,6 +161,40 @@ def test_entries_of_mixed_integer_types_are_taken_one_by_one():
         Catalogue([np.array([2**63], np.uint64)], EOS)
 
 
+def test_an_uint64_array_id_past_int64_is_refused_as_given_not_wrapped():
+    """An uint64 ``[M, L]`` array: an id past 2**63 - 1 is named with its own value (cast to int64 it
+    would read negative; 2**64 - 1 would read as the pad -1 and end its row silently)."""
+    for big, at in ((2**64 - 1, (0, 1)), (2**63 + 5, (1, 0))):
+        items = np.array([[1, 2, 3], [4, 5, 6]], np.uint64)
+        items[at] = big
+        with pytest.raises(ValueError, match=rf"^outputs\[{at[0]}\]\[{at[1]}\] must be in \[0, V\); got {big}, and no V "
+                                             r"is larger than 2\*\*63 - 1$"):
+            Catalogue(items, EOS)
+    assert Catalogue(np.array([[1, 2], [3, 2**40]], np.uint64), EOS).trie.items() == [(1, 2), (3, 2**40)]
+
+
+def test_ids_whose_trie_keys_would_pass_int64_are_refused():
+    """The trie's lookup keys are ``parent * (largest id + 1) + token`` in int64, which numpy would
+    wrap silently: ids so large that nodes x (largest id + 1) reaches 2**63 are refused (2**63 - 1
+    alone, or 2**53 over 1,024 nodes: there 1,025 x (2**53 + 1) > 2**63), from lists, arrays and
+    a trie's own arrays; just below the limit the items are kept exactly."""
+    big = 2**53
+    many = [[i + 1, big] for i in range(512)]  # 1 + 1,024 ids: up to 1,025 nodes
+    for outputs in ([[3, 2**63 - 1]], np.array([[3, 2**63 - 1]], np.uint64), many, np.array(many)):
+        with pytest.raises(ValueError, match=r"^outputs: a trie of up to \d+ nodes over token ids up to \d+ does not fit "
+                                             r"its int64 keys \(nodes x \(largest id \+ 1\) must be < 2\*\*63\)"):
+            Catalogue(outputs, EOS)
+    few = many[:500]  # 1,001 x (2**53 + 1) < 2**63
+    assert sorted(Catalogue(few, EOS).trie.items()) == sorted(map(tuple, few))
+    trie = Catalogue(few, EOS).trie
+    with pytest.raises(ValueError, match=r"^outputs: a trie of up to 1001 nodes over token ids up to 9223372036854775807 "):
+        Trie(trie.first, trie.token, trie.ends, 2**63)
+    one = Catalogue([[7]], EOS).trie  # 2 nodes: the limit is a width of 2**62 exactly
+    assert Trie(one.first, one.token, one.ends, 2**62 - 1).items() == [(7,)]
+    with pytest.raises(ValueError, match=r"^outputs: a trie of up to 2 nodes over token ids up to 4611686018427387903 "):
+        Trie(one.first, one.token, one.ends, 2**62)
+
+
 def test_the_messages_in_full():
     with pytest.raises(ValueError, match=r"^outputs must hold at least one token-id sequence; got an empty catalogue$"):
         Catalogue([], EOS)

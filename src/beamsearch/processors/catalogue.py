@@ -256,6 +256,10 @@ def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
     items = outputs.detach().cpu().numpy() if hasattr(outputs, "detach") else np.asarray(outputs)
     if items.ndim != 2 or not np.issubdtype(items.dtype, np.integer):
         raise TypeError(f"outputs as an array must be integers [M, L]; got shape {tuple(items.shape)} dtype {items.dtype}")
+    past = items > np.iinfo(np.int64).max if items.dtype == np.uint64 else None  # would wrap to < 0 (-1: the pad)
+    if past is not None and past.any():
+        i, j = (int(v[0]) for v in np.nonzero(past))
+        raise ValueError(f"outputs[{i}][{j}] must be in [0, V); got {int(items[i, j])}, and no V is larger than 2**63 - 1")
     items = items.astype(np.int64, copy=False)
     is_pad = items == pad
     lengths = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), items.shape[1]).astype(np.int64)

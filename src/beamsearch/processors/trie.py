@@ -24,6 +24,13 @@ FORMAT = "beamsearch.catalogue/1"
 """The ``format`` entry of a saved catalogue's safetensors metadata."""
 
 
+def _check_keys(nodes: int, width: int) -> None:
+    """The trie's keys ``parent * width + token`` must fit int64 (numpy wraps silently past it)."""
+    if nodes * width >= 2**63:
+        raise ValueError(f"outputs: a trie of up to {nodes} nodes over token ids up to {width - 1} does not fit its "
+                         "int64 keys (nodes x (largest id + 1) must be < 2**63); token ids are a vocabulary's, < V")
+
+
 @dataclass(frozen=True, eq=False)
 class Trie:
     """A trie of non-empty token sequences (ids >= 0) as arrays.
@@ -46,6 +53,7 @@ class Trie:
     _devices: dict[str, DeviceTrie] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_keys(self.n_nodes, self.width)
         parent = np.repeat(np.arange(self.ends.shape[0], dtype=np.int64), np.diff(self.first))  # --> [n - 1]
         object.__setattr__(self, "key", parent * self.width + self.token)
 
@@ -78,6 +86,7 @@ class Trie:
         once. One ``np.unique`` per position, over the items that are that long."""
         m, longest = items.shape
         width = int(items[np.arange(longest) < lengths[:, None]].max()) + 1 if m else 1
+        _check_keys(1 + int(lengths.sum()), width)  # the nodes are at most 1 + the ids
         node = np.zeros(m, np.int64)  # --> [M]: the node each item has reached
         tokens, parents, count = [], [], 1
         for d in range(longest):  # positions, each one whole-array pass over the items
