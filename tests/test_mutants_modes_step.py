@@ -319,7 +319,12 @@ def test_integer_scores_are_kept_as_reals():
     (dict(aggregation="max"), ValueError, r"^aggregation must be one of last, min, prod, mean; got 'max'$"),
     (dict(expansion="greedy"), ValueError, r"^expansion must be one of sample, beam; got 'greedy'$"),
     (dict(sample_seed=[1]), ValueError, r"^sample_seed must be one int or one int per prompt \(2\); got 1$"),
-    (dict(sample_seed=[1, 2], rng=np.random.default_rng(0)), ValueError, r"give rng or seed, not both"),
+    (dict(sample_seed=[1, 2], rng=np.random.default_rng(0)), ValueError,
+     r"^give rng or sample_seed, not both; got rng=Generator\(PCG64\) at \w+ and sample_seed=\[1, 2\]$"),
+    (dict(sample_seed=5, rng=np.random.default_rng(0)), ValueError, r"^give rng or sample_seed, not both; .* sample_seed=5$"),
+    (dict(sample_seed=-1), ValueError, r"^sample_seed must be >= 0; got -1$"),
+    (dict(sample_seed=[3, -2]), ValueError, r"^sample_seed\[1\] must be >= 0; got -2$"),
+    (dict(sample_seed=1.5), TypeError, r"^sample_seed must be an integer; got 1\.5 of type float$"),
     (dict(scorer=":f"), ValueError, r"^scorer must be a callable or 'module:function'; got ':f'$"),
     (dict(scorer="math:"), ValueError, r"^scorer must be a callable or 'module:function'; got 'math:'$"),
     (dict(scorer="math:pi:x"), ValueError, r"has no attribute 'pi:x'$"),
@@ -328,6 +333,14 @@ def test_integer_scores_are_kept_as_reals():
     (dict(scorer=lambda p, s: ["a"] * len(s)), TypeError, r"^scorer must return one real per candidate \(8\); got"),
     (dict(scorer=lambda p, s: [float("nan")] + [0.5] * (len(s) - 1)), ValueError,
      r"^scorer returned NaN for candidate 0$"),
+    (dict(aggregation="prod", scorer=lambda p, s: [0.5, 0.0, -0.25] + [0.5] * (len(s) - 3)), ValueError,
+     r"^aggregation 'prod' multiplies step scores, which must be in \[0, inf\) \(a verifier's probabilities\); "
+     r"scorer returned -0\.25 for candidate 2$"),
+    (dict(aggregation="prod", scorer=lambda p, s: [0.5, float("inf")] + [0.5] * (len(s) - 2)), ValueError,
+     r"scorer returned inf for candidate 1$"),
+    (dict(aggregation="mean", rounds=2, scorer=lambda p, s: [float("inf") if len(x) <= 3 else -float("inf") for x in s]),
+     ValueError, r"^aggregation 'mean' of candidate \d+'s step scores \[inf, -inf\] is NaN: the scorer gave it both "
+                 r"\+inf and -inf$"),
 ])
 def test_errors_name_the_parameter_and_value(kw, error, message):
     with pytest.raises(error, match=message):

@@ -113,7 +113,8 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
         m: expansions of each kept partial solution (>= 1).
         rounds: the most rounds (>= 1).
         expansion: ``"sample"`` or ``"beam"``.
-        aggregation: ``"last"``, ``"min"``, ``"prod"`` or ``"mean"``.
+        aggregation: ``"last"``, ``"min"``, ``"prod"`` (step scores in ``[0, inf)``, a
+            verifier's probabilities) or ``"mean"``.
         dvts: diverse verifier tree search: ``n / m`` independent subtrees.
         sample_seed, rng: the seed (an int, or one int per prompt), or a numpy / torch Generator
             that gives one; with neither, fresh entropy.
@@ -173,12 +174,14 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
 
 def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
     """uint64 ``[P]``: each prompt's noise key, ``mix(seed, *prompt)`` (one seed, or one per prompt)."""
+    if rng is not None and sample_seed is not None:
+        raise ValueError(f"give rng or sample_seed, not both; got rng={rng!r} and sample_seed={sample_seed!r}")
     if isinstance(sample_seed, (list, tuple, np.ndarray)):
         if len(sample_seed) != len(ids):
             raise ValueError(f"sample_seed must be one int or one int per prompt ({len(ids)}); got {len(sample_seed)}")
-        seeds = [base_seed(rng, x) for x in sample_seed]
+        seeds = [base_seed(rng, x, f"sample_seed[{i}]") for i, x in enumerate(sample_seed)]
     else:
-        seeds = [base_seed(rng, sample_seed)] * len(ids)
+        seeds = [base_seed(rng, sample_seed, "sample_seed")] * len(ids)
     return np.array([mix(seed, *x) for seed, x in zip(seeds, ids)], np.uint64).reshape(len(ids))
 
 

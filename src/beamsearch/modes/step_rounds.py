@@ -203,14 +203,19 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     live, c = cand.live, cand.parent.shape[0]
     prompt = live.prompt[cand.parent]
     tokens = [live.tokens[j] + seg for j, seg in zip(cand.parent.tolist(), cand.segments)]
-    scores = _scores(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c)
+    scores = _scores(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
     book.scorer_total += 1
     book.scorer_calls += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     book.scored += np.bincount(prompt, minlength=book.rows.shape[0])
     book.rounds += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     steps = [live.step_scores[j] + [v] for j, v in zip(cand.parent.tolist(), scores.tolist())]
     segments = [live.segments[j] + [seg] for j, seg in zip(cand.parent.tolist(), cand.segments)]
-    agg = np.array([aggregate(x, s.aggregation) for x in steps], np.float64).reshape(c)
+    with np.errstate(invalid="ignore"):  # inf - inf in a mean: refused below
+        agg = np.array([aggregate(x, s.aggregation) for x in steps], np.float64).reshape(c)
+    if np.isnan(agg).any():  # +inf and -inf step scores in one solution (their mean; inf * 0 is excluded above)
+        j = int(np.flatnonzero(np.isnan(agg))[0])
+        raise ValueError(f"aggregation {s.aggregation!r} of candidate {j}'s step scores {steps[j]} is NaN: "
+                         "the scorer gave it both +inf and -inf")
     logprob = live.logprob[cand.parent] + cand.logprob
     finished = [(int(prompt[j]), StepSolution(tokens[j], float(logprob[j]), float(agg[j]), True, segments[j], steps[j]))
                 for j in np.flatnonzero(cand.done).tolist()]
@@ -234,8 +239,9 @@ def token_order(tokens: list[list[int]], among: np.ndarray) -> np.ndarray:
     return np.array([place[t] for t in lists], np.int64)
 
 
-def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c: int) -> np.ndarray:
-    """The scorer's answer for ``c`` candidates, checked: float64 ``[c]``, no NaN."""
+def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c: int, aggregation: str) -> np.ndarray:
+    """The scorer's answer for ``c`` candidates, checked: float64 ``[c]``, no NaN (and for the
+    ``prod`` aggregation, each in ``[0, inf)``: a product of signed or infinite scores does not rank)."""
     got = scorer(prompts, partials)
     if hasattr(got, "detach"):
         got = got.detach().cpu().numpy()
@@ -247,6 +253,10 @@ def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c:
         raise ValueError(f"scorer must return one real per candidate: shape ({c},); got shape {out.shape}")
     if np.isnan(out).any():
         raise ValueError(f"scorer returned NaN for candidate {int(np.flatnonzero(np.isnan(out))[0])}")
+    if aggregation == "prod" and not ((out >= 0) & (out < np.inf)).all():
+        j = int(np.flatnonzero(~((out >= 0) & (out < np.inf)))[0])
+        raise ValueError(f"aggregation 'prod' multiplies step scores, which must be in [0, inf) (a verifier's "
+                         f"probabilities); scorer returned {out[j]} for candidate {j}")
     return out
 
 

@@ -191,13 +191,13 @@ def _entropy(rng: Any, seed: Any, positions: np.ndarray) -> np.ndarray:
     return np.stack([np.full(n, base), positions], axis=1).astype(np.int64)
 
 
-def base_seed(rng: Any, seed: Any) -> int:
-    """The one seed ``s`` of an int ``seed``, or drawn from ``rng`` (a numpy or torch Generator),
-    or from fresh entropy when both are None."""
+def base_seed(rng: Any, seed: Any, name: str = "seed") -> int:
+    """The one seed ``s`` of an int ``seed`` (the caller's parameter ``name``), or drawn from
+    ``rng`` (a numpy or torch Generator), or from fresh entropy when both are None."""
     if rng is not None and seed is not None:
-        raise ValueError(f"give rng or seed, not both; got rng={rng!r} and seed={seed!r}")
+        raise ValueError(f"give rng or {name}, not both; got rng={rng!r} and {name}={seed!r}")
     if seed is not None:
-        return _seed(seed)
+        return _seed(seed, name)
     if rng is None:
         return int(np.random.default_rng().integers(2**63))
     if isinstance(rng, np.random.Generator):
