@@ -127,6 +127,40 @@ def test_reward_scorer_refusals():
         RewardScorer(seq)
 
 
+@pytest.mark.parametrize("call, error, message", [
+    (lambda s: s([[5], [6]], [[1]]), ValueError,
+     r"^prompts and partial_solutions must hold one entry per candidate; got 2 and 1$"),
+    (lambda s: s([[5], []], [[1], []]), ValueError,
+     r"^prompts\[1\] \+ partial_solutions\[1\] is empty \(and no step_tag\): the reward model reads at least one token$"),
+    (lambda s: s(5, [[1]]), TypeError, r"^prompts must be a sequence of token-id lists; got 5$"),
+    (lambda s: s([[5]], "ab"), TypeError, r"^partial_solutions must be a sequence of token-id lists; got 'ab'$"),
+    (lambda s: s([[5]], ["ab"]), TypeError, r"^partial_solutions\[0\] must be a sequence of token ids; got 'ab'$"),
+    (lambda s: s([[5]], [[1, -2]]), ValueError, r"^partial_solutions\[0\]\[1\] must be in \[0, V\); got -2$"),
+    (lambda s: s([[5, 1.5]], [[1]]), TypeError, r"^prompts\[0\]\[1\] must be an integer; got 1\.5 of type float$"),
+    (lambda s: RewardScorer(reward_model(), step_tag=[DELIM, VOCAB]), ValueError,
+     rf"^step_tag\[1\] must be in \[0, V\) with V={VOCAB} \(the model's embeddings\); got {VOCAB}$"),
+    (lambda s: RewardScorer(object()), TypeError,
+     r"^model must be a transformers \.\.\.ForSequenceClassification or \.\.\.ForTokenClassification model; got object$"),
+])
+def test_reward_scorer_names_bad_calls(call, error, message):
+    """Bad candidates are refused before the model runs, naming the argument (rows that zip would
+    have cut short, an empty row torch would fail to reshape, ids that are not ints)."""
+    with pytest.raises(error, match=message):
+        call(RewardScorer(reward_model()))
+    assert RewardScorer(reward_model(), step_tag=[DELIM])([[]], [[]]).shape == (1,)  # the tag alone is a row
+
+
+def test_a_causal_lm_is_refused_as_a_reward_model():
+    """A causal LM (logits [rows, V], not one per label) would be read at column ``label`` of its
+    vocabulary: refused at the first call, saying what it gave."""
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=16, n_layer=1,
+                                                              n_head=2, pad_token_id=PAD)).eval()
+    with pytest.raises(ValueError, match=rf"^model must give one logit per label \(num_labels=2\) at a row's last "
+                                         rf"token; it gave shape \(1, {VOCAB}\) \(a causal LM's logits\?\)"):
+        RewardScorer(lm)([[5]], [[6]])
+
+
 
 def test_a_row_ending_with_the_pad_id_is_read_at_its_last_token():
     """eos often doubles as the pad id: a finished solution then ends with it, and the sequence

@@ -68,8 +68,16 @@ class RewardScorer:
     def __init__(self, model: Any, *, step_tag: Sequence[int] = (), label: int | None = None,
                  transform: str | None = None, batch_rows: int = 64, keep_cache: bool | None = None,
                  keep_bytes: int = KEEP_BYTES) -> None:
+        if not (hasattr(model, "config") and hasattr(model, "get_input_embeddings")):
+            raise TypeError(f"model must be a transformers ...ForSequenceClassification or ...ForTokenClassification "
+                            f"model; got {type(model).__name__}")
         labels = int(model.config.num_labels)
         self.model, self.step_tag = model, check.token_list("step_tag", step_tag, allow_empty=True)
+        vocab = model.get_input_embeddings().num_embeddings
+        past = [j for j, t in enumerate(self.step_tag) if t >= vocab]
+        if past:
+            raise ValueError(f"step_tag[{past[0]}] must be in [0, V) with V={vocab} (the model's embeddings); got "
+                             f"{self.step_tag[past[0]]}")
         self.label = labels - 1 if label is None else check.integer("label", label)
         if not 0 <= self.label < labels:
             raise ValueError(f"label must be in [0, {labels}) (the model's num_labels); got {label!r}")
@@ -94,9 +102,22 @@ class RewardScorer:
         self.kept = KeptRows()
 
     def __call__(self, prompts: Sequence[Sequence[int]], partial_solutions: Sequence[Sequence[int]]) -> np.ndarray:
-        """float64 ``[C]``: each candidate's score (see the class)."""
-        heads = [list(p) for p in prompts]
-        tails = [list(s) + self.step_tag for s in partial_solutions]
+        """float64 ``[C]``: each candidate's score (see the class).
+
+        Args:
+            prompts: ``C`` lists of token ids.
+            partial_solutions: ``C`` lists of token ids; ``prompts[i] + partial_solutions[i]`` (and
+                the step tag) is candidate i's row, at least one token.
+        """
+        heads, given = _rows("prompts", prompts), _rows("partial_solutions", partial_solutions)
+        if len(heads) != len(given):
+            raise ValueError(f"prompts and partial_solutions must hold one entry per candidate; got {len(heads)} and "
+                             f"{len(given)}")
+        tails = [s + self.step_tag for s in given]
+        empty = [i for i, (h, t) in enumerate(zip(heads, tails)) if not h and not t]
+        if empty:
+            raise ValueError(f"prompts[{empty[0]}] + partial_solutions[{empty[0]}] is empty (and no step_tag): the "
+                             "reward model reads at least one token")
         in_vocab(self.model, [h + t for h, t in zip(heads, tails)], "prompts + partial_solutions")
         if not heads:
             return np.zeros(0)
@@ -126,6 +147,10 @@ class RewardScorer:
         for i in range(0, len(rows), self.batch_rows):
             batch = [rows[j] for j in order[i : i + self.batch_rows]]
             logits, cache = self._logits(batch, kept)
+            if logits.dim() != 2 or logits.shape[1] != self.model.config.num_labels:
+                raise ValueError(f"model must give one logit per label (num_labels={self.model.config.num_labels}) at "
+                                 f"a row's last token; it gave shape {tuple(logits.shape)} (a causal LM's logits?): "
+                                 "use a ...ForSequenceClassification or ...ForTokenClassification model")
             parts.append(logits)
             if into is not None and names is not None:
                 into.add(cache, batch, [names[j] for j in order[i : i + self.batch_rows]], tag)
@@ -170,6 +195,13 @@ class RewardScorer:
         if self.transform == "sigmoid":
             x = torch.sigmoid(x)
         return x.cpu().numpy()
+
+
+def _rows(name: str, value: Any) -> list[list[int]]:
+    """``value``, a sequence of token-id sequences, as lists (a bad one named ``name[i]``)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name} must be a sequence of token-id lists; got {value!r:.80}")
+    return [check.token_list(f"{name}[{i}]", row, allow_empty=True) for i, row in enumerate(value)]
 
 
 def causal_full_attention(model: Any) -> bool:
