@@ -108,3 +108,13 @@ def test_a_cached_grammar_keeps_its_tokenizer_so_no_later_tokenizer_is_served_it
     # tokenizer, whose vocabulary would then be served masks built for this one
     assert alive() is not None
     assert any(alive() in key[-1] for key in grammar_engine._COMPILED)
+
+
+def test_a_tokenizer_the_engine_cannot_read_is_named():
+    """A fast tokenizer without a decoder (its tokens' bytes cannot be told): a ValueError that says
+    the grammar engine cannot read the tokenizer, with the engine's reason."""
+    tok = bpe(280)
+    tok.backend_tokenizer.decoder = None
+    with pytest.raises(ValueError, match=r"^tokenizer \w+ cannot be read by the grammar engine \(it needs each token's "
+                                         r"bytes, from the tokenizer's model and decoder\): .*decoder"):
+        Grammar.regex("x+", tok)
