@@ -27,6 +27,9 @@ def step_output(out: Any) -> tuple[Any, Any]:
     if hasattr(logits, "shape") or isinstance(logits, (list, tuple)):
         if backend_of(logits).numeric(logits):
             return logits, new_state
+        if any(kind in str(getattr(logits, "dtype", "")) for kind in ("bool", "complex")):  # an array, not numbers
+            raise TypeError(f"step_fn returned logits {describe(logits)} of dtype {logits.dtype}; expected a "
+                            "real-valued array [k, V] (floats or integers)")
     if hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state):
         raise TypeError("step_fn must return (logits, new_state) in that order; got "
                         f"({describe(logits)}, {describe(new_state)}): swapped?")
