@@ -28,6 +28,7 @@ counted).
 
     python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds; widths 64, 128, 256
     python benchmarks/bench_step_search.py --prompts 8 --reps 1  # a smaller measurement
+    python benchmarks/bench_step_search.py --device cuda         # both models on an accelerator
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Bias(transformers.LogitsProcessor):
         self.b = b
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        return scores + self.b.to(scores.dtype)
+        return scores + self.b.to(scores.device, scores.dtype)
 
 
 class AtDelimiter(transformers.StoppingCriteria):
@@ -137,8 +138,9 @@ def loop_one_prompt(lm, scorer, prompt, n, m, rounds, limit, processors) -> list
         rows = [prompt + p for p in live for _ in range(n if r == 0 else m)]
         parts = [p for p in live for _ in range(n if r == 0 else m)]
         width = max(len(x) for x in rows)
-        ids = torch.tensor([[PAD] * (width - len(x)) + x for x in rows])
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows])
+        device = next(lm.parameters()).device
+        ids = torch.tensor([[PAD] * (width - len(x)) + x for x in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows], device=device)
         out = lm.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=limit, top_k=0,
                           top_p=1.0, temperature=1.0, eos_token_id=EOS, pad_token_id=PAD,
                           logits_processor=processors, stopping_criteria=[AtDelimiter()])
@@ -160,7 +162,7 @@ def run_ours(lm, scorer, prompts, args, vocab, seed):
     dec = causal_lm(lm, prompts)
     return step_search(dec.step, dec.init_state, dec.prompts, scorer=scorer, n=args.n, m=args.m, rounds=args.rounds,
                        sample_seed=seed, eos_token_id=EOS, max_steps=args.max_steps, stop_sequences=[[DELIM]],
-                       logits_processors=[lambda logits, ctx: logits + b.to(logits.dtype)])
+                       logits_processors=[lambda logits, ctx: logits + b.to(logits.device, logits.dtype)])
 
 
 def main() -> None:
@@ -176,10 +178,12 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu", help="torch device of both models (e.g. cuda)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"device {args.device}; "
           f"GPT-2 {args.layers} layers, V={args.vocab}; {args.prompts} prompts, n={args.n}, m={args.m}, "
           f"{args.rounds} rounds, segments <= {args.max_steps} tokens; median of {args.reps}")
     print(f"{'width':>5} {'search':<22} {'seconds':>8} {'prompts/s':>10} {'scorer s':>9} {'rest s':>7} "
@@ -190,7 +194,7 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, width: int) -> None:
     """Both searches on models of ``width``, alternating over ``args.reps`` repetitions."""
-    lm, prm = models(args.layers, width, args.vocab)
+    lm, prm = (model.to(args.device) for model in models(args.layers, width, args.vocab))
     # the loop's reward model reads each candidate's whole text, as search-and-learn's does; ours
     # keeps the rows it read for the next round's candidates, which extend them
     scorers = {"loop": Timed(RewardScorer(prm, keep_cache=False)), "ours": Timed(RewardScorer(prm))}
