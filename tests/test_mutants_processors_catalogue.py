@@ -247,3 +247,20 @@ def test_files_and_their_messages(tmp_path):
     with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(text)))} line 2 is not token ids separated by spaces: "
                                          r"'x 3'$"):
         Catalogue.from_file(text, EOS)
+
+
+def test_plain_lists_take_the_one_pass_path(monkeypatch):
+    """Lists of plain ids >= 0 of one signed type are flattened in one pass: the per-entry check
+    (a Python call per entry, slow for a million entries) is not run; entries that are not plain
+    (an uint64 array among int lists, a negative id) go through it, which names a bad one."""
+    calls = []
+    real = catalogue.check.token_list
+    monkeypatch.setattr(catalogue.check, "token_list", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    entries = [[1, 2], [3], [2, 1, 4]]
+    assert sorted(Catalogue(entries, EOS).trie.items()) == sorted(map(tuple, entries))
+    assert Catalogue((np.array([5, 6]), [7]), EOS).trie.items() == [(7,), (5, 6)]  # numpy int rows are plain too
+    assert calls == []
+    assert sorted(Catalogue([[1, 2], np.array([3], np.uint64)], EOS).trie.items()) == [(1, 2), (3,)]
+    assert calls == ["outputs[0]", "outputs[1]"]
+    with pytest.raises(ValueError, match=r"^outputs\[1\]\[0\] must be in \[0, V\); got -3$"):
+        Catalogue([[1], [-3]], EOS)
