@@ -171,14 +171,17 @@ def state_variants(rows: int, right: int):
 
 @pytest.mark.parametrize("dtype", ["bool", "complex128"] + (["torch.bool", "torch.complex64"] if torch is not None else []))
 def test_logits_of_a_dtype_that_is_not_numbers_are_named_so(dtype):
-    """Logits of bool or complex dtype (with a real-valued state beside them) are refused saying the
-    dtype; not taken for a swapped pair (the state is the second element as it should be)."""
+    """Logits of bool or complex dtype are refused saying the dtype (they were taken for a swapped
+    pair); with a real array beside them, the message asks too whether the pair is swapped."""
     rows = (torch.zeros((1, V), dtype=getattr(torch, dtype.split(".")[1])) if dtype.startswith("torch.")
             else np.zeros((1, V), dtype=dtype))
     want = (rf"^step_fn returned logits (ndarray|Tensor) of shape \(1, {V}\) of dtype {re.escape(dtype)}; expected a "
             r"real-valued array \[k, V\] \(floats or integers\)$")
     with pytest.raises(TypeError, match=want):
-        beam_search_batch(lambda state, y_prev: (rows, state), np.zeros((1, 1)), [[1]], eos_token_id=0, max_steps=2,
+        beam_search_batch(lambda state, y_prev: (rows, state), [None], [[1]], eos_token_id=0, max_steps=2, beam_size=2)
+    # a real array beside them: maybe the pair is swapped (a bool state returned first), so that is asked too
+    with pytest.raises(TypeError, match=want[:-1] + rf"; or is the pair swapped\? the second is ndarray of shape \(1, {V}\)$"):
+        beam_search_batch(lambda state, y_prev: (rows, np.zeros((1, V))), [None], [[1]], eos_token_id=0, max_steps=2,
                           beam_size=2)
 
 

@@ -150,6 +150,15 @@ def test_reward_scorer_names_bad_calls(call, error, message):
     assert RewardScorer(reward_model(), step_tag=[DELIM])([[]], [[]]).shape == (1,)  # the tag alone is a row
 
 
+def test_reward_scorer_takes_rows_as_tensors_and_arrays():
+    """Rows given as torch tensors or numpy arrays score as the same rows given as lists."""
+    model = reward_model()
+    want = RewardScorer(model, keep_cache=False)([[5, 6], [9]], [[1, 2], [3]])
+    for as_row in (torch.tensor, np.array):
+        got = RewardScorer(model, keep_cache=False)([as_row([5, 6]), as_row([9])], [as_row([1, 2]), as_row([3])])
+        assert got.tolist() == want.tolist()
+
+
 def test_a_causal_lm_is_refused_as_a_reward_model():
     """A causal LM (logits [rows, V], not one per label) would be read at column ``label`` of its
     vocabulary: refused at the first call, saying what it gave."""

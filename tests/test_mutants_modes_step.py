@@ -339,8 +339,10 @@ def test_integer_scores_are_kept_as_reals():
     (dict(aggregation="prod", scorer=lambda p, s: [0.5, float("inf")] + [0.5] * (len(s) - 2)), ValueError,
      r"scorer returned inf for candidate 1$"),
     (dict(aggregation="mean", rounds=2, scorer=lambda p, s: [float("inf") if len(x) <= 3 else -float("inf") for x in s]),
-     ValueError, r"^aggregation 'mean' of candidate \d+'s step scores \[inf, -inf\] is NaN: the scorer gave it both "
-                 r"\+inf and -inf$"),
+     ValueError, r"^aggregation 'mean' of candidate \d+'s step scores \[inf, -inf\] is NaN \(infinities of both signs, "
+                 r"or a product that overflows times 0\): scores must aggregate to a number$"),
+    (dict(aggregation="prod", rounds=3, scorer=lambda p, s: [1e200 if len(x) <= 6 else 0.0 for x in s]), ValueError,
+     r"^aggregation 'prod' of candidate \d+'s step scores \[1e\+200, 1e\+200, 0\.0\] is NaN"),
 ])
 def test_errors_name_the_parameter_and_value(kw, error, message):
     with pytest.raises(error, match=message):

@@ -174,24 +174,28 @@ def test_an_uint64_array_id_past_int64_is_refused_as_given_not_wrapped():
 
 
 def test_ids_whose_trie_keys_would_pass_int64_are_refused():
-    """The trie's lookup keys are ``parent * (largest id + 1) + token`` in int64, which numpy would
-    wrap silently: ids so large that nodes x (largest id + 1) reaches 2**63 are refused (2**63 - 1
-    alone, or 2**53 over 1,024 nodes: there 1,025 x (2**53 + 1) > 2**63), from lists, arrays and
-    a trie's own arrays; just below the limit the items are kept exactly."""
+    """The trie's lookup keys are ``node * (largest id + 1) + token`` in int64, which numpy would
+    wrap silently: a trie whose nodes x (largest id + 1) reaches 2**63 is refused (2**63 - 1 after
+    the root alone: 1 x 2**63; 2**53 in 512 entries: 1,025 nodes x (2**53 + 1) > 2**63), from lists,
+    arrays and a trie's own arrays; below the limit the items are kept exactly, and repeated
+    entries count once (the nodes, not the ids, bound the keys)."""
     big = 2**53
-    many = [[i + 1, big] for i in range(512)]  # 1 + 1,024 ids: up to 1,025 nodes
-    for outputs in ([[3, 2**63 - 1]], np.array([[3, 2**63 - 1]], np.uint64), many, np.array(many)):
-        with pytest.raises(ValueError, match=r"^outputs: a trie of up to \d+ nodes over token ids up to \d+ does not fit "
+    many = [[i + 1, big] for i in range(512)]  # 1 + 512 + 512 nodes
+    for outputs, nodes in (([[3, 2**63 - 1]], 1), (np.array([[3, 2**63 - 1]], np.uint64), 1), (many, 1025),
+                           (np.array(many), 1025)):
+        with pytest.raises(ValueError, match=rf"^outputs: a trie of {nodes} nodes over token ids up to \d+ does not fit "
                                              r"its int64 keys \(nodes x \(largest id \+ 1\) must be < 2\*\*63\)"):
             Catalogue(outputs, EOS)
     few = many[:500]  # 1,001 x (2**53 + 1) < 2**63
     assert sorted(Catalogue(few, EOS).trie.items()) == sorted(map(tuple, few))
+    assert Catalogue([[1, big]] * 2000, EOS).trie.items() == [(1, big)]  # 3 nodes, however many repeats
     trie = Catalogue(few, EOS).trie
-    with pytest.raises(ValueError, match=r"^outputs: a trie of up to 1001 nodes over token ids up to 9223372036854775807 "):
+    with pytest.raises(ValueError, match=r"^the trie: a trie of 1001 nodes over token ids up to 9223372036854775807 "):
         Trie(trie.first, trie.token, trie.ends, 2**63)
-    one = Catalogue([[7]], EOS).trie  # 2 nodes: the limit is a width of 2**62 exactly
+    one = Catalogue([[7]], EOS).trie  # 2 nodes: the limit is a width under 2**62
+    assert Trie(one.first, one.token, one.ends, 2**62 - 1).step(np.array([1]), np.array([2**62 - 2])).tolist() == [-1]
     assert Trie(one.first, one.token, one.ends, 2**62 - 1).items() == [(7,)]
-    with pytest.raises(ValueError, match=r"^outputs: a trie of up to 2 nodes over token ids up to 4611686018427387903 "):
+    with pytest.raises(ValueError, match=r"^the trie: a trie of 2 nodes over token ids up to 4611686018427387903 "):
         Trie(one.first, one.token, one.ends, 2**62)
 
 

@@ -203,3 +203,36 @@ def test_flagged_rows_are_reprocessed_together_and_the_first_fault_in_order_is_n
     model_empty[4] = -np.inf
     with pytest.raises(ValueError, match=r"^logits row 4 has no finite entry \(logits shape \(5, 4\)\)$"):
         run(model_empty, [0, 4])
+
+
+@pytest.mark.parametrize("kind", ["numpy int64", "torch int64", "torch bfloat16", "torch float16"])
+def test_rows_a_processor_empties_die_whatever_the_logits_dtype(kind):
+    """Logits of an integer or a low-precision dtype (read as float64 / float32 by the search): a
+    processor that leaves rows no finite entry kills them exactly as with float64 logits of the
+    same values (small integers, exact in every dtype here); the flagged rows are re-processed in
+    the dtype the search processed them in (an int array cannot hold -inf)."""
+    torch = pytest.importorskip("torch") if kind.startswith("torch") else None
+    table = np.arange(16).reshape(4, 4) * 7 % 5  # row: the previous token's logits, integers 0..4
+
+    def step_of(dtype):
+        def step(state, y_prev):
+            rows = table[np.asarray(y_prev.tolist() if hasattr(y_prev, "tolist") else y_prev)]
+            if dtype is None:
+                return rows.astype(np.float64), state
+            if torch is None:
+                return rows.astype(dtype), state
+            return torch.tensor(rows.tolist(), dtype=getattr(torch, dtype)), state
+        return step
+
+    def empty_input_1(logits, ctx):  # input 1's rows lose every token from step 2
+        logits[(ctx.row_input == 1) & (ctx.step >= 2)] = -np.inf
+        return logits
+
+    def run(dtype):
+        return beam_search_batch(step_of(dtype), np.zeros((2, 1)), [[1], [2]], eos_token_id=0, max_steps=3,
+                                 beam_size=2, n_best=2, logits_processors=[empty_input_1])
+
+    want, got = run(None), run(np.int64 if torch is None else kind.split()[1])
+    assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in want]
+    assert [[h.logprob for h in r] for r in got] == [[pytest.approx(h.logprob, abs=1e-5) for h in r] for r in want]
+    assert all(len(h.tokens) == 1 for h in want[1])  # input 1 ended at step 1

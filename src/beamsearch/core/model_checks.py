@@ -28,8 +28,10 @@ def step_output(out: Any) -> tuple[Any, Any]:
         if backend_of(logits).numeric(logits):
             return logits, new_state
         if any(kind in str(getattr(logits, "dtype", "")) for kind in ("bool", "complex")):  # an array, not numbers
+            swapped = hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state)
             raise TypeError(f"step_fn returned logits {describe(logits)} of dtype {logits.dtype}; expected a "
-                            "real-valued array [k, V] (floats or integers)")
+                            "real-valued array [k, V] (floats or integers)" +
+                            (f"; or is the pair swapped? the second is {describe(new_state)}" if swapped else ""))
     if hasattr(new_state, "shape") and backend_of(new_state).numeric(new_state):
         raise TypeError("step_fn must return (logits, new_state) in that order; got "
                         f"({describe(logits)}, {describe(new_state)}): swapped?")
@@ -99,7 +101,7 @@ def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any]
     valid = np.flatnonzero(np.isfinite(values).any(1) & ~_nan_or_inf(values))
     if valid.size:
         assert ctx is not None and processors, "a valid row cannot give NaN without processing"
-        x = backend.copy(backend.take_rows(raw, backend.index(rows[valid], raw)))
+        x = backend.copy(backend.compute(backend.take_rows(raw, backend.index(rows[valid], raw))))  # as the engine ran them
         one = ctx.rows(rows[valid])
         where[valid], bad = " after logits_processors", np.zeros(valid.size, bool)
         for processor in processors:  # the last to turn a row NaN or +inf is named

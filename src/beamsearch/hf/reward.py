@@ -201,7 +201,8 @@ def _rows(name: str, value: Any) -> list[list[int]]:
     """``value``, a sequence of token-id sequences, as lists (a bad one named ``name[i]``)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name} must be a sequence of token-id lists; got {value!r:.80}")
-    return [check.token_list(f"{name}[{i}]", row, allow_empty=True) for i, row in enumerate(value)]
+    return [check.token_list(f"{name}[{i}]", row.tolist() if isinstance(row, torch.Tensor) else row, allow_empty=True)
+            for i, row in enumerate(value)]
 
 
 def causal_full_attention(model: Any) -> bool:

@@ -210,12 +210,12 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     book.rounds += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     steps = [live.step_scores[j] + [v] for j, v in zip(cand.parent.tolist(), scores.tolist())]
     segments = [live.segments[j] + [seg] for j, seg in zip(cand.parent.tolist(), cand.segments)]
-    with np.errstate(invalid="ignore"):  # inf - inf in a mean: refused below
+    with np.errstate(invalid="ignore", over="ignore"):  # a NaN is refused below
         agg = np.array([aggregate(x, s.aggregation) for x in steps], np.float64).reshape(c)
-    if np.isnan(agg).any():  # +inf and -inf step scores in one solution (their mean; inf * 0 is excluded above)
+    if np.isnan(agg).any():  # +inf and -inf in a mean, or a product that overflowed to inf times a 0
         j = int(np.flatnonzero(np.isnan(agg))[0])
-        raise ValueError(f"aggregation {s.aggregation!r} of candidate {j}'s step scores {steps[j]} is NaN: "
-                         "the scorer gave it both +inf and -inf")
+        raise ValueError(f"aggregation {s.aggregation!r} of candidate {j}'s step scores {steps[j]} is NaN (infinities "
+                         "of both signs, or a product that overflows times 0): scores must aggregate to a number")
     logprob = live.logprob[cand.parent] + cand.logprob
     finished = [(int(prompt[j]), StepSolution(tokens[j], float(logprob[j]), float(agg[j]), True, segments[j], steps[j]))
                 for j in np.flatnonzero(cand.done).tolist()]

@@ -177,7 +177,7 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
         n_vocab = len(tokenizer)  # added tokens included
         try:
             per_eos[eos_key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos_key))
-        except (ValueError, TypeError, KeyError) as e:  # e.g. a tokenizer with no decoder: its tokens' bytes are unknown
+        except ValueError as e:  # e.g. a tokenizer with no decoder: its tokens' bytes are unknown
             raise ValueError(f"tokenizer {type(tokenizer).__name__} cannot be read by the grammar engine (it needs "
                              f"each token's bytes, from the tokenizer's model and decoder): {e}") from None
     # the key holds the tokenizer itself: a compiled grammar in the cache keeps it alive, so no

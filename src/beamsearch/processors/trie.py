@@ -24,11 +24,12 @@ FORMAT = "beamsearch.catalogue/1"
 """The ``format`` entry of a saved catalogue's safetensors metadata."""
 
 
-def _check_keys(nodes: int, width: int) -> None:
-    """The trie's keys ``parent * width + token`` must fit int64 (numpy wraps silently past it)."""
+def _check_keys(nodes: int, width: int, name: str = "the trie") -> None:
+    """The keys ``node * width + token`` of a trie of ``nodes`` nodes (tokens ``< width``), at most
+    ``nodes * width - 1``, must fit int64, and ``width`` too (numpy would wrap silently)."""
     if nodes * width >= 2**63:
-        raise ValueError(f"outputs: a trie of up to {nodes} nodes over token ids up to {width - 1} does not fit its "
-                         "int64 keys (nodes x (largest id + 1) must be < 2**63); token ids are a vocabulary's, < V")
+        raise ValueError(f"{name}: a trie of {nodes} nodes over token ids up to {width - 1} does not fit its int64 keys "
+                         "(nodes x (largest id + 1) must be < 2**63); token ids are a vocabulary's, < V")
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,7 +54,7 @@ class Trie:
     _devices: dict[str, DeviceTrie] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_keys(self.n_nodes, self.width)
+        _check_keys(self.n_nodes, self.width)  # step() looks up from any node
         parent = np.repeat(np.arange(self.ends.shape[0], dtype=np.int64), np.diff(self.first))  # --> [n - 1]
         object.__setattr__(self, "key", parent * self.width + self.token)
 
@@ -86,17 +87,18 @@ class Trie:
         once. One ``np.unique`` per position, over the items that are that long."""
         m, longest = items.shape
         width = int(items[np.arange(longest) < lengths[:, None]].max()) + 1 if m else 1
-        _check_keys(1 + int(lengths.sum()), width)  # the nodes are at most 1 + the ids
         node = np.zeros(m, np.int64)  # --> [M]: the node each item has reached
         tokens, parents, count = [], [], 1
         for d in range(longest):  # positions, each one whole-array pass over the items
             at = np.flatnonzero(lengths > d)
+            _check_keys(count, width, "outputs")  # this depth's parents are nodes < count
             key = node[at] * width + items[at, d]
             uniq, inverse = np.unique(key, return_inverse=True)  # sorted by (parent, token)
             node[at] = count + inverse
             parents.append(uniq // width)
             tokens.append(uniq % width)
             count += uniq.shape[0]
+        _check_keys(count, width, "outputs")  # the trie's own lookups (Trie.step) run from every node
         parent = np.concatenate(parents) if parents else np.zeros(0)  # its dtype: searchsorted's input only
         ends = np.zeros(count, dtype=bool)
         ends[node] = True
