@@ -396,3 +396,21 @@ def test_a_prompt_out_of_budget_stops_while_the_other_goes_on():
     assert [(x["rounds"], x["generated_tokens"], x["scored"]) for x in got.info] == [(3, 14, 6), (5, 10, 10)]
     assert all([len(s) for s in h.segments] == [3, 3, 1] and not h.finished for h in got[0]) and len(got[0]) == 2
     assert [(h.tokens, h.segments, h.logprob) for h in got[1]] == [([DELIM7] * 5, [[DELIM7]] * 5, 0.0)] * 2
+
+
+@pytest.mark.parametrize("aggregation, scorer, message", [
+    # round 2 gives candidate 0 alone -inf after round 1's +inf: its mean alone is NaN
+    ("mean", lambda p, s: [-float("inf") if len(x) > 3 and j == 0 else float("inf") for j, x in enumerate(s)],
+     r"^aggregation 'mean' of candidate 0's step scores \[inf, -inf\] is NaN"),
+    # 1e200 * 1e200 overflows to inf, then times 0
+    ("prod", lambda p, s: [1e200 if len(x) <= 6 else 0.0 for x in s], r"^aggregation 'prod' of candidate \d+'s step"),
+])
+def test_an_aggregation_that_is_nan_is_an_error_without_a_numpy_warning(aggregation, scorer, message):
+    """The refusal is the error alone: numpy's overflow and invalid-value warnings of the
+    aggregation are silenced (with warnings made errors, they would come first)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=message):
+            search_with(aggregation=aggregation, rounds=3, scorer=scorer)
