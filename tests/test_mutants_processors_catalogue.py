@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from beamsearch import select_state
 from beamsearch.backends import backend_of
 from beamsearch.core.select import SPARSE_FRACTION
 from beamsearch.processors import Catalogue, StepContext, catalogue
@@ -268,3 +269,13 @@ def test_plain_lists_take_the_one_pass_path(monkeypatch):
     assert calls == ["outputs[0]", "outputs[1]"]
     with pytest.raises(ValueError, match=r"^outputs\[1\]\[0\] must be in \[0, V\); got -3$"):
         Catalogue([[1], [-3]], EOS)
+
+
+def test_trie_rows_count_their_rows():
+    """The row states of a catalogue hold one node per row: ``len`` is the row count, through a
+    start, a selection (a row taken twice counted twice) and an advance."""
+    cat = Catalogue([[1, 2], [3]], EOS)
+    rows = cat.start_rows(3)
+    assert len(rows) == 3
+    taken = select_state(rows, np.array([0, 0, 2, 1, 1]))
+    assert len(taken) == 5 and len(taken.advance(np.array([1, 3, 9, 1, 2]))) == 5
