@@ -96,12 +96,13 @@ def bad_rows(backend: Any, raw: Any, rows: np.ndarray, processors: Sequence[Any]
     finite entry (the engine masks those). Processors are row-wise, so the flagged rows the model
     returned valid are re-processed together, alone, to tell which."""
     shape = tuple(raw.shape)
-    values = backend.to_numpy(backend.compute(backend.take_rows(raw, backend.index(rows, raw))))  # --> [r, V]
+    flagged = backend.compute(backend.take_rows(raw, backend.index(rows, raw)))  # --> [r, V], as the engine ran them
+    values = backend.to_numpy(flagged)
     where = np.full(len(rows), "", dtype=object)
     valid = np.flatnonzero(np.isfinite(values).any(1) & ~_nan_or_inf(values))
     if valid.size:
         assert ctx is not None and processors, "a valid row cannot give NaN without processing"
-        x = backend.copy(backend.compute(backend.take_rows(raw, backend.index(rows[valid], raw))))  # as the engine ran them
+        x = backend.copy(backend.take_rows(flagged, backend.index(valid, flagged)))
         one = ctx.rows(rows[valid])
         where[valid], bad = " after logits_processors", np.zeros(valid.size, bool)
         for processor in processors:  # the last to turn a row NaN or +inf is named

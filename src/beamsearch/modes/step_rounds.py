@@ -253,8 +253,9 @@ def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c:
         raise ValueError(f"scorer must return one real per candidate: shape ({c},); got shape {out.shape}")
     if np.isnan(out).any():
         raise ValueError(f"scorer returned NaN for candidate {int(np.flatnonzero(np.isnan(out))[0])}")
-    if aggregation == "prod" and not ((out >= 0) & (out < np.inf)).all():
-        j = int(np.flatnonzero(~((out >= 0) & (out < np.inf)))[0])
+    outside = ~((out >= 0) & (out < np.inf))  # --> [c]
+    if aggregation == "prod" and outside.any():
+        j = int(np.flatnonzero(outside)[0])
         raise ValueError(f"aggregation 'prod' multiplies step scores, which must be in [0, inf) (a verifier's "
                          f"probabilities); scorer returned {out[j]} for candidate {j}")
     return out
