@@ -22,7 +22,8 @@ The modules, one concern each: :mod:`~beamsearch.corpus.lines` (reading), :mod:`
 (the model protocol, its defaults, the toy model), :mod:`~beamsearch.corpus.hf_folder` (``hf:DIR``),
 :mod:`~beamsearch.corpus.load` (a ``--model`` spec to a model; the zoo's models are
 :mod:`beamsearch.zoo.corpus_model`), :mod:`~beamsearch.corpus.options` (a search's keywords from
-options by name), :mod:`~beamsearch.corpus.records` (the records), :mod:`~beamsearch.corpus.files`
+options by name), :mod:`~beamsearch.corpus.records` (the records), :mod:`~beamsearch.corpus.batches`
+(fixed batches, and the lines a failed batch or scorer call fails), :mod:`~beamsearch.corpus.files`
 (the output, side file and resume), :mod:`~beamsearch.corpus.sidefile` (their formats and lock),
 :mod:`~beamsearch.corpus.progress`.
 """

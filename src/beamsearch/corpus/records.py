@@ -8,12 +8,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 from beamsearch.core import validate as check
 from beamsearch.core.mode import Mode
+from beamsearch.corpus.batches import ScorerFailure, batch_results
 from beamsearch.corpus.lines import Line
 from beamsearch.corpus.models import CorpusModel, check_model
 from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options, line_problem, search_keywords,
                                        texts_ids)
+from beamsearch.corpus.sidefile import line_name
 from beamsearch.modes import registry
-from beamsearch.refill import Decoded, decode_stream, per_input
+from beamsearch.refill import Decoded, decode_stream
 
 __all__ = ["NO_OUTPUT", "decode_records", "trace_line"]
 
@@ -163,7 +165,7 @@ def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict
         spec.batch(model.step, None, [], max_rows, **search)  # checks the keywords; no model call
         if max_rows < rows:
             raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
-        return _batch_results(model, spec, items, search, max(1, max_rows // rows), max_rows)
+        return batch_results(model, spec, items, search, max(1, max_rows // rows), max_rows)
     min_join = _min_join(max_rows, rows) if model.refill else max(1, max_rows // rows)
     return decode_stream(model.step, model.make_state, items, max_rows=max_rows, max_tokens=max_tokens,
                          min_join=min_join, mode=spec.name, **search)
@@ -181,6 +183,8 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, 
     records = []
     for i, ((index, text), result) in enumerate(zip(lines, results)):
         error = str(result.error) if result.error is not None else reasons.get(i)
+        if isinstance(result.error, ScorerFailure):
+            error = result.error.on(line_name(index))
         if error is None and not result.hypotheses:
             error = NO_OUTPUT
         if error is not None:
@@ -190,45 +194,6 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, 
                         "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
                         **(result.info if reported else {})})
     return records
-
-
-def _batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search: dict[str, Any], lines: int,
-                   rows: int) -> Iterator[Decoded]:
-    """A mode without refill (exact): its batch runner over ``lines`` items at a time (their
-    stream positions counted from 0), ``rows`` rows per model call, each input's ``info`` its
-    report. A batch that raises a ``ValueError`` / ``TypeError`` (an input's token id outside the
-    model's vocabulary, found at its first call) is decoded again one item at a time, so only the
-    bad items get the error; when every one of them fails, the error is the model's, not theirs,
-    and is raised."""
-
-    def run(batch: list[dict]) -> Any:
-        return spec.batch(model.step, model.make_state(batch), [i["prompt"] for i in batch], rows,
-                          **per_input(search, batch))
-
-    def decoded(batch: list[dict], start: int) -> Iterator[Decoded]:
-        try:
-            found = run(batch)
-        except (ValueError, TypeError) as error:
-            if len(batch) == 1:
-                yield Decoded(start, [], error)
-                return
-            alone = [d for j, item in enumerate(batch) for d in decoded([item], start + j)]
-            if all(d.error is not None for d in alone):
-                raise
-            yield from alone
-            return
-        for j, hyps in enumerate(found):
-            yield Decoded(start + j, hyps, None, spec.report(found, j) if spec.report is not None else {})
-
-    batch: list[dict] = []
-    position = 0
-    for item in items:
-        batch.append(item)
-        if len(batch) == lines:
-            yield from decoded(batch, position)
-            position, batch = position + len(batch), []
-    if batch:
-        yield from decoded(batch, position)
 
 
 def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
