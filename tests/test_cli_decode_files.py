@@ -292,3 +292,26 @@ def test_a_100000_line_corpus_to_a_file_stays_under_100_mb(tmp_path):
     assert last["nbest"] == next(decode_records(corpus.toy_model(), [Line(0, f"line {n - 1} ab")], beam_size=1,
                                                 max_steps=2))["nbest"]
     assert peak_mb < 100
+
+
+def test_an_error_at_the_first_model_call_leaves_no_side_file(tmp_path, monkeypatch, capsys):
+    """A run whose model refuses its first call (as a step function indexing by a bad id does)
+    exits 2 with one line and leaves no side file, so that the corrected command runs, without
+    --resume and with it under other options (a header-only side file refused both)."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("hello\nworld\n")
+    argv = ["decode", "--model", "_toy", "--input", str(src), "--output", str(out)]
+
+    def refused(self, state, y_prev):
+        raise ValueError("bos_token_id must be in [0, V)")
+
+    for corrected in ([], ["--resume", "--beam-size", "2"]):
+        with monkeypatch.context() as patch:
+            patch.setattr(corpus.models.ToyModel, "step", refused)
+            assert main([*argv, "--beam-size", "3"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["beamsearch: error: bos_token_id must be in [0, V)"]
+        assert not partial_path(out).exists() and not out.exists()
+        assert main([*argv, *corrected]) == 0, capsys.readouterr().err
+        assert [r["input"] for r in read(out)] == ["hello", "world"]
+        out.unlink()

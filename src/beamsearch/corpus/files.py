@@ -80,7 +80,9 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.Pa
             refused (other options, another input, a damaged side file). Nothing is written then.
         Interrupted (a KeyboardInterrupt): SIGINT; the side file ends with its last whole record.
         ValueError / TypeError: a bad search keyword (before any file is touched); ``resume``
-            with ``output == "-"``.
+            with ``output == "-"``; an error of the model that no line alone explains. Any
+            exception but SIGINT removes a side file that holds no record (it would refuse the
+            corrected run, with ``resume`` or without).
     """
     if output == "-":
         if resume:
@@ -126,8 +128,8 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
             order.append(line.index)
             yield line
 
-    side.open()
     try:
+        side.open()
         for record in decode_records(model, fed(), **search):
             side.add(record, positions.pop(record["index"]), fingerprint)
             if progress is not None:
@@ -139,6 +141,11 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
     except KeyboardInterrupt:
         side.close(whole=True)
         raise Interrupted(len(side), path) from None
+    except Exception:  # an error found by the search (a bad option at the first model call, ...)
+        side.close(whole=True)
+        if not len(side):  # a side file without a record would refuse the corrected command
+            path.unlink(missing_ok=True)
+        raise
     finally:
         side.close(whole=True)
 
