@@ -477,16 +477,28 @@ def test_a_lone_surrogate_is_an_error_record_written_as_valid_utf8(tmp_path):
     assert records[0] == {"index": 0, "input": "\ud800", "error": lines[0].error}
     assert b'"input": "\\ud800"' in out.read_bytes()
     assert records[3]["nbest"] == alone(corpus.toy_model(), "hello", 2, 1, 12)
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
 def test_progress_line():
-    out = io.StringIO()
-    progress = corpus.Progress(4, out, every=0.0)
-    progress.start -= 2.0  # two seconds ago: 1 input and 3 tokens -> 0.5 inputs/s, 1.5 tokens/s, 6 s left
-    progress.update({"nbest": [{"tokens": [3, 4, 2]}]})
-    assert out.getvalue().startswith("\r1/4 inputs, 0.5 inputs/s, 1.5 tokens/s, ETA 0:06")
-    progress.update({"error": "x"})
-    assert "2/4 inputs" in out.getvalue()
-    progress.close()
-    assert out.getvalue().endswith("\n")
+    """On a terminal each update redraws the line (``\r``); to a file or pipe each is a line."""
+    for out, first in ((Terminal(), "\r1/4 inputs"), (io.StringIO(), "1/4 inputs")):
+        progress = corpus.Progress(4, out, every=0.0)
+        progress.start -= 2.0  # two seconds ago: 1 input and 3 tokens -> 0.5 inputs/s, 1.5 tokens/s, 6 s left
+        progress.update({"nbest": [{"tokens": [3, 4, 2]}]})
+        assert out.getvalue().startswith(f"{first}, 0.5 inputs/s, 1.5 tokens/s, ETA 0:06")
+        progress.update({"error": "x"})
+        assert "2/4 inputs" in out.getvalue()
+        progress.close()
+        assert out.getvalue().endswith("\n")
+        shown = out.getvalue()
+        if isinstance(out, Terminal):
+            assert shown.count("\r") == 3 and shown.count("\n") == 1
+        else:
+            assert "\r" not in shown and [x[:10] for x in shown.splitlines()] == ["1/4 inputs", "2/4 inputs",
+                                                                                  "2/4 inputs"]
     unknown = corpus.Progress(None, io.StringIO())
     assert "ETA" not in unknown.line(unknown.start + 1)
 

@@ -246,7 +246,8 @@ def add_command(sub: Any, fmt: type) -> None:
                    help="continue a killed run: skip the inputs already in OUTPUT.partial (refused, before "
                         "anything is written, when it was written with other options or for another input)")
     p.add_argument("--progress", action="store_true",
-                   help="progress on stderr (inputs/s, tokens/s, ETA); on by default when stderr is a terminal")
+                   help="progress on stderr (inputs/s, tokens/s, ETA): redrawn in place on a terminal (on by default "
+                        "there), one line per update to a file or pipe")
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="decode with Ray Data (the ray extra) on the cluster at ADDRESS (`ray start --head` prints "
                         "it), or on a local one started for the run when no ADDRESS is given")

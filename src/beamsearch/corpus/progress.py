@@ -10,7 +10,8 @@ __all__ = ["Progress"]
 
 class Progress:
     """A one-line progress report on a text stream (stderr): inputs done, inputs/s, tokens/s, and
-    the ETA when the input count is known. Redrawn at most every ``every`` seconds.
+    the ETA when the input count is known. Redrawn in place (``\r``) at most every ``every``
+    seconds on a terminal; to a file or pipe, each update is a line of its own.
 
     Args:
         total: the number of inputs to decode, or None when unknown (stdin).
@@ -22,6 +23,8 @@ class Progress:
         self.total, self.out, self.every = total, out, every
         self.inputs = self.tokens = 0
         self.start = self.shown = time.monotonic()
+        isatty = getattr(out, "isatty", None)
+        self.redraw = bool(isatty is not None and isatty())  # a terminal: each update overwrites the last
 
     def update(self, record: dict) -> None:
         """Count one record (its best output's tokens) and redraw when due."""
@@ -30,7 +33,7 @@ class Progress:
         now = time.monotonic()
         if now - self.shown >= self.every:
             self.shown = now
-            self.out.write("\r" + self.line(now))
+            self.out.write("\r" + self.line(now) if self.redraw else self.line(now) + "\n")
             self.out.flush()
 
     def line(self, now: float) -> str:
@@ -46,5 +49,5 @@ class Progress:
 
     def close(self) -> None:
         """The final report, and a newline."""
-        self.out.write("\r" + self.line(time.monotonic()) + "\n")
+        self.out.write(("\r" if self.redraw else "") + self.line(time.monotonic()) + "\n")
         self.out.flush()
