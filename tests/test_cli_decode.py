@@ -69,6 +69,29 @@ def test_jsonl_field_max_steps_prefix_and_bad_json(tmp_path):
     assert records[4]["nbest"] == alone("fine", beam_size=2, max_steps=9)
 
 
+def test_jsonl_other_keys_are_copied_into_the_records(tmp_path, capsys):
+    """An "id" (any key but the text and the line's options) follows "input" in the line's record,
+    to a file and to stdout, error records included; a key the record writes itself is named in
+    one note line on stderr."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a1", "src": "hello"}\n{"src": "x", "id": 2, "max_steps": 0}\n'
+                   '{"src": "fine", "error": "mine", "tags": ["t"]}\n', encoding="utf-8")
+    for output in (str(tmp_path / "out.jsonl"), "-"):
+        code = main(["decode", "--model", "_toy", "--input", str(src), "--output", output, "--jsonl", "--field", "src",
+                     "--beam-size", "2"])
+        captured = capsys.readouterr()
+        records = read(tmp_path / "out.jsonl") if output != "-" else [json.loads(x) for x in captured.out.splitlines()]
+        assert code == 1
+        assert captured.err.splitlines() == [
+            "beamsearch: note: input JSON keys that are fields of the output records are not copied, the records' "
+            "own values are written: 'error' (rename such keys to keep them)",
+            "beamsearch: 1 of 3 lines failed (see their error field)"]
+        assert [list(r) for r in records] == [["index", "input", "id", "nbest"], ["index", "input", "id", "error"],
+                                              ["index", "input", "tags", "nbest"]]
+        assert [records[0]["id"], records[1]["id"], records[2]["tags"]] == ["a1", 2, ["t"]]
+        assert records[0]["nbest"] == alone("hello", beam_size=2) and records[2]["nbest"] == alone("fine", beam_size=2)
+
+
 def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
     texts = ["one", "a much longer line here", "two", "three", "four", "five"]
     src = tmp_path / "in.txt"

@@ -91,7 +91,7 @@ def test_read_lines_jsonl_fields_and_errors():
             b'{"src": "y"}', b'{"text": "z", "max_steps": 0}', b'{"text": "z", "max_steps": true}',
             b'{"text": "z", "prefix": [1]}']
     lines = list(read_lines([r + b"\r\n" for r in rows], jsonl=True))
-    assert lines[0] == Line(0, "x", None, 3, "ab")
+    assert lines[0] == Line(0, "x", None, 3, "ab", extra={"id": 7})
     assert "no string field 'text'" in lines[1].error
     assert "must be an object; got list" in lines[2].error
     assert lines[3].error.startswith("bad JSON") and lines[3].text == "{bad"
@@ -120,11 +120,11 @@ def test_every_way_a_json_line_can_be_bad_is_its_own_error():
                                             "bad JSON: nested deeper than 100 arrays and objects",
                                             "bad JSON: nested deeper than 100 arrays and objects"]
     assert lines[1].text == deep.decode()  # the line itself, as read
-    assert lines[3] == Line(3, "x")  # 100 levels deep (the object and 99 arrays) is allowed
+    assert lines[3].text == "x" and lines[3].error is None  # 100 levels deep (the object and 99 arrays) is allowed
     assert lines[4].error == "bad JSON: an integer of 4301 digits (at most 4300)"
     assert lines[5].text == "x" and lines[5].max_steps == int("1" * 4300)  # read; decode_records refuses it
     assert lines[6].error == "a JSON line must be an object; got str"
-    assert lines[7] == Line(7, "[[[[")  # brackets inside strings are no nesting
+    assert lines[7] == Line(7, "[[[[", extra={"id": "{{{"})  # brackets inside strings are no nesting
     assert lines[8].error.startswith("constraints must be a list whose items are non-empty texts") and \
         len(lines[8].error) < 200
     records = {r["index"]: r for r in decode_records(corpus.toy_model(), lines, beam_size=2)}
@@ -325,6 +325,42 @@ def test_resume_of_a_finished_run_decodes_nothing(tmp_path):
     with pytest.raises(corpus.OutputError, match="of more lines than this input's 3"):
         decode_corpus(model, lines[:3], str(out), resume=True, beam_size=2, max_rows=4)
     assert out.read_bytes() == expected
+
+
+def test_a_json_lines_other_keys_are_copied_into_its_record(tmp_path):
+    """Keys other than the text and the line's options follow ``input`` in its record, error
+    records included; a key that is a field of the record keeps the record's value, with a
+    warning naming it; a resume whose input differs only in such a key is refused (the record
+    would differ), and with the same input gives the uninterrupted output."""
+    rows = [b'{"id": "a1", "text": "hello", "meta": {"k": [1, 2]}}', b'{"text": "x", "id": 7, "max_steps": 0}',
+            b'{"text": "beam search"}', b'{"text": "q", "index": 99, "nbest": 1, "id": 3}', b'{"id": 4}']
+    lines = list(read_lines(rows, jsonl=True))
+    assert [x.extra for x in lines] == [{"id": "a1", "meta": {"k": [1, 2]}}, {"id": 7}, None,
+                                       {"index": 99, "nbest": 1, "id": 3}, {"id": 4}]
+    model = corpus.toy_model()
+    with pytest.warns(corpus.RecordKeyWarning, match="not copied.*: 'index', 'nbest' "):
+        records = sorted(decode_records(model, lines, beam_size=2), key=lambda r: r["index"])
+    assert list(records[0]) == ["index", "input", "id", "meta", "nbest"] and records[0]["meta"] == {"k": [1, 2]}
+    assert records[0]["nbest"] == alone(model, "hello", 2, 1, 12)
+    assert records[1] == {"index": 1, "input": "x", "id": 7, "error": "max_steps must be an integer >= 1; got 0"}
+    assert list(records[2]) == ["index", "input", "nbest"]
+    assert list(records[3]) == ["index", "input", "id", "nbest"] and records[3]["index"] == 3
+    assert records[3]["nbest"] == alone(model, "q", 2, 1, 12)
+    assert records[4] == {"index": 4, "input": rows[4].decode(), "id": 4,
+                          "error": "the JSON object has no string field 'text'"}
+    texts = [f'{{"text": "{t}", "id": "t{i}"}}'.encode() for i, t in enumerate(TEXTS)]
+    lines = list(read_lines(texts, jsonl=True))
+    reference = tmp_path / "reference.jsonl"
+    decode_corpus(model, lines, str(reference), beam_size=3, max_rows=6)
+    assert [json.loads(x)["id"] for x in reference.read_text().splitlines()] == [f"t{i}" for i in range(len(TEXTS))]
+    out = tmp_path / "out.jsonl"
+    _interrupted_run(out, 12, lines, beam_size=3, max_rows=6)
+    assert load_partial(partial_path(out))
+    renamed = list(read_lines([t.replace(b'"id": "t', b'"id": "u') for t in texts], jsonl=True))
+    _refused(partial_path(out), "was written for another input: lines 1-",
+             lambda: decode_corpus(model, renamed, str(out), resume=True, beam_size=3, max_rows=6))
+    decode_corpus(model, lines, str(out), resume=True, beam_size=3, max_rows=6)
+    assert out.read_bytes() == reference.read_bytes()
 
 
 def _refused(side, match, run):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
 from beamsearch.corpus.load import HF_MAX_STEPS
@@ -99,12 +101,30 @@ def _decode(args: argparse.Namespace) -> int:
             total = None if args.input == "-" else count_lines(args.input)
             progress = corpus.Progress(total, sys.stderr)
         lines = corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
-        records, failed = _decode_lines(model, lines, args, progress, search)
+        with _notes_on_one_line(corpus.RecordKeyWarning):
+            records, failed = _decode_lines(model, lines, args, progress, search)
     if page is not None:
         write_page(args.trace, page)
     if failed:
         print(f"beamsearch: {failed} of {records} lines failed (see their error field)", file=sys.stderr)
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _notes_on_one_line(category: type[Warning]) -> Iterator[None]:
+    """Warnings of ``category`` shown as one line on stderr, ``beamsearch: note: ...`` (each text
+    once, as Python shows a warning); others as Python shows them."""
+    with warnings.catch_warnings():
+        python_shows = warnings.showwarning
+
+        def show(message: Any, kind: type[Warning], *where: Any, **more: Any) -> None:
+            if issubclass(kind, category):
+                print(f"beamsearch: note: {message}", file=sys.stderr)
+            else:
+                python_shows(message, kind, *where, **more)
+
+        warnings.showwarning = show
+        yield
 
 
 def _decode_lines(model: Any, lines: Any, args: argparse.Namespace, progress: Any,
@@ -221,7 +241,8 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
-                   help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and constraints")
+                   help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and "
+                        "constraints; its other keys (an id) are copied into the line's record")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",

@@ -7,7 +7,7 @@ import codecs
 import json
 import re
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
@@ -29,6 +29,8 @@ class Line:
         constraints: the line's own constraints (JSON Lines; mode ``constrained``), or None: a
             tuple whose items are a target text (a phrase the output must contain) or a tuple of
             texts (one of them must appear).
+        extra: the JSON object's other keys (an ``"id"``, metadata) in its order, copied into the
+            line's record; None when it has none (or is not a JSON line).
     """
 
     index: int
@@ -37,6 +39,7 @@ class Line:
     max_steps: int | None = None
     prefix: str | None = None
     constraints: tuple[str | tuple[str, ...], ...] | None = None
+    extra: dict[str, Any] | None = field(default=None, hash=False)
 
     OWN = ("constraints",)
     """The search options a line may give for itself (beside ``max_steps`` and ``prefix``), by
@@ -65,8 +68,8 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
             byte order mark at the start of the first line is not part of it.
         jsonl: each line is a JSON object; its ``field`` is the text, and the optional
             ``max_steps`` (int >= 1), ``prefix`` (str) and ``constraints`` (a list of texts, or of
-            lists of texts for alternatives) are the line's own; other keys are left alone (ids,
-            metadata).
+            lists of texts for alternatives) are the line's own; its other keys (ids, metadata)
+            are the line's :attr:`Line.extra`, copied into its record.
         field: the JSON key of the text.
 
     Yields:
@@ -95,23 +98,26 @@ def _parse_json(index: int, text: str, field: str) -> Line:
     if not isinstance(record, dict):
         return Line(index, text, f"a JSON line must be an object; got {type(record).__name__}")
     value = record.get(field)
+    extra = {key: v for key, v in record.items() if key not in (field, "max_steps", "prefix", *Line.OWN)} or None
     if not isinstance(value, str):
-        return Line(index, text, f"the JSON object has no string field {field!r}")
+        return Line(index, text, f"the JSON object has no string field {field!r}", extra=extra)
     max_steps, prefix = record.get("max_steps"), record.get("prefix")
+    error = None
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        return Line(index, value, f"max_steps must be an integer >= 1; got {shown(max_steps)}")
-    if prefix is not None and not isinstance(prefix, str):
-        return Line(index, value, f"prefix must be a string; got {shown(prefix)}")
+        error = f"max_steps must be an integer >= 1; got {shown(max_steps)}"
+    elif prefix is not None and not isinstance(prefix, str):
+        error = f"prefix must be a string; got {shown(prefix)}"
     constraints = record.get("constraints")
-    if constraints is not None:
+    if error is None and constraints is not None:
         constraints = _constraint_texts(constraints)
-        if isinstance(constraints, str):
-            return Line(index, value, constraints)
-    for name, texts in ((field, [value]), ("prefix", [prefix] if prefix else []), ("constraints", _flat(constraints))):
-        error = _lone_surrogate(name, texts)
-        if error is not None:
-            return Line(index, value, error)
-    return Line(index, value, None, max_steps, prefix, constraints)
+        error = constraints if isinstance(constraints, str) else None
+    texts = () if error is not None else ((field, [value]), ("prefix", [prefix] if prefix else []),
+                                          ("constraints", _flat(constraints)))
+    for name, some in texts:
+        error = error or _lone_surrogate(name, some)
+    if error is not None:
+        return Line(index, value, error, extra=extra)
+    return Line(index, value, None, max_steps, prefix, constraints, extra)
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

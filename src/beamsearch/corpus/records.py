@@ -4,6 +4,7 @@ the order lines finish; :func:`trace_line` draws one line's search."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 from beamsearch.core import validate as check
@@ -17,7 +18,7 @@ from beamsearch.corpus.sidefile import line_name
 from beamsearch.modes import registry
 from beamsearch.refill import Decoded, decode_stream
 
-__all__ = ["NO_OUTPUT", "decode_records", "trace_line"]
+__all__ = ["NO_OUTPUT", "RECORD_KEYS", "RecordKeyWarning", "decode_records", "record", "trace_line"]
 
 
 NO_OUTPUT = ("no output could be produced: every continuation has probability 0 under the model and the "
@@ -70,7 +71,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         ``{"index", "input", "nbest": [{"text", "tokens", "logprob", "score", "finished"[,
         "token_logprobs"]}]}`` per decoded line (best first; ``tokens`` without the start token,
         the end token included iff ``finished``), or ``{"index", "input", "error"}`` for a line
-        that cannot be decoded.
+        that cannot be decoded; a JSON line's other keys (:attr:`Line.extra`, an ``"id"``) come
+        after ``input`` (see :func:`record`).
 
     Raises:
         ValueError / TypeError: a bad keyword (named, with its value), raised by the first
@@ -110,8 +112,7 @@ class _Feed:
                  line_options: dict[str, Any]) -> None:
         self.model, self.spec, self.steps, self.max_steps = model, spec, steps, max_steps
         self.line_options = line_options  # for lines without their own
-        self.texts: dict[int, str] = {}  # stream position -> text, for inputs in flight
-        self.indices: dict[int, int] = {}  # stream position -> line index
+        self.lines: dict[int, Line] = {}  # stream position -> line, for inputs in flight
         self.early: list[dict] = []  # error records of lines refused before the stream
 
     def item(self, line: Line) -> dict | str:
@@ -142,15 +143,15 @@ class _Feed:
             except Exception as e:  # the model's own checks (problem, tokens, prompt) raised: this line alone fails
                 fields = f"the model cannot read this line: {type(e).__name__}: {e}"
             if isinstance(fields, str):
-                self.early.append({"index": line.index, "input": line.text, "error": fields})
+                self.early.append(record(line, {"error": fields}))
                 continue
-            self.indices[position], self.texts[position] = line.index, line.text
+            self.lines[position] = line
             position += 1
             yield fields
 
-    def take(self, results: list[Decoded]) -> list[tuple[int, str]]:
-        """The (line index, text) of each of ``results``, no longer kept."""
-        return [(self.indices.pop(r.index), self.texts.pop(r.index)) for r in results]
+    def take(self, results: list[Decoded]) -> list[Line]:
+        """The line of each of ``results``, no longer kept."""
+        return [self.lines.pop(r.index) for r in results]
 
 
 def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,
@@ -171,29 +172,51 @@ def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict
                          min_join=min_join, mode=spec.name, **search)
 
 
-def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str]], token_logprobs: bool,
+def _records(model: CorpusModel, results: list[Decoded], lines: list[Line], token_logprobs: bool,
              reported: bool) -> list[dict]:
-    """The records of ``results``, ``lines`` their (line index, text); a decoded line that the
-    model's ``verdicts`` gives a reason gets an error record with it."""
+    """The records of ``results``, ``lines`` their lines; a decoded line that the model's
+    ``verdicts`` gives a reason gets an error record with it."""
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
     reasons = {}
     if model.verdicts is not None and decoded:
-        reasons = dict(zip(decoded, model.verdicts([lines[i][1] for i in decoded],
+        reasons = dict(zip(decoded, model.verdicts([lines[i].text for i in decoded],
                                                    [results[i].hypotheses for i in decoded])))
     records = []
-    for i, ((index, text), result) in enumerate(zip(lines, results)):
+    for i, (line, result) in enumerate(zip(lines, results)):
         error = str(result.error) if result.error is not None else reasons.get(i)
         if isinstance(result.error, ScorerFailure):
-            error = result.error.on(line_name(index))
+            error = result.error.on(line_name(line.index))
         if error is None and not result.hypotheses:
             error = NO_OUTPUT
         if error is not None:
-            records.append({"index": index, "input": text, "error": error})
+            records.append(record(line, {"error": error}))
             continue
-        records.append({"index": index, "input": text,
-                        "nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
-                        **(result.info if reported else {})})
+        records.append(record(line, {"nbest": [_output(model, h, token_logprobs) for h in result.hypotheses],
+                                     **(result.info if reported else {})}))
     return records
+
+
+RECORD_KEYS = ("index", "input", "nbest", "error")
+"""The fields of every record (a mode's report adds its own: exact's ``proven``, ...)."""
+
+
+class RecordKeyWarning(UserWarning):
+    """A JSON line has a key that its record writes itself (:data:`RECORD_KEYS`, a mode's report):
+    the record's own value is written, the line's is not copied."""
+
+
+def record(line: Line, body: dict) -> dict:
+    """The record of ``line``: its ``index`` and ``input``, the JSON line's other keys
+    (:attr:`Line.extra`, in their order) but those the record writes itself (a
+    :class:`RecordKeyWarning` names them), then ``body`` (``nbest`` and a mode's report, or
+    ``error``)."""
+    extra = line.extra or {}
+    clash = [key for key in extra if key in RECORD_KEYS or key in body]
+    if clash:
+        warnings.warn(f"input JSON keys that are fields of the output records are not copied, the records' own "
+                      f"values are written: {', '.join(map(repr, clash))} (rename such keys to keep them)",
+                      RecordKeyWarning, stacklevel=2)
+    return {"index": line.index, "input": line.text, **{k: v for k, v in extra.items() if k not in clash}, **body}
 
 
 def _output(model: CorpusModel, h: Any, token_logprobs: bool) -> dict:
