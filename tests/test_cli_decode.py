@@ -596,3 +596,42 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
         assert "--mode sharp does not take --temperature (its sharpness sets the temperature)" in capsys.readouterr().err
     finally:
         registry.MODES.pop("sharp")
+
+
+def test_a_scorer_module_is_found_in_the_working_directory_and_a_changed_one_refuses_resume(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """As the `beamsearch` command runs it (its script's folder first on the path, not the working
+    directory), --scorer MODULE:FUNCTION imports MODULE from the working directory; the side file
+    holds the SHA-256 of MODULE's file, and --resume after it changed is refused naming it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_scorer", raising=False)
+    (tmp_path / "cwd_scorer.py").write_text("def score(prompts, partials):\n    return [len(s) for s in partials]\n")
+    (tmp_path / "in.txt").write_text("hello\nworld\nbeam search\n")
+    argv = ["decode", "--model", "_toy", "--input", "in.txt", "--output", "out.jsonl", "--mode", "step", "--scorer",
+            "cwd_scorer:score", "--n", "2", "--max-steps", "3", "--max-rows", "2"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert [r["input"] for r in read(tmp_path / "out.jsonl")] == ["hello", "world", "beam search"]
+    step, calls = corpus.models.ToyModel.step, []
+
+    def interrupted(self, state, y_prev):  # Ctrl-C at the 5th model call: the first line's record is kept
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return step(self, state, y_prev)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(corpus.models.ToyModel, "step", interrupted)
+        assert main([*argv[:6], "again.jsonl", *argv[7:]]) == 130
+    side = tmp_path / "again.jsonl.partial"
+    kept = side.read_bytes()
+    assert b'"index": 0' in kept
+    (tmp_path / "cwd_scorer.py").write_text("def score(prompts, partials):\n    return [-len(s) for s in partials]\n")
+    capsys.readouterr()
+    assert main([*argv[:6], "again.jsonl", *argv[7:], "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was written with other options (scorer_sha256=" in err[0], err
+    assert side.read_bytes() == kept
+    assert main(["decode", "--help"]) == 0
+    assert "--scorer MODULE:FUNCTION imports MODULE from the working directory first" in \
+        " ".join(capsys.readouterr().out.split())

@@ -363,6 +363,24 @@ def test_a_json_lines_other_keys_are_copied_into_its_record(tmp_path):
     assert out.read_bytes() == reference.read_bytes()
 
 
+def test_a_step_search_scorer_is_recorded_by_name_and_module_file(tmp_path):
+    """decode_corpus takes a scorer function (the header holds its module and name, not the
+    function) and records the SHA-256 of its module's file (this file), which a resume compares."""
+    import hashlib
+
+    def score(prompts, partials):
+        return [len(s) / 10 for s in partials]
+
+    lines = [Line(i, t) for i, t in enumerate(TEXTS)]
+    out = tmp_path / "out.jsonl"
+    _interrupted_run(out, 4, lines, mode="step", scorer=score, n=2, max_steps=3, max_rows=4)
+    options = corpus.sidefile.SideFile.read(partial_path(out)).header["options"]
+    assert options["scorer"] == f"{__name__}:{score.__qualname__}"
+    assert options["scorer_sha256"] == hashlib.sha256(open(__file__, "rb").read()).hexdigest()
+    assert decode_corpus(corpus.toy_model(), lines, str(out), resume=True, mode="step", scorer=score, n=2,
+                         max_steps=3, max_rows=4) == (len(TEXTS), 0)
+
+
 def _refused(side, match, run):
     """``run()`` raises OutputError matching ``match`` and leaves ``side`` byte for byte as it was."""
     before = side.read_bytes()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from typing import Any, Iterator
@@ -66,6 +67,8 @@ def _decode(args: argparse.Namespace) -> int:
     from beamsearch import corpus
 
     search = _search(args)
+    if isinstance(search.get("scorer"), str):
+        _working_directory_first()
     args.max_steps = search.get("max_steps")
     positive(args, "--max-rows", "--threads")
     if args.max_tokens is not None:
@@ -125,6 +128,15 @@ def _notes_on_one_line(category: type[Warning]) -> Iterator[None]:
 
         warnings.showwarning = show
         yield
+
+
+def _working_directory_first() -> None:
+    """``--scorer MODULE:FUNCTION``: MODULE is looked for in the working directory first, as
+    ``python -m beamsearch`` does and as ``module:function`` arguments are (uvicorn's app); the
+    ``beamsearch`` command's script puts its own folder first instead."""
+    here = os.getcwd()
+    if sys.path[:1] not in ([""], [here]):
+        sys.path.insert(0, here)
 
 
 def _decode_lines(model: Any, lines: Any, args: argparse.Namespace, progress: Any,
@@ -258,7 +270,8 @@ def add_command(sub: Any, fmt: type) -> None:
         "(the mode's name before an option's help); for --model hf:DIR, one not given takes its saved generation "
         "config's value where it sets one (length_penalty as power's alpha; max_new_tokens unset: at most "
         f"{HF_MAX_STEPS}); --max-steps also takes A*len+B: per line from its source length (characters; tokens for "
-        "hf:), e.g. 2*len+10, capped at the model's limit")
+        "hf:), e.g. 2*len+10, capped at the model's limit; --scorer MODULE:FUNCTION imports MODULE from the working "
+        "directory first, then the Python path (as python -m does), and --resume refuses a changed MODULE file")
     add_search_flags(group)
     p.add_argument("--no-calendar", dest="calendar", action="store_false",
                    help="do not constrain zoo dates models to real calendar dates")

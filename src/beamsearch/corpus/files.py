@@ -5,6 +5,8 @@ output written at the end (the file formats: :mod:`beamsearch.corpus.sidefile`).
 from __future__ import annotations
 
 import collections
+import hashlib
+import importlib
 import json
 import os
 import pathlib
@@ -155,8 +157,9 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
     of :func:`decode_records` but ``max_rows`` and ``skip`` (how lines are batched into model
     calls, not what they get): the mode, ``max_tokens`` and every option the mode takes (given or
     default), the grammar given (its text: a resume with another grammar is refused), the
-    catalogue file given (its path and the CRC-32 of its bytes), the model
-    and its limit, and this beamsearch's version."""
+    catalogue file given (its path and the CRC-32 of its bytes), the scorer given (its name and its
+    module file's SHA-256: :func:`scorer_identity`), the model and its limit, and this
+    beamsearch's version."""
     from beamsearch import __version__
 
     spec = registry.mode(search.get("mode", "beam"))
@@ -167,6 +170,8 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
     options.update({name: search[name] for name in GRAMMAR_OPTIONS if search.get(name) is not None})
     if isinstance(options.get("catalogue"), str):  # the file's content too, not only its path
         options["catalogue_crc32"] = catalogue_crc(options["catalogue"])
+    if options.get("scorer") is not None:  # its module's file too, not only its name
+        options["scorer"], options["scorer_sha256"] = scorer_identity(options["scorer"])
     if options["max_steps"] is None:
         options["max_steps"] = model.max_steps  # the default: the same search as that number
     elif isinstance(options["max_steps"], (LengthRule, str)):
@@ -175,6 +180,20 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
                                                                       f"{type(model).__qualname__}"})
     options.update(model_limit=model.max_steps, beamsearch=__version__)
     return json.loads(json.dumps(options))
+
+
+def scorer_identity(scorer: Any) -> tuple[str, str | None]:
+    """What the side file holds of a step search's scorer: ``module:function`` (as given, or a
+    callable's module and qualified name) and the SHA-256 of its module's file (None: a module
+    without one), so that a resume after that file changed is refused. The scorer was imported
+    by the search's checks."""
+    if isinstance(scorer, str):
+        name, module = scorer, scorer.partition(":")[0]
+    else:
+        module = getattr(scorer, "__module__", None) or type(scorer).__module__
+        name = f"{module}:{getattr(scorer, '__qualname__', type(scorer).__qualname__)}"
+    path = getattr(sys.modules.get(module) or importlib.import_module(module), "__file__", None)
+    return name, hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if path else None
 
 
 def _same_options(side: SideFile, options: dict[str, Any]) -> None:
