@@ -1,4 +1,6 @@
-"""`beamsearch decode --mode step` under a failing scorer: a scorer that raises, returns NaN or the
+"""Corpus decoding under faults.
+
+`beamsearch decode --mode step` under a failing scorer: a scorer that raises, returns NaN or the
 wrong number of scores for one call fails the lines whose candidates were in that call (each
 decoded again alone to tell which), never the run, also when the run is killed and resumed.
 
@@ -6,7 +8,13 @@ The faulty scorer is the clean one (a fixed function of a partial solution's tok
 on "poisoned" partial solutions: those that the chosen lines' searches score and no other line's
 does (found by running each line alone with a recording scorer). Oracle: every other line's
 record equals the clean run's, and each chosen line gets an error record naming it and its
-fault."""
+fault.
+
+What a resume keeps of an `hf:` model's records, whose floats depend on the lines that share a
+batch (docs/corpus.md, "Resume and floats"): runs interrupted (Ctrl-C at random model calls, and
+SIGKILL at random times) and resumed under other --max-rows give the uninterrupted run's records
+with tokens, texts, flags, order and errors equal, and logprob / score within the stated
+tolerance."""
 
 from __future__ import annotations
 
@@ -19,8 +27,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from beamsearch import corpus
-from beamsearch.corpus import Line, decode_records
+from beamsearch.cli import main
+from beamsearch.corpus import Line, decode_corpus, decode_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = [f"line {i} " + "ab" * (i % 5) for i in range(16)]
@@ -111,8 +122,6 @@ def test_a_failing_scorer_fails_only_the_lines_of_its_calls(tmp_path):
 
 
 def test_a_scorer_that_always_raises_is_an_error_record_per_line_not_a_traceback(tmp_path, monkeypatch, capsys):
-    from beamsearch.cli import main
-
     (tmp_path / "down.py").write_text("def score(prompts, partials):\n    raise RuntimeError('verifier down')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
@@ -169,3 +178,110 @@ def test_scorer_failures_killed_and_resumed_at_random_points(tmp_path):
         assert not side.exists()
     print(f"clean run {whole:.2f} s; {killed} of 12 kills landed mid-run")
     assert killed >= 6
+
+
+# ---- resume and floats: an hf: model -------------------------------------------------------------------
+
+try:  # the tiny random-weight GPT-2 and BART folders
+    from test_corpus_hf import bart_dir, gpt2_dir  # noqa: F401 (fixtures)
+except pytest.skip.Exception:  # no torch or transformers
+    @pytest.fixture
+    def gpt2_dir():
+        pytest.skip("needs torch and transformers")
+
+    bart_dir = gpt2_dir
+
+FLOATS = 1e-4  # docs/corpus.md: a float of a record agrees to 1e-4 x max(1, |value|) across batchings
+HF_TEXTS = [" ".join(random.Random(i).choice(["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away",
+                                               "and", "then", "slept", "by", "door"]) for _ in range(1 + i % 7))
+            for i in range(24)] + ["", "an unknown word"]
+
+
+def same_but_floats(got, want):
+    """The statement: the same records in the same order, every field equal but logprob and score,
+    which agree to FLOATS; returns the largest float difference seen."""
+    assert [(r["index"], r["input"], r.get("error")) for r in got] == [(r["index"], r["input"], r.get("error"))
+                                                                       for r in want]
+    worst = 0.0
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for a, b in zip(g.get("nbest", []), w.get("nbest", [])):
+            assert {k: v for k, v in a.items() if k not in ("logprob", "score")} == \
+                {k: v for k, v in b.items() if k not in ("logprob", "score")}, g["input"]
+            for key in ("logprob", "score"):
+                assert abs(a[key] - b[key]) <= FLOATS * max(1.0, abs(b[key])), (g["input"], key, a[key], b[key])
+                worst = max(worst, abs(a[key] - b[key]))
+        assert len(g.get("nbest", [])) == len(w.get("nbest", []))
+    return worst
+
+
+def read(path):
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+DATES = [f"{['march', 'june', 'oct', 'dec'][i % 4]} {1 + i * 7 % 28} {1850 + i * 37 % 240}" if i % 3 else
+         f"{1 + i % 12}/{1 + i * 5 % 28}/{1900 + i * 13 % 150}" for i in range(30)]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bart", "seq2seq"])
+def test_a_torch_model_resumed_under_other_max_rows_keeps_the_stated_guarantee(kind, request, tmp_path):
+    """In process: 4 runs stopped by Ctrl-C at a random model call under --max-rows 5, each resumed
+    under --max-rows 7, 9 or 320, against the uninterrupted run under --max-rows 12 (hf: GPT-2 and
+    BART, and the zoo seq2seq model with its verdicts)."""
+    if kind == "seq2seq":
+        pytest.importorskip("torch")
+        model, texts = corpus.load_model("seq2seq"), DATES
+    else:
+        model, texts = corpus.load_model(f"hf:{request.getfixturevalue(f'{kind}_dir')}", hf_max_steps=8), HF_TEXTS
+    lines = [Line(i, t) for i, t in enumerate(texts)]
+    search = dict(beam_size=3, n_best=2)
+    reference = tmp_path / "reference.jsonl"
+    decode_corpus(model, lines, str(reference), max_rows=12, **search)
+    want = read(reference)
+    rng, worst = random.Random(7), 0.0
+    for trial, rows in enumerate((7, 9, 320, 7)):
+        out = tmp_path / f"out{trial}.jsonl"
+        step, calls, stop = model.step, [], rng.randint(4, 24)
+
+        def interrupted(state, y_prev, step=step, calls=calls, stop=stop):
+            calls.append(1)
+            if len(calls) == stop:
+                raise KeyboardInterrupt
+            return step(state, y_prev)
+
+        model.step = interrupted
+        try:
+            with pytest.raises(corpus.Interrupted):
+                decode_corpus(model, lines, str(out), max_rows=5, **search)
+        finally:
+            del model.step
+        decode_corpus(model, lines, str(out), resume=True, max_rows=rows, **search)
+        worst = max(worst, same_but_floats(read(out), want))
+    print(f"{kind}: largest float difference {worst:.3g}")
+
+
+def test_an_hf_run_killed_at_random_times_and_resumed_keeps_the_stated_guarantee(gpt2_dir, tmp_path):
+    """SIGKILL: 2 runs of `beamsearch decode --model hf:DIR --max-rows 5` killed at a random time
+    once records are written, each resumed under --max-rows 7, against the uninterrupted run under
+    --max-rows 12."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(HF_TEXTS) + "\n", encoding="utf-8")
+    flags = ["--model", f"hf:{gpt2_dir}", "--input", str(src), "--beam-size", "3", "--n-best", "2", "--max-steps", "8"]
+    reference = tmp_path / "reference.jsonl"
+    assert main(["decode", *flags, "--output", str(reference), "--max-rows", "12"]) == 1
+    want = read(reference)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    rng = random.Random(8)
+    for trial in range(2):
+        out = tmp_path / f"out{trial}.jsonl"
+        side = corpus.partial_path(out)
+        run = subprocess.Popen([sys.executable, "-m", "beamsearch", "decode", *flags, "--output", str(out),
+                                "--max-rows", "5"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while run.poll() is None and not (side.exists() and b'"index"' in side.read_bytes()):
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.5))
+        run.send_signal(signal.SIGKILL)
+        assert run.wait() == -signal.SIGKILL  # killed mid-run, its side file holding records
+        assert main(["decode", *flags, "--output", str(out), "--max-rows", "7", "--resume"]) == 1
+        same_but_floats(read(out), want)
+        assert not side.exists()

@@ -256,7 +256,10 @@ def add_command(sub: Any, fmt: type) -> None:
                    help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and "
                         "constraints; its other keys (an id) are copied into the line's record")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
-    p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
+    p.add_argument("--max-rows", type=int, default=320,
+                   help="most rows (hypotheses) per model call; it changes no token, only the last bits of a torch "
+                        "model's logprob and score (within 1e-4 of the value; docs/corpus.md, Resume and floats), "
+                        "so --resume may take another")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="most decoder tokens the rows of one model call may hold, padding included: lines join "
                         "when (rows in flight + theirs) x (the widest prompt + max steps among them) fits; a line "
