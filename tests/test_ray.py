@@ -36,7 +36,7 @@ DATE_TEXTS = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of Mar
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'beamsearch[ray]')")
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
@@ -206,7 +206,7 @@ def test_no_lines_need_no_ray(monkeypatch):
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'beamsearch\[ray\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"install the ray extra \(in the beamsearch checkout: pip install -e '\.\[ray\]'\)"):
         decode_ray("_toy", [Line(0, "hello")])
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from beamsearch.core import validate as check
 from beamsearch.corpus import HF_MAX_STEPS, Line, decode_records, load_model
 from beamsearch.corpus.sidefile import encode
+from beamsearch.extras import install_hint
 
 __all__ = ["decode_ray", "load_model", "write_records"]
 
@@ -77,7 +78,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     Raises:
         ValueError, TypeError: a bad ``model``, ``address``, ``num_workers``, ``batch_size``, a
             bad search option, or two lines with the same index; before Ray is started.
-        ModuleNotFoundError: ray is not installed (``pip install 'beamsearch[ray]'``).
+        ModuleNotFoundError: ray is not installed (the ``ray`` extra: ``pip install -e '.[ray]'`` in
+            the beamsearch checkout).
     """
     num_workers = check.at_least("num_workers", num_workers, 1)
     batch_size = check.at_least("batch_size", batch_size, 1)
@@ -96,7 +98,7 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     try:
         import ray
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("decode_ray needs ray: pip install 'beamsearch[ray]'") from e
+        raise ModuleNotFoundError(f"decode_ray needs ray: {install_hint('ray')}", name="ray") from e
 
     started = not ray.is_initialized()
     if started and address is not None:
