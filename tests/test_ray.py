@@ -223,7 +223,7 @@ def test_write_records_in_the_order_given(tmp_path):
     out = tmp_path / "out.jsonl"
     assert write_records(records, out) == (2, 1)
     assert out.read_text("utf-8").splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
-    assert not (tmp_path / "out.jsonl.tmp").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temporary file left
 
 
 def test_importable_without_ray_or_torch():

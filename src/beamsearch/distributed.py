@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import sys
 from dataclasses import asdict
 from typing import Any, Iterable
@@ -23,6 +22,7 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.corpus import HF_MAX_STEPS, Line, decode_records, load_model
+from beamsearch.corpus.output import create_temporary
 from beamsearch.corpus.sidefile import encode
 from beamsearch.extras import install_hint
 
@@ -120,7 +120,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
 
 
 def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, int]:
-    """Write ``records`` as JSON Lines to ``output`` (a temporary file, then an atomic rename), or
+    """Write ``records`` as JSON Lines to ``output`` (a new temporary file beside it, then an atomic
+    rename), or
     to stdout when ``output`` is ``"-"``, as ``beamsearch decode`` writes them (a lone surrogate of
     a JSON input escaped, so the file is valid UTF-8).
 
@@ -132,11 +133,14 @@ def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, 
             sys.stdout.buffer.write(encode(r))
         sys.stdout.buffer.flush()
     else:
-        temporary = pathlib.Path(str(output) + ".tmp")
-        with open(temporary, "wb") as f:
-            for r in records:
-                f.write(encode(r))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, output)
+        fd, temporary = create_temporary(output)  # a new file: never an existing one or a link's target
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for r in records:
+                    f.write(encode(r))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, output)
+        finally:
+            temporary.unlink(missing_ok=True)
     return len(records), sum("error" in r for r in records)
