@@ -486,3 +486,44 @@ def test_translate_on_a_terminal_says_it_reads_stdin():
 def test_translate_help_says_what_happens_to_years_outside_the_range():
     r = run("translate", "--help")
     assert "years 1800-2099" in " ".join(r.stdout.split()) and "never another year" in " ".join(r.stdout.split())
+
+
+# ---- install hints: the extra to install, from the checkout (beamsearch is not on the package index) ------
+
+def without(module: str, code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in which ``module`` cannot be imported (``None`` in
+    ``sys.modules`` makes ``import module`` raise ModuleNotFoundError, as when it is not installed)."""
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.modules[{module!r}] = None\n{code}"],
+                       capture_output=True, text=True, timeout=300)
+    return r
+
+
+@pytest.mark.parametrize("module", ["torch", "transformers"])
+def test_import_beamsearch_hf_without_its_extra_names_the_extra(module):
+    r = without(module, "import beamsearch.hf")
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1 and last == (f"ModuleNotFoundError: beamsearch.hf: {module} is not installed: install "
+                                          "the hf extra (in the beamsearch checkout: pip install -e '.[hf]')")
+
+
+def test_import_beamsearch_needs_numpy_alone_and_hf_names_no_index_package():
+    r = without("torch", "import beamsearch, beamsearch.corpus, beamsearch.processors; print('ok')")
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+
+
+def test_a_command_without_torch_is_one_line_naming_the_extras():
+    r = without("torch", "from beamsearch.cli import main; sys.exit(main(['translate', 'march 3 1987']))")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("beamsearch: error: torch is not installed: install the zoo or the hf extra (in the beamsearch "
+                        "checkout: pip install -e '.[zoo]' or pip install -e '.[hf]')\n")
+    assert "beamsearch[" not in r.stderr  # not a name on the package index
+
+
+def test_no_message_or_doc_names_an_extra_by_a_package_index_name():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    files = [*root.glob("src/beamsearch/**/*.py"), *root.glob("src/beamsearch/**/*.md"), *root.glob("docs/*.md"),
+             root / "README.md"]
+    found = [str(f.relative_to(root)) for f in files if re.search(r"beamsearch\[\w", f.read_text(encoding="utf-8"))]
+    assert found == []

@@ -146,3 +146,50 @@ def test_strategy_tags_stay_aligned_with_the_rows_when_inputs_retire():
     controls = Controls(np.array([0]), np.array([2, 5, 3]))
     run(model.step, model.init_state(prompts), np.array([1, 2, 3]), Tagging(), controls)
     assert seen == [9, 6, 3, 3]  # inputs 0 and 2 retire after steps 2 and 3: tags follow the rows
+
+
+# ---- a step function that indexes by the id: the first call's exception says what it was given --------
+
+TABLE = np.array([[-10, 3.0, 2.0, 1.0, 0.5], [-10, 0.5, 1.0, 0.0, 2.5],   # README's toy model, V=5
+                  [-10, 1.5, 0.5, 0.0, 1.0], [-10, 0.0, 1.0, 0.5, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
+
+
+def table_step(state, y_prev):
+    return TABLE[y_prev], state
+
+
+def first_call_notes(search):
+    with pytest.raises(IndexError, match="index 5 is out of bounds for axis 0 with size 5") as info:
+        search()
+    return getattr(info.value, "__notes__", [])
+
+
+@pytest.mark.skipif(not hasattr(Exception, "add_note"), reason="exception notes are Python 3.11+")
+def test_the_first_calls_exception_names_each_id_and_where_it_came_from():
+    # input 0's prompt is empty (bos_token_id stands in), input 1's last id is prompts[1][1]
+    notes = first_call_notes(lambda: beam_search_batch(table_step, None, [[], [0, 5]], bos_token_id=5,
+                                                       eos_token_id=4, max_steps=3, beam_size=2))
+    assert notes == ["beamsearch: raised by the model's first call, whose y_prev was bos_token_id (input 0) = 5, "
+                     "prompts[1][1] = 5; each id must be in [0, V), which is checked only once the call returns "
+                     "its logits"]
+    notes = first_call_notes(lambda: beam_search(table_step, None, 5, 4, 2, 3))  # beam_search's bos argument
+    assert notes == ["beamsearch: raised by the model's first call, whose y_prev was bos (input 0) = 5; each id "
+                     "must be in [0, V), which is checked only once the call returns its logits"]
+    many = first_call_notes(lambda: beam_search_batch(table_step, None, [[i % 5, 5] for i in range(8)],
+                                                      eos_token_id=4, max_steps=3, beam_size=2))
+    assert many[0].startswith("beamsearch: raised by the model's first call, whose y_prev was prompts[0][1] = 5, ")
+    assert "prompts[5][1] = 5, ... (8 ids);" in many[0] and "prompts[6]" not in many[0]
+
+
+def test_a_later_calls_exception_gets_no_note():
+    calls = []
+
+    def step(state, y_prev):
+        calls.append(y_prev.tolist())
+        if len(calls) == 2:
+            raise RuntimeError("the model broke")
+        return TABLE[y_prev], state
+
+    with pytest.raises(RuntimeError, match="the model broke") as info:
+        beam_search_batch(step, None, [[0]], eos_token_id=4, max_steps=3, beam_size=2)
+    assert len(calls) == 2 and not getattr(info.value, "__notes__", [])

@@ -292,7 +292,7 @@ def test_without_llguidance_the_error_names_the_extra(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "llguidance", None)
-    with pytest.raises(ImportError, match=r"pip install 'beamsearch\[grammar\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[grammar\]'"):
         Grammar.regex("a+b", VOCAB, eos_token_id=EOS)
 
 

@@ -196,6 +196,7 @@ def test_the_messages():
 
 def test_without_llguidance_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llguidance", None)
-    with pytest.raises(ImportError, match=r"^beamsearch\.processors\.Grammar needs the llguidance package: pip install "
-                                          r"'beamsearch\[grammar\]' \(or pip install llguidance==1\.9\.1\)$"):
+    with pytest.raises(ImportError, match=r"^beamsearch\.processors\.Grammar needs the llguidance package: install the "
+                                          r"grammar extra \(in the beamsearch checkout: pip install -e "
+                                          r"'\.\[grammar\]'\), or pip install llguidance==1\.9\.1$"):
         ge.engine()

@@ -141,6 +141,7 @@ def test_the_messages():
 
 def test_without_interegular_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "interegular", None)
-    with pytest.raises(ImportError, match=r"^TokenDFA\.from_regex needs the interegular package: pip install "
-                                          r"'beamsearch\[regex\]' \(or pip install interegular==0\.3\.3\)$"):
+    with pytest.raises(ImportError, match=r"^TokenDFA\.from_regex needs the interegular package: install the regex "
+                                          r"extra \(in the beamsearch checkout: pip install -e '\.\[regex\]'\), "
+                                          r"or pip install interegular==0\.3\.3$"):
         TokenDFA.from_regex("a", ["<eos>", "a"], EOS)

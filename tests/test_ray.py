@@ -36,7 +36,7 @@ DATE_TEXTS = ["march 3 '87", "03/03/87", "7 DEC '53", "june 14 '13", "3rd of Mar
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'beamsearch[ray]')")
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
@@ -206,7 +206,7 @@ def test_no_lines_need_no_ray(monkeypatch):
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'beamsearch\[ray\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"install the ray extra \(in the beamsearch checkout: pip install -e '\.\[ray\]'\)"):
         decode_ray("_toy", [Line(0, "hello")])
 
 
@@ -223,7 +223,7 @@ def test_write_records_in_the_order_given(tmp_path):
     out = tmp_path / "out.jsonl"
     assert write_records(records, out) == (2, 1)
     assert out.read_text("utf-8").splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
-    assert not (tmp_path / "out.jsonl.tmp").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temporary file left
 
 
 def test_importable_without_ray_or_torch():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import sys
 from dataclasses import asdict
 from typing import Any, Iterable
@@ -23,7 +22,9 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.corpus import HF_MAX_STEPS, Line, decode_records, load_model
+from beamsearch.corpus.output import create_temporary
 from beamsearch.corpus.sidefile import encode
+from beamsearch.extras import install_hint
 
 __all__ = ["decode_ray", "load_model", "write_records"]
 
@@ -77,7 +78,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     Raises:
         ValueError, TypeError: a bad ``model``, ``address``, ``num_workers``, ``batch_size``, a
             bad search option, or two lines with the same index; before Ray is started.
-        ModuleNotFoundError: ray is not installed (``pip install 'beamsearch[ray]'``).
+        ModuleNotFoundError: ray is not installed (the ``ray`` extra: ``pip install -e '.[ray]'`` in
+            the beamsearch checkout).
     """
     num_workers = check.at_least("num_workers", num_workers, 1)
     batch_size = check.at_least("batch_size", batch_size, 1)
@@ -96,7 +98,7 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     try:
         import ray
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("decode_ray needs ray: pip install 'beamsearch[ray]'") from e
+        raise ModuleNotFoundError(f"decode_ray needs ray: {install_hint('ray')}", name="ray") from e
 
     started = not ray.is_initialized()
     if started and address is not None:
@@ -118,7 +120,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
 
 
 def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, int]:
-    """Write ``records`` as JSON Lines to ``output`` (a temporary file, then an atomic rename), or
+    """Write ``records`` as JSON Lines to ``output`` (a new temporary file beside it, then an atomic
+    rename), or
     to stdout when ``output`` is ``"-"``, as ``beamsearch decode`` writes them (a lone surrogate of
     a JSON input escaped, so the file is valid UTF-8).
 
@@ -130,11 +133,14 @@ def write_records(records: list[dict], output: str | os.PathLike) -> tuple[int, 
             sys.stdout.buffer.write(encode(r))
         sys.stdout.buffer.flush()
     else:
-        temporary = pathlib.Path(str(output) + ".tmp")
-        with open(temporary, "wb") as f:
-            for r in records:
-                f.write(encode(r))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, output)
+        fd, temporary = create_temporary(output)  # a new file: never an existing one or a link's target
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for r in records:
+                    f.write(encode(r))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, output)
+        finally:
+            temporary.unlink(missing_ok=True)
     return len(records), sum("error" in r for r in records)

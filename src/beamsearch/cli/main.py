@@ -8,6 +8,7 @@ from typing import Sequence
 from beamsearch import __version__
 from beamsearch.cli import decode, zoo
 from beamsearch.cli.common import CliError, Help, Parser
+from beamsearch.extras import missing_package
 
 
 def parser() -> Parser:
@@ -42,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except SystemExit as e:  # --help and --version
         return int(e.code or 0)
-    except ImportError as e:
-        print(f"beamsearch: error: {e.name or e} is not installed: pip install 'beamsearch[zoo]'", file=sys.stderr)
+    except ImportError as e:  # a missing optional package: the extra that brings it (a message that says so: as it is)
+        print(f"beamsearch: error: {missing_package(e.name) if e.name else e}", file=sys.stderr)
         return 2
     except CliError as e:
         print(str(e), file=sys.stderr)

@@ -24,7 +24,8 @@ The modules, one concern each: :mod:`~beamsearch.corpus.lines` (reading), :mod:`
 :mod:`beamsearch.zoo.corpus_model`), :mod:`~beamsearch.corpus.options` (a search's keywords from
 options by name), :mod:`~beamsearch.corpus.records` (the records), :mod:`~beamsearch.corpus.batches`
 (fixed batches, and the lines a failed batch or scorer call fails), :mod:`~beamsearch.corpus.files`
-(the output, side file and resume), :mod:`~beamsearch.corpus.sidefile` (their formats and lock),
+(the output, side file and resume), :mod:`~beamsearch.corpus.sidefile` (their formats),
+:mod:`~beamsearch.corpus.output` (the output's lock and the files beside it, links never followed),
 :mod:`~beamsearch.corpus.progress`.
 """
 
@@ -36,7 +37,8 @@ from beamsearch.corpus.models import CorpusModel, CorpusModelBase, TokenLabels, 
 from beamsearch.corpus.options import LengthRule, corpus_options, line_max_steps, search_keywords
 from beamsearch.corpus.progress import Progress
 from beamsearch.corpus.records import NO_OUTPUT, RecordKeyWarning, decode_records, trace_line
-from beamsearch.corpus.sidefile import Interrupted, OutputError, check_output, line_name, output_lock, sibling
+from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
+from beamsearch.corpus.sidefile import Interrupted, line_name
 
 __all__ = ["HF_MAX_STEPS", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "NO_OUTPUT", "ZOO_MODELS", "CorpusModel",
            "CorpusModelBase", "Interrupted", "LengthRule", "Line", "ModelSpecError", "OutputError", "Progress",

@@ -21,8 +21,9 @@ from beamsearch.corpus.models import CorpusModel
 from beamsearch.corpus.options import LengthRule, max_steps_of
 from beamsearch.corpus.progress import Progress
 from beamsearch.corpus.records import decode_records
-from beamsearch.corpus.sidefile import (Fingerprint, Interrupted, OutputError, SideFile, check_output, encode,
-                                        interrupts_held, json_object, line_name, output_lock, sibling, text_crc)
+from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
+from beamsearch.corpus.sidefile import (Fingerprint, Interrupted, SideFile, encode, interrupts_held, json_object,
+                                        line_name, text_crc)
 from beamsearch.modes import registry
 
 __all__ = ["decode_corpus", "load_partial", "partial_path"]

@@ -1,43 +1,37 @@
-"""The files of ``decode_corpus``: the output's lock, its side file ``OUTPUT.partial`` and the final
-ordered ``OUTPUT`` (see docs/corpus.md, "Guarantees").
+"""The files of ``decode_corpus``: its side file ``OUTPUT.partial`` and the final ordered ``OUTPUT``
+(see docs/corpus.md, "Guarantees"; the output's lock: :mod:`beamsearch.corpus.output`).
 
-- :func:`output_lock`: an exclusive ``fcntl.flock`` on ``OUTPUT.lock`` for the whole run; a second
-  writer is refused at once with the holder's pid and host.
 - :class:`SideFile`: ``OUTPUT.partial`` is a header line (format version and the run's options),
   then the records as lines finish, each flushed, with input checkpoints (lines read so far and
   the SHA-256 of those lines) written before a record of a line past the last checkpoint. Reading
   one never changes it; only the writer cuts a torn last line, when it appends.
 - :func:`assemble`: the records copied into ``OUTPUT`` in input order from their offsets in the
-  side file (a temporary file, then ``os.replace``), never all in memory.
+  side file (a temporary file of a name of its own, then ``os.replace``), never all in memory.
+
+The side file is opened without following a symbolic link and the temporary file is created anew
+(:func:`~beamsearch.corpus.output.open_beside`, :func:`~beamsearch.corpus.output.create_temporary`),
+so a run never writes to a link's target.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
 import pathlib
 import re
 import signal
-import socket
-import time
 import zlib
 from array import array
 from typing import Any, BinaryIO, Iterator
+
+from beamsearch.corpus.output import OutputError, create_temporary, open_beside
 
 FORMAT = "beamsearch decode side file"
 VERSION = 1
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: a JSON "\\ud800" escape without its pair
-
-
-class OutputError(ValueError):
-    """The output cannot be written as asked (a folder, another writer holds it, a side file that
-    refuses a resume); nothing has been decoded or written. The message starts with ``output`` or
-    ``resume`` (``beamsearch decode`` shows it as ``--output ...`` / ``--resume ...``)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -68,12 +62,6 @@ def encode(record: dict) -> bytes:
         return (LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n").encode("utf-8")
 
 
-def sibling(output: str | os.PathLike, suffix: str) -> pathlib.Path:
-    """``OUTPUT`` + ``suffix`` (``.partial``, ``.lock``, ``.tmp``), in the output's folder."""
-    path = pathlib.Path(output)
-    return path.with_name(path.name + suffix)
-
-
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
     """SIGINT held back for the ``with`` block and delivered at its end (as KeyboardInterrupt), so
@@ -88,78 +76,6 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-# ---- the output and its lock --------------------------------------------------------------------------
-
-
-def check_output(output: str | os.PathLike) -> None:
-    """Refuse an ``output`` that names a folder, or lies in a folder that does not exist.
-
-    Raises:
-        OutputError: naming ``output`` and what is wrong.
-    """
-    path = pathlib.Path(output)
-    if path.is_dir():
-        raise OutputError(f"output {str(output)!r} is a folder; name a file")
-    folder = path.parent
-    if not folder.is_dir():
-        raise OutputError(f"output {str(output)!r}: the folder {str(folder)!r} does not exist")
-
-
-@contextlib.contextmanager
-def output_lock(output: str | os.PathLike) -> Iterator[pathlib.Path]:
-    """Hold an exclusive lock on ``output`` (``flock`` on ``OUTPUT.lock``, holding this process's
-    pid and host) for the ``with`` block; the lock file is removed at the end. A process that dies
-    releases its lock with it (the stale file is then taken over).
-
-    Raises:
-        OutputError: another process holds the lock (naming it), or the lock file cannot be made.
-    """
-    path = sibling(output, ".lock")
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise OutputError(f"output {str(output)!r}: cannot create the lock file {path}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = _holder(fd)
-            os.close(fd)
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise OutputError(f"output {str(output)!r}: cannot lock {path}: {e.strerror}") from None
-            raise OutputError(f"output {str(output)!r} is being written by another run ({holder}; lock file "
-                              f"{path}); wait for it to end or choose another output") from None
-        if _same_file(fd, path):  # else its holder removed it between our open and our lock: try again
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-                  .encode(), 0)
-        yield path
-    finally:
-        path.unlink(missing_ok=True)  # while still locked: a process waiting on this file then retries
-        os.close(fd)
-
-
-def _holder(fd: int, tries: int = 50) -> str:
-    """What the lock file says of its holder (``pid P on HOST, since T``); a holder that has just
-    taken the lock writes it within moments, so an empty file is read again for up to 0.5 s."""
-    for _ in range(tries):
-        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-        if text:
-            return text
-        time.sleep(0.01)
-    return "a process that has not said which"
-
-
-def _same_file(fd: int, path: pathlib.Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), os.stat(path))
-    except FileNotFoundError:
-        return False
 
 
 # ---- the input fingerprint ---------------------------------------------------------------------------
@@ -248,7 +164,7 @@ class SideFile:
     def create(cls, path: pathlib.Path, options: dict) -> SideFile:
         """A new side file holding only the header (an existing file is replaced)."""
         side = cls(path, {"format": FORMAT, "version": VERSION, "options": options})
-        with open(path, "wb") as f:
+        with os.fdopen(open_beside(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             f.write(encode(side.header))
             side.end = f.tell()
         return side
@@ -262,7 +178,7 @@ class SideFile:
             OutputError: the file is not a side file of this format, or a whole line of it is not
                 a record, a checkpoint, or repeats an index (a damaged file).
         """
-        with open(path, "rb") as f:
+        with os.fdopen(open_beside(path, os.O_RDONLY), "rb") as f:
             first = f.readline()
             header = json_object(first)
             if not first.endswith(b"\n") or header is None or header.get("format") != FORMAT:
@@ -306,7 +222,7 @@ class SideFile:
 
     def open(self) -> None:
         """Open for appending, first cutting a torn last line off."""
-        self._file = open(self.path, "r+b")
+        self._file = os.fdopen(open_beside(self.path, os.O_RDWR), "r+b")
         self._file.truncate(self.end)
         self._file.seek(self.end)
 
@@ -341,16 +257,16 @@ class SideFile:
             self._file = None
 
     def assemble(self, order: array, output: str | os.PathLike) -> tuple[int, int]:
-        """Write the records of ``order`` (line indices in input order) to ``output``: a temporary
-        ``OUTPUT.tmp``, fsync, ``os.replace``; then remove the side file. Returns ``(records,
-        errors)``.
+        """Write the records of ``order`` (line indices in input order) to ``output``: a new
+        temporary file beside it (:func:`create_temporary`), fsync, ``os.replace``; then remove the
+        side file. Returns ``(records, errors)``.
 
         Raises:
             ValueError: an index of ``order`` without a record.
         """
-        temporary = sibling(output, ".tmp")
+        fd, temporary = create_temporary(output)
         try:
-            with open(self.path, "rb") as src, open(temporary, "wb") as dst:
+            with open(self.path, "rb") as src, os.fdopen(fd, "wb") as dst:
                 for index in order:
                     slot = self._slot.get(index)
                     if slot is None:

@@ -1,4 +1,5 @@
-"""Decode Hugging Face ``transformers`` models with beamsearch (``pip install 'beamsearch[hf]'``).
+"""Decode Hugging Face ``transformers`` models with beamsearch (the ``hf`` extra: ``pip install -e '.[hf]'``
+in the beamsearch checkout).
 
 Importing this package registers ``select_state`` for the library's cache classes
 (``DynamicCache``, ``EncoderDecoderCache``), so the search reorders a model's KV cache row by
@@ -53,6 +54,16 @@ The package's modules, by concern (each importing only those above it):
 """
 
 from __future__ import annotations
+
+import importlib
+
+from beamsearch.extras import missing_package
+
+try:  # the hf extra's packages first: a missing one says which extra brings it, not only its name
+    for _package in ("torch", "transformers"):
+        importlib.import_module(_package)
+except ModuleNotFoundError as e:
+    raise ModuleNotFoundError(f"beamsearch.hf: {missing_package(e.name, 'hf')}", name=e.name) from None
 
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.generation import Generation, generate

@@ -1,5 +1,5 @@
 """Outputs restricted to a grammar: a JSON Schema, a Lark (EBNF) grammar or a regular expression,
-through a grammar engine (llguidance, the optional extra ``beamsearch[grammar]``).
+through a grammar engine (llguidance, the optional ``grammar`` extra).
 
 :class:`Grammar` is a logits processor that carries a state per row: each live row has its own
 matcher, the engine's incremental parser of the row's generated tokens. The search keeps the
@@ -112,7 +112,8 @@ class Grammar(RowCarrier):
             by default compact JSON, no whitespace between tokens (``{"a":1,"b":[2]}``).
 
     Raises:
-        ImportError: llguidance is not installed (``pip install 'beamsearch[grammar]'``).
+        ImportError: llguidance is not installed (the ``grammar`` extra: ``pip install -e
+            '.[grammar]'`` in the beamsearch checkout).
         ValueError, TypeError: a bad argument, or a grammar the engine refuses (its message).
     """
 

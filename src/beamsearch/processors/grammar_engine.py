@@ -5,7 +5,7 @@ eos ids, cached), the compiled grammar (one llguidance matcher per ``(kind, sour
 tokenizer)``, cached; every row's matcher is a copy of it), and the two batched calls of a step:
 every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel from
 ``PARALLEL_ROWS`` rows), every row's matcher advanced by its new token. llguidance is the
-optional extra ``beamsearch[grammar]``; why it and not xgrammar is in ``docs/grammar.md``.
+optional ``grammar`` extra; why it and not xgrammar is in ``docs/grammar.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from beamsearch.extras import install_hint
 
 __all__ = ["Compiled", "compile_grammar", "engine", "executor", "unpack_bits"]
 
@@ -36,8 +38,8 @@ def engine() -> Any:
         import llguidance
         import llguidance.numpy  # noqa: F401  (the bitmask helpers)
     except ImportError as e:  # an optional extra
-        raise ImportError("beamsearch.processors.Grammar needs the llguidance package: pip install "
-                          "'beamsearch[grammar]' (or pip install llguidance==1.9.1)") from e
+        raise ImportError(f"beamsearch.processors.Grammar needs the llguidance package: {install_hint('grammar')}, "
+                          "or pip install llguidance==1.9.1") from e
     return llguidance
 
 

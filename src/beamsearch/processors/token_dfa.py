@@ -9,8 +9,8 @@ sequence the automaton accepts, then eos.
 
 :meth:`TokenDFA.from_regex` compiles a regular expression over the vocabulary's strings (a token
 may stand for several characters, or for characters the pattern splits differently): the pattern
-is parsed into a character automaton by ``interegular`` (the optional extra
-``beamsearch[regex]``; the library that ``outlines`` used), and each token's string is run through
+is parsed into a character automaton by ``interegular`` (the optional
+``regex`` extra; the library that ``outlines`` used), and each token's string is run through
 it from every state, all states and tokens at once. States from which no accepting state can be
 reached are removed, so a row is never led into a dead end.
 
@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from beamsearch.core import validate as check
+from beamsearch.extras import install_hint
 from beamsearch.backends import NEG_INF, Backend
 from beamsearch.processors._base import StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens
@@ -137,7 +138,8 @@ class TokenDFA:
             eos_token_id: the eos id, or a sequence of them.
 
         Raises:
-            ImportError: ``interegular`` is not installed (``pip install beamsearch[regex]``).
+            ImportError: ``interegular`` is not installed (the ``regex`` extra: ``pip install -e '.[regex]'``
+                in the beamsearch checkout).
             ValueError: the pattern is not supported, or no sequence of tokens matches it.
         """
         transitions, start, accepting = compile_regex(pattern, vocab, eos_token_id)
@@ -150,8 +152,8 @@ def compile_regex(pattern: str, vocab: Sequence[str], eos_token_id: int | Sequen
     try:
         import interegular
     except ImportError as e:  # an optional extra
-        raise ImportError("TokenDFA.from_regex needs the interegular package: pip install 'beamsearch[regex]' "
-                          "(or pip install interegular==0.3.3)") from e
+        raise ImportError(f"TokenDFA.from_regex needs the interegular package: {install_hint('regex')}, "
+                          "or pip install interegular==0.3.3") from e
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be a str; got {pattern!r:.80}")
     if isinstance(vocab, (str, bytes)) or not hasattr(vocab, "__len__") or len(vocab) == 0:
