@@ -14,7 +14,6 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -30,6 +29,7 @@ from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.state import select_state
 from beamsearch.modes.beam import beam_plan
 from beamsearch.modes.step_rounds import Live, RowCount, StepResults, StepSolution, budgets, settle_round
+from beamsearch.modes.step_scorer import scorer_of
 from beamsearch.modes.stochastic import base_seed
 from beamsearch.processors import TopP
 from beamsearch.strategies.step import AGGREGATIONS, SegmentSampler, mix
@@ -167,7 +167,7 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     ids = opts.prompts
     keys = _keys(ids, rng, sample_seed)
     history = opts.controls.keep_history
-    return StepSettings(_scorer(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
+    return StepSettings(scorer_of(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
                         budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
                         given, opts.controls.max_steps, ids, history)
 
@@ -183,22 +183,6 @@ def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
     else:
         seeds = [base_seed(rng, sample_seed, "sample_seed")] * len(ids)
     return np.array([mix(seed, *x) for seed, x in zip(seeds, ids)], np.uint64).reshape(len(ids))
-
-
-def _scorer(value: Any) -> Callable[..., Any]:
-    """A scorer: a callable, or ``"module:function"`` imported."""
-    if isinstance(value, str):
-        module, sep, name = value.partition(":")
-        if not sep or not module or not name:
-            raise ValueError(f"scorer must be a callable or 'module:function'; got {value!r}")
-        try:
-            found = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"scorer {value!r} cannot be imported: {e}") from None
-        value = found
-    if not callable(value):
-        raise TypeError(f"scorer must be callable (prompts, partial_solutions) -> scores; got {type(value).__name__}")
-    return value
 
 
 def run_rounds(step_fn: StepFn, init_state: Any, s: StepSettings, pad_token_id: int | None) -> StepResults:

@@ -16,6 +16,7 @@ from beamsearch.core.engine import Outcome
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.select import StepScores, positions
 from beamsearch.core.state import concat_state, select_state
+from beamsearch.modes.step_scorer import call_scorer
 from beamsearch.strategies import Selection
 from beamsearch.strategies.step import aggregate, keep_best
 
@@ -203,7 +204,7 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     live, c = cand.live, cand.parent.shape[0]
     prompt = live.prompt[cand.parent]
     tokens = [live.tokens[j] + seg for j, seg in zip(cand.parent.tolist(), cand.segments)]
-    scores = _scores(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
+    scores = call_scorer(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
     book.scorer_total += 1
     book.scorer_calls += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     book.scored += np.bincount(prompt, minlength=book.rows.shape[0])
@@ -237,28 +238,6 @@ def token_order(tokens: list[list[int]], among: np.ndarray) -> np.ndarray:
     lists = [tuple(tokens[j]) for j in among.tolist()]
     place = {t: i for i, t in enumerate(sorted(set(lists)))}
     return np.array([place[t] for t in lists], np.int64)
-
-
-def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c: int, aggregation: str) -> np.ndarray:
-    """The scorer's answer for ``c`` candidates, checked: float64 ``[c]``, no NaN (and for the
-    ``prod`` aggregation, each in ``[0, inf)``: a product of signed or infinite scores does not rank)."""
-    got = scorer(prompts, partials)
-    if hasattr(got, "detach"):
-        got = got.detach().cpu().numpy()
-    try:
-        out = np.asarray(got, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"scorer must return one real per candidate ({c}); got {got!r:.80}") from None
-    if out.shape != (c,):
-        raise ValueError(f"scorer must return one real per candidate: shape ({c},); got shape {out.shape}")
-    if np.isnan(out).any():
-        raise ValueError(f"scorer returned NaN for candidate {int(np.flatnonzero(np.isnan(out))[0])}")
-    outside = ~((out >= 0) & (out < np.inf))  # --> [c]
-    if aggregation == "prod" and outside.any():
-        j = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"aggregation 'prod' multiplies step scores, which must be in [0, inf) (a verifier's "
-                         f"probabilities); scorer returned {out[j]} for candidate {j}")
-    return out
 
 
 class StepResults(BatchResults):
