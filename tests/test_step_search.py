@@ -42,8 +42,13 @@ def segments_from(table, prefix, limit):
         for body in bodies:
             for end in (EOS, DELIM) + (tuple(words) if length == limit else ()):
                 seg = list(body) + [end]
-                lp = sum(log_softmax(table(tuple(prefix + seg[:i])))[seg[i]] for i in range(len(seg)))
-                out.append((seg, lp, end in (EOS, DELIM)))
+                lp = 0.0
+                for i in range(len(seg)):  # a segment through a masked token is never produced
+                    lp += log_softmax(table(tuple(prefix + seg[:i])))[seg[i]]
+                    if lp == -math.inf:
+                        break
+                else:
+                    out.append((seg, lp, end in (EOS, DELIM)))
     return out
 
 
@@ -102,6 +107,37 @@ def test_exhaustive_beam_equals_the_reference_loop(how, dvts):
         assert_same(as_tuples(got[i]), want)
         segs = [s for h in got[i] for s in h.segments]
         assert all(1 <= len(s) <= 2 for s in segs)
+
+
+@pytest.mark.parametrize("dvts", [False, True])
+def test_exhaustive_beam_under_a_catalogue_equals_the_reference_loop(dvts):
+    """A catalogue whose entries span several segments (the delimiter inside them), beams wider
+    than the segments there are: the reference loop over every segment with the catalogue applied
+    to the solution's tokens (prompt left out), renormalized over the allowed tokens, written
+    from the catalogue's definition (a segment started at the trie's root in every round)."""
+    entries = [[1, DELIM, 2, DELIM, 3], [1, DELIM, 1], [2, 3, DELIM, 2, 2, DELIM, 1], [3], [2, 3, DELIM, 1]]
+    table = random_table(V, 9)
+
+    def constrained(prompt):
+        def row(prefix):
+            done = list(prefix[len(prompt):])
+            allowed = {e[len(done)] for e in entries if e[: len(done)] == done and len(e) > len(done)}
+            allowed |= {EOS} if done in entries else set()
+            return np.where(np.isin(np.arange(V), sorted(allowed)), table(prefix), -math.inf)
+        return row
+
+    from beamsearch.processors import Catalogue
+
+    prompts = [[1, 2], [3]]
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=20, m=10, rounds=5,
+                      expansion="beam", dvts=dvts, eos_token_id=EOS, max_steps=2, stop_sequences=[[DELIM]],
+                      logits_processors=[Catalogue(entries, EOS)])
+    for i, prompt in enumerate(prompts):
+        want = reference(constrained(prompt), prompt, n=20, m=10, rounds=5, limit=2, how="last", dvts=dvts)
+        assert_same(as_tuples(got[i]), want)
+        finished = sorted(h.tokens[:-1] for h in got[i] if h.finished)
+        assert finished == sorted(entries) if not dvts else finished and all(f in entries for f in finished)
 
 
 def plain_sample(table, prompt, key, limit, ends=(EOS, DELIM)):
