@@ -414,3 +414,97 @@ def test_an_aggregation_that_is_nan_is_an_error_without_a_numpy_warning(aggregat
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=message):
             search_with(aggregation=aggregation, rounds=3, scorer=scorer)
+
+
+def _with_candidate(value, j=1):
+    """A scorer answering ``value`` for candidate j, the test scorer's value for the others."""
+    def answer(prompts, partials):
+        out = list(scorer(prompts, partials))
+        out[j] = value
+        return out
+    return answer
+
+
+@pytest.mark.parametrize("answer, error, message", [
+    (_with_candidate("0.5"), TypeError, r"^scorer must return one real per candidate \(8\); got '0\.5' of type str "
+                                        r"for candidate 1$"),
+    (_with_candidate(True), TypeError, r"got True of type bool for candidate 1$"),
+    (_with_candidate(np.bool_(False)), TypeError, r"got (np\.)?False(_)?\)? of type bool_? for candidate 1$"),
+    (_with_candidate(0.5 + 0j), TypeError, r"got \(0\.5\+0j\) of type complex for candidate 1$"),
+    (_with_candidate(None), TypeError, r"got None of type NoneType for candidate 1$"),
+    (_with_candidate([0.5]), TypeError, r"got \[0\.5\] of type list for candidate 1$"),
+    (_with_candidate(10**400), ValueError, r"^scorer returned an integer too large for a float64 "
+                                           r"\(10000000000000000000\.\.\., 401 digits\) for candidate 1$"),
+    (lambda p, s: None, TypeError, r"^scorer must return one real per candidate \(8\); got None of type NoneType$"),
+    (lambda p, s: 0.5, TypeError, r"^scorer must return one real per candidate \(8\); got 0\.5 of type float$"),
+    (lambda p, s: np.ones(len(s), bool), TypeError, r"^scorer must return one real per candidate \(8\); got an "
+                                                    r"array of dtype bool$"),
+    (lambda p, s: np.ones(len(s), complex), TypeError, r"got an array of dtype complex128$"),
+    (lambda p, s: np.ones((len(s), 1)), ValueError, r"^scorer must return one real per candidate: shape \(8,\); "
+                                                    r"got shape \(8, 1\)$"),
+    (lambda p, s: [0.5] * (len(s) + 1), ValueError, r"^scorer must return one real per candidate: shape \(8,\); "
+                                                    r"got shape \(9,\)$"),
+])
+def test_a_scorer_answer_that_is_not_reals_is_named_with_its_candidate(answer, error, message):
+    """Bools, complex numbers, strings, None and other objects were taken as numbers (True as 1,
+    '0.5' as 0.5) or called NaN; 10**400 was numpy's OverflowError."""
+    with pytest.raises(error, match=message):
+        search_with(scorer=answer)
+
+
+@pytest.mark.skipif(torch is None, reason="no torch")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int32"])
+def test_a_scorer_may_answer_a_tensor_of_any_real_dtype(dtype):
+    """A bfloat16 tensor was torch's 'Got unsupported ScalarType BFloat16'. The scores are the
+    tensor's values (rounded to its dtype): the same as a scorer answering those values as floats."""
+    dt = getattr(torch, dtype)
+
+    def values(prompts, partials):
+        return [v * 100 for v in scorer(prompts, partials)]
+
+    got = search_with(scorer=lambda p, s: torch.tensor(values(p, s)).to(dt), rounds=2)
+    want = search_with(scorer=lambda p, s: torch.tensor(values(p, s)).to(dt).double().tolist(), rounds=2)
+    assert [as_tuples(x) for x in got] == [as_tuples(x) for x in want]
+
+
+@pytest.mark.skipif(torch is None, reason="no torch")
+@pytest.mark.parametrize("dtype", ["bool", "complex64"])
+def test_a_tensor_answer_of_bools_or_complex_numbers_is_refused(dtype):
+    with pytest.raises(TypeError, match=rf"^scorer must return one real per candidate \(8\); got a tensor of dtype "
+                                        rf"torch\.{dtype}$"):
+        search_with(scorer=lambda p, s: torch.ones(len(s), dtype=getattr(torch, dtype)))
+
+
+def test_the_mean_of_huge_finite_scores_is_finite():
+    """Step scores near the float64 limit: their sum overflows, so numpy's mean was inf and the
+    solution ranked above every other. The mean of finite reals lies between them: here the
+    exact mean (Python fractions) rounded to float64."""
+    from fractions import Fraction
+
+    big = lambda p, s: [1.7e308 - 1e306 * (len(x) % 7) for x in s]  # noqa: E731
+    got = search_with(scorer=big, aggregation="mean", rounds=3)
+    solutions = [h for hyps in got for h in hyps]
+    assert any(len(h.step_scores) >= 2 for h in solutions)
+    for h in solutions:
+        exact = float(sum(Fraction(v) for v in h.step_scores) / len(h.step_scores))
+        assert h.score == pytest.approx(exact, rel=1e-15) and math.isfinite(h.score)
+    assert aggregate([1e308, 1.5e308], "mean") == pytest.approx(1.25e308, rel=1e-15)
+    assert aggregate([1e308, math.inf], "mean") == math.inf and aggregate([-1e308, -1e308], "mean") == -1e308
+
+
+def test_a_scorer_that_edits_its_arguments_changes_nothing():
+    """A scorer that appends a step tag to each partial solution (and to each prompt) in place,
+    as some reward-model recipes do before reading, then scores what it was given: the search
+    gives what it gives with a scorer that only reads (each solution's tokens its segments
+    joined, the next rounds' prompts unchanged)."""
+    def editing(prompts, partials):
+        for p, s in zip(prompts, partials):
+            s += [DELIM]
+            p.append(DELIM)
+        return scorer([p[:-1] for p in prompts], [s[:-1] for s in partials])
+
+    for expansion in ("sample", "beam"):
+        got = search_with(scorer=editing, rounds=3, expansion=expansion)
+        want = search_with(rounds=3, expansion=expansion)
+        assert [as_tuples(x) for x in got] == [as_tuples(x) for x in want]
+        assert all(h.tokens == [t for seg in h.segments for t in seg] for hyps in got for h in hyps)

@@ -5,6 +5,8 @@ probabilities, itself across backends and batches, DVTS with one subtree, and it
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import math
 
 import numpy as np
@@ -40,8 +42,13 @@ def segments_from(table, prefix, limit):
         for body in bodies:
             for end in (EOS, DELIM) + (tuple(words) if length == limit else ()):
                 seg = list(body) + [end]
-                lp = sum(log_softmax(table(tuple(prefix + seg[:i])))[seg[i]] for i in range(len(seg)))
-                out.append((seg, lp, end in (EOS, DELIM)))
+                lp = 0.0
+                for i in range(len(seg)):  # a segment through a masked token is never produced
+                    lp += log_softmax(table(tuple(prefix + seg[:i])))[seg[i]]
+                    if lp == -math.inf:
+                        break
+                else:
+                    out.append((seg, lp, end in (EOS, DELIM)))
     return out
 
 
@@ -100,6 +107,37 @@ def test_exhaustive_beam_equals_the_reference_loop(how, dvts):
         assert_same(as_tuples(got[i]), want)
         segs = [s for h in got[i] for s in h.segments]
         assert all(1 <= len(s) <= 2 for s in segs)
+
+
+@pytest.mark.parametrize("dvts", [False, True])
+def test_exhaustive_beam_under_a_catalogue_equals_the_reference_loop(dvts):
+    """A catalogue whose entries span several segments (the delimiter inside them), beams wider
+    than the segments there are: the reference loop over every segment with the catalogue applied
+    to the solution's tokens (prompt left out), renormalized over the allowed tokens, written
+    from the catalogue's definition (a segment started at the trie's root in every round)."""
+    entries = [[1, DELIM, 2, DELIM, 3], [1, DELIM, 1], [2, 3, DELIM, 2, 2, DELIM, 1], [3], [2, 3, DELIM, 1]]
+    table = random_table(V, 9)
+
+    def constrained(prompt):
+        def row(prefix):
+            done = list(prefix[len(prompt):])
+            allowed = {e[len(done)] for e in entries if e[: len(done)] == done and len(e) > len(done)}
+            allowed |= {EOS} if done in entries else set()
+            return np.where(np.isin(np.arange(V), sorted(allowed)), table(prefix), -math.inf)
+        return row
+
+    from beamsearch.processors import Catalogue
+
+    prompts = [[1, 2], [3]]
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=20, m=10, rounds=5,
+                      expansion="beam", dvts=dvts, eos_token_id=EOS, max_steps=2, stop_sequences=[[DELIM]],
+                      logits_processors=[Catalogue(entries, EOS)])
+    for i, prompt in enumerate(prompts):
+        want = reference(constrained(prompt), prompt, n=20, m=10, rounds=5, limit=2, how="last", dvts=dvts)
+        assert_same(as_tuples(got[i]), want)
+        finished = sorted(h.tokens[:-1] for h in got[i] if h.finished)
+        assert finished == sorted(entries) if not dvts else finished and all(f in entries for f in finished)
 
 
 def plain_sample(table, prompt, key, limit, ends=(EOS, DELIM)):
@@ -363,3 +401,223 @@ def test_the_engine_keeps_the_state_rows_of_what_ended():
     for h in range(joined.prefix.shape[0]):
         generated = tokens[h, : outcome.ended.step[h]].tolist()
         assert joined.prefix[h] == tuple(prompts[outcome.ended.input[h]] + generated[:-1])
+
+
+# ---- constraints across rounds: a solution's constraint state goes on from segment to segment ----
+
+GVOCAB = ["</s>", "a", "b", "1", "2", "-", "{", "}", '"', ":", ",", "[", "]", "x", "xb", '":', "ab"]
+INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+INTEGER_PREFIX = re.compile(r"-?|-?(0|[1-9][0-9]*)")  # every prefix of the integers' compact JSON texts
+
+
+def gtext(tokens):
+    return "".join(GVOCAB[t] for t in tokens if t != EOS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+def test_a_grammar_holds_across_rounds(backend, expansion):
+    """JSON Schema {"type": "integer"}, rounds of 2-token segments: each segment was constrained
+    alone ('-2-22' finished, '2221-2' unfinished). Every finished solution is an integer (Python's
+    json and re, not the grammar engine), every unfinished one a prefix of one."""
+    pytest.importorskip("llguidance")
+    from beamsearch.processors import Grammar
+
+    grammar = Grammar.json_schema({"type": "integer"}, GVOCAB, eos_token_id=EOS)
+    seen = {True: 0, False: 0}
+    for seed in range(6):
+        model = SequenceModel(random_table(len(GVOCAB), seed), backend=backend)
+        got = step_search(model.step, model.init_state([[1], [2]]), [[1], [2]], scorer=scorer, n=4, m=2, rounds=3,
+                          expansion=expansion, sample_seed=seed, eos_token_id=EOS, max_steps=2,
+                          logits_processors=[grammar])
+        for h in (h for hyps in got for h in hyps):
+            text = gtext(h.tokens)
+            seen[h.finished] += 1
+            if h.finished:
+                assert INTEGER.fullmatch(text) and isinstance(json.loads(text), int), (seed, text)
+            else:
+                assert INTEGER_PREFIX.fullmatch(text), (seed, text)
+            assert h.tokens == [t for s in h.segments for t in s] and h.finished == (h.tokens[-1] == EOS)
+    assert seen[True] and (seen[False] or expansion == "beam")  # a beam ranks ended segments first
+
+
+def test_a_catalogue_holds_across_rounds():
+    """A one-entry catalogue [4, 5, 4, 5, 4, 5], 4-token segments, 3 rounds: each segment started
+    at the trie's root, giving [4, 5, 4, 5, 4, 5, 4, 5, ...]. Round 2 completes the entry; eos is
+    then its only allowed token."""
+    from beamsearch.processors import Catalogue
+
+    entry = [4, 5, 4, 5, 4, 5]
+    model = SequenceModel(random_table(7, 3))
+    got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=scorer, n=2, rounds=3, sample_seed=0,
+                      eos_token_id=EOS, max_steps=4, logits_processors=[Catalogue([entry], EOS)])
+    assert [(h.tokens, h.finished) for h in got[0]] == [(entry + [EOS], True)] * 2
+    assert [[len(s) for s in h.segments] for h in got[0]] == [[4, 3]] * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_token_automaton_holds_across_rounds(backend):
+    """A TokenDFA for (1 2)+ then eos, over V = 5 (3 and 4 never allowed), 1-token segments: each
+    segment restarted the automaton, so every solution was 1 1 1 ... Here every finished one
+    alternates 1 2 ... 2, every unfinished one a prefix of that."""
+    from beamsearch.processors import TokenDFA
+
+    table = np.full((3, V), -1)
+    table[0, 1], table[1, 2], table[2, 1] = 1, 2, 1  # state 2: after "1 2", accepting
+    dfa = TokenDFA(table, 0, [2], EOS)
+    model = SequenceModel(random_table(V, 1), backend=backend)
+    got = step_search(model.step, model.init_state([[3]]), [[3]], scorer=scorer, n=4, m=2, rounds=6, sample_seed=2,
+                      eos_token_id=EOS, max_steps=1, logits_processors=[dfa])
+    for h in got[0]:
+        body = h.tokens[:-1] if h.finished else h.tokens
+        assert body == [1, 2] * (len(body) // 2) + [1] * (len(body) % 2), h.tokens
+        assert not h.finished or (len(body) % 2 == 0 and body)
+    assert max(len(h.tokens) for h in got[0]) >= 4
+
+
+def test_allowed_tokens_see_the_prompt_index_and_the_whole_solution():
+    """AllowedTokens' fn got the engine input of an expansion (up to n * prompts - 1) and, where
+    it read its input, the wrong prompt. Here it gets the prompt's index and the prompt then the
+    solution so far, and forbids repeating the last token: no solution repeats a token across a
+    segment boundary either."""
+    from beamsearch.processors import AllowedTokens
+
+    prompts = [[1, 2], [3]]
+    calls = []
+
+    def no_repeat(i, tokens):
+        calls.append((i, tokens))
+        assert list(tokens[: len(prompts[i])]) == prompts[i]
+        return [v for v in range(V) if v != tokens[-1]]
+
+    model = SequenceModel(random_table(V, 4))
+    got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=4, m=2, rounds=4,
+                      sample_seed=1, eos_token_id=EOS, max_steps=2, logits_processors=[AllowedTokens(no_repeat)])
+    assert {i for i, _ in calls} == {0, 1}
+    for prompt, hyps in zip(prompts, got):
+        for h in hyps:
+            whole = prompt + h.tokens
+            assert all(a != b for a, b in zip(whole, whole[1:])), whole
+    assert max(len(h.segments) for hyps in got for h in hyps) >= 3
+
+
+def expected_segments(tokens, limit, delimiter):
+    """A solution's segments from its tokens alone: a segment ends at eos, where the tokens since
+    the last delimiter end with the delimiter (across a segment cut at ``limit`` too), or after
+    ``limit`` tokens."""
+    segs, seg, open_step = [], [], []
+    for t in tokens:
+        seg.append(t)
+        open_step.append(t)
+        if t == EOS or open_step[-len(delimiter):] == delimiter:
+            segs.append(seg)
+            seg, open_step = [], []
+        elif len(seg) == limit:
+            segs.append(seg)
+            seg = []
+    return segs + ([seg] if seg else [])
+
+
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+def test_a_delimiter_cut_by_the_segment_limit_still_ends_the_step(expansion):
+    """Delimiter [3, 4], 3-token segments: a segment cut after its 3 went on past the 4 that
+    completed the delimiter in the next segment. Each solution's segments are those its tokens
+    give (``expected_segments``), and some delimiter is completed across a cut."""
+    def likes_the_delimiter(seed):
+        base = random_table(V, seed)
+
+        def table(prefix):
+            row = base(prefix)
+            row[3] += 3.0 if len(prefix) % 3 == 0 else -3.0  # 3 as a full segment's last token, 4 after it
+            row[4] += 3.0 if prefix[-1] == 3 else -3.0
+            row[EOS] = -math.inf  # no eos: a beam ranks the segments it ends first
+            return row
+        return table
+
+    across = 0
+    for seed in range(8):
+        model = SequenceModel(likes_the_delimiter(seed))
+        got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=scorer, n=4, m=2, rounds=4,
+                          expansion=expansion, sample_seed=seed, eos_token_id=EOS, max_steps=3,
+                          stop_sequences=[[3, 4]])
+        for h in got[0]:
+            assert h.segments == expected_segments(h.tokens, 3, [3, 4]), (seed, h.tokens, h.segments)
+            across += sum(1 for a, b in zip(h.segments, h.segments[1:]) if a[-1] == 3 and b == [4])
+    assert across
+
+
+def test_decode_mode_step_with_a_regex_holds_across_rounds(tmp_path, monkeypatch):
+    """`decode --mode step --regex`: 2-token segments, 4 rounds. Every finished record matches
+    the pattern (Python's re), every unfinished one is a prefix of a match."""
+    pytest.importorskip("llguidance")
+    from beamsearch.cli import main
+
+    (tmp_path / "line_scorer.py").write_text(SCORER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pattern, prefixes = r"(ab|c)+d?", r"(ab|c)*a?|(ab|c)+d"
+    (tmp_path / "in.txt").write_text("hello\nbeam search\nx\nabc\n")
+    seen = set()
+    for seed in range(3):
+        out = tmp_path / f"out{seed}.jsonl"
+        flags = ["--mode", "step", "--scorer", "line_scorer:score", "--n", "4", "--m", "2", "--rounds", "4",
+                 "--max-steps", "2", "--sample-seed", str(seed), "--regex", pattern]
+        assert main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                     *flags]) == 0
+        for record in (json.loads(x) for x in out.read_text().splitlines()):
+            for h in record["nbest"]:
+                seen.add(h["finished"])
+                assert re.fullmatch(pattern if h["finished"] else prefixes, h["text"]), (seed, h)
+    assert True in seen
+
+
+def test_hf_generate_mode_step_with_a_json_schema_holds_across_rounds():
+    """``hf.generate(mode="step", json_schema={"type": "integer"})`` on a random GPT-2 with a
+    byte-level BPE trained here, 2-token segments, 4 rounds: each segment was constrained alone
+    (seed 2 gave a finished non-integer). Finished texts are integers (Python's re), unfinished
+    ones prefixes of one."""
+    pytest.importorskip("llguidance")
+    transformers = pytest.importorskip("transformers")
+    from beamsearch.hf import generate
+    from test_grammar_tokenizers import bpe
+
+    tok = bpe()
+    torch.manual_seed(3)
+    ids = dict(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=len(tok) + 4, n_embd=16, n_layer=1,
+                                                                 n_head=2, n_positions=64, **ids)).eval()
+    model.generation_config.update(**ids)
+    for seed in range(3):
+        got = generate(model, ['{"a":1}', '{"b"'], tokenizer=tok, mode="step", scorer=scorer, n=4, m=2, rounds=4,
+                       max_new_tokens=2, sample_seed=seed, json_schema={"type": "integer"})
+        for hyps, texts in zip(got.hypotheses, got.texts):
+            for h, text in zip(hyps, texts):
+                assert (INTEGER if h.finished else INTEGER_PREFIX).fullmatch(text), (seed, text, h.finished)
+
+
+def test_round_numbers_start_at_0_and_dvts_keeps_are_numbered_by_subtree_skipping_dead_ones():
+    """docs/step_search.md's seeds, worked by hand. One-token segments, p(eos) = 1/2, then 1/8
+    each for 1, 2, 3 and the delimiter: a draw u <= 1/2 is eos. Candidate c of round r draws
+    u = uniforms(mix(key, r, c), 1) (round 0 the first), key = mix(seed, *prompt). DVTS, n = 4,
+    m = 2: the seed is chosen so that round 0's candidates 0 and 1 (subtree 0) both draw eos and
+    candidate 2 or 3 does not: subtree 1's kept solution is then at place 0, and its round-1
+    candidates are c = 0 and 1 (not 2 and 3, its subtree's numbers)."""
+    probs = np.array([0.5, 0.125, 0.125, 0.125, 0.125])
+    table = lambda prefix: np.log(probs)  # noqa: E731
+
+    def pick(u):
+        return int(np.flatnonzero(np.cumsum(probs) >= u)[0])
+
+    def draw(seed, r, c):
+        key = mix(seed, 1)
+        return pick(float(uniforms(mix(np.array([key], np.uint64), r, c), 1)[0]))
+
+    seed = next(s for s in range(1000) if draw(s, 0, 0) == draw(s, 0, 1) == EOS and
+                (draw(s, 0, 2), draw(s, 0, 3)) != (EOS, EOS) and
+                [draw(s, 1, c) for c in (0, 1)] != [draw(s, 1, c) for c in (2, 3)])
+    model = SequenceModel(table)
+    got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=lambda p, s: [0.5] * len(s), n=4, m=2,
+                      rounds=2, dvts=True, sample_seed=seed, eos_token_id=EOS, max_steps=1)
+    first = [draw(seed, 0, c) for c in range(4)]
+    kept = min(t for t in first[2:] if t != EOS)  # subtree 1's best (equal scores and logprobs: lowest token)
+    want = sorted([[t] for t in first if t == EOS] + [[kept, draw(seed, 1, c)] for c in (0, 1)])
+    assert sorted(h.tokens for h in got[0]) == want

@@ -31,6 +31,8 @@ class Controls:
         stops: stop sequences, or None.
         prompts: per input, its prompt tokens (kept in the history when a processor needs it).
         vocab_checks: ``(name, ids)`` pairs of token ids to check against ``[0, V)`` once V is known.
+        input_of: None, or int64 ``[N]``: the input index the processors see for each input
+            (``StepContext.row_input``; step search: the prompt an expansion belongs to).
     """
 
     eos: np.ndarray
@@ -40,6 +42,7 @@ class Controls:
     stops: StopSequences | None = None
     prompts: Sequence[Sequence[int]] | None = None
     vocab_checks: tuple[tuple[str, Any], ...] = ()
+    input_of: np.ndarray | None = None
 
     @property
     def keep_history(self) -> bool:

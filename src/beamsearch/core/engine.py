@@ -50,12 +50,15 @@ class Outcome:
     ``model_states`` (only when :func:`run` is asked to keep them): the model state rows of every
     ended hypothesis, one state per step at which some ended, in production order (joined with
     ``concat_state`` their rows align with ``ended``): row h is what the next call would take to
-    continue hypothesis h, whose last token is its ``y_prev``."""
+    continue hypothesis h, whose last token is its ``y_prev``. ``carried_states`` likewise (kept
+    with them, when some processor carries row states): per such step, the processors' row states
+    of the hypotheses that ended there, advanced by their last token, by processor ``id``."""
 
     ended: Ended
     trail: Trail
     state: Any = None
     model_states: tuple[Any, ...] = ()
+    carried_states: tuple[dict[int, Any], ...] = ()
 
 
 class Observer(Protocol):
@@ -70,7 +73,8 @@ class Observer(Protocol):
 
 
 def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: Strategy,
-        controls: Controls, *, observer: Observer | None = None, keep_states: bool = False) -> Outcome:
+        controls: Controls, *, observer: Observer | None = None, keep_states: bool = False,
+        carried: dict[int, Any] | None = None, recent: np.ndarray | None = None) -> Outcome:
     """Run a search.
 
     Args:
@@ -82,14 +86,20 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         observer: None, or an :class:`Observer` called around each step's selection.
         keep_states: keep the model state rows of the hypotheses that end (``Outcome.model_states``,
             taken with :func:`~beamsearch.core.state.take_state`, which leaves the live rows' state
-            as it was), so that a caller can continue them (step search's next segment).
+            as it was), so that a caller can continue them (step search's next segment), and
+            the processors' row states of the same hypotheses (``Outcome.carried_states``).
+        carried: None, or by processor ``id`` the row states ``[N]`` the inputs start from
+            (a processor not in it starts its rows with ``start_rows``): a search that continues
+            the hypotheses of an earlier one (step search) continues their constraints too.
+        recent: None, or int64 ``[N, w]``: the last generated tokens each input starts with, for
+            the stop sequences (-1: none), w the stop sequences' window.
 
     Returns:
         An :class:`Outcome`.
     """
     n = first_tokens.shape[0]
     model_checks.state_rows(init_state, n)
-    search = Search(n, strategy, controls, observer)
+    search = Search(n, strategy, controls, observer, carried=carried, recent=recent, keep_carried=keep_states)
     index = indexer(first_foreign_leaf(init_state))
     state, y_prev = init_state, index(first_tokens)
     for step in range(int(controls.max_steps.max())):
@@ -142,10 +152,13 @@ class Search:
         trail: the back-pointers of every step.
     """
 
-    def __init__(self, n_inputs: int, strategy: Strategy, controls: Controls,
-                 observer: Observer | None = None) -> None:
+    def __init__(self, n_inputs: int, strategy: Strategy, controls: Controls, observer: Observer | None = None, *,
+                 carried: dict[int, Any] | None = None, recent: np.ndarray | None = None,
+                 keep_carried: bool = False) -> None:
         self.strategy, self.controls, self.observer = strategy, controls, observer
-        self.beam = start_beam(n_inputs, controls)
+        self.beam = start_beam(n_inputs, controls, carried, recent)
+        self._keep_carried = keep_carried
+        self._carried: list[dict[int, Any]] = []
         self.trail = Trail()
         self.state = strategy.start(n_inputs)
         self.step = 0
@@ -171,7 +184,10 @@ class Search:
         if observer is not None:
             selection = observer.after_select(seen, scores, selection, self.controls, self.trail)
         self._scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
-        self.beam, parent, done = advance(self.beam, selection, self.step, self.controls, self.trail)
+        self.beam, parent, done, carried = advance(self.beam, selection, self.step, self.controls, self.trail,
+                                                   self._keep_carried)
+        if carried is not None:
+            self._carried.append(carried)
         self._ended.extend(done)
         self._fresh = done
         return parent
@@ -185,7 +201,7 @@ class Search:
 
     def outcome(self) -> Outcome:
         """Everything that ended so far (all of the search's hypotheses once it is over)."""
-        return Outcome(Ended.concat(self._ended), self.trail, self.state, tuple(self._states))
+        return Outcome(Ended.concat(self._ended), self.trail, self.state, tuple(self._states), tuple(self._carried))
 
 
 def reorder(new_state: Any, parent: np.ndarray, rows: int, index: Callable[[np.ndarray], Any]) -> Any:
@@ -196,9 +212,14 @@ def reorder(new_state: Any, parent: np.ndarray, rows: int, index: Callable[[np.n
     return new_state
 
 
-def start_beam(n: int, controls: Controls) -> Beam:
-    """The N rows before step 1: one per input, logprob 0."""
-    recent = None if controls.stops is None else np.full((n, controls.stops.window), -1, np.int64)
+def start_beam(n: int, controls: Controls, carried: dict[int, Any] | None = None,
+               recent: np.ndarray | None = None) -> Beam:
+    """The N rows before step 1: one per input, logprob 0; the processors' row states ``carried``
+    (by ``id``; the others started), the stop-sequence window ``recent`` (:func:`run`)."""
+    if controls.stops is None:
+        recent = None
+    elif recent is None:
+        recent = np.full((n, controls.stops.window), -1, np.int64)
     history = None
     if controls.keep_history:  # [N, P]: the prompts; a column more at each step (never max_steps wide)
         prompts = controls.prompts or [[] for _ in range(n)]
@@ -207,7 +228,8 @@ def start_beam(n: int, controls: Controls) -> Beam:
         for i, x in enumerate(prompts):
             if len(x):
                 history[i, p - len(x) : p] = x
-    carried = {key: p.start_rows(n) for key, p in carriers(controls).items()} or None
+    given = carried or {}
+    carried = {key: given[key] if key in given else p.start_rows(n) for key, p in carriers(controls).items()} or None
     return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent, carried=carried)
 
 
@@ -246,7 +268,8 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
     processors, masks = _active(controls.processors, step), _active(controls.masks, step)
     ctx = None
     if processors or masks:
-        ctx = StepContext(step, _history(beam, step, trail), beam.input, backend, beam.carried)
+        row_input = beam.input if controls.input_of is None else controls.input_of[beam.input]
+        ctx = StepContext(step, _history(beam, step, trail), row_input, backend, beam.carried)
     buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
     if processors:
         if x is logits:  # processors may write: never into the model's array
@@ -284,14 +307,16 @@ def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
     return [p for p in pieces if p.last_step is None or step <= p.last_step]
 
 
-def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
-            trail: Trail) -> tuple[Beam, np.ndarray, list[tuple[Beam, Candidates, int, bool | np.ndarray]]]:
+def advance(beam: Beam, selection: Selection, step: int, controls: Controls, trail: Trail,
+            keep_carried: bool = False) -> tuple[Beam, np.ndarray, list[tuple[Beam, Candidates, int, bool | np.ndarray]],
+                                                  dict[int, Any] | None]:
     """Extend the kept rows and record what ended.
 
     Returns:
-        The next beam (the rows passed to the next call), their parents (rows of this call), and
-        the hypotheses that ended at this step: the strategy's, then the live rows of inputs that
-        stop now or reached their ``max_steps`` (unfinished).
+        The next beam (the rows passed to the next call), their parents (rows of this call), the
+        hypotheses that ended at this step: the strategy's, then the live rows of inputs that
+        stop now or reached their ``max_steps`` (unfinished); and with ``keep_carried``, where
+        some ended and processors carry row states, those hypotheses' row states (else None).
     """
     live = selection.live
     inputs = beam.input[live.parent]
@@ -302,18 +327,22 @@ def advance(beam: Beam, selection: Selection, step: int, controls: Controls,
     if retire.any():
         done.append((beam, live.take(retire), step, False))
         live = live.take(~retire)
-    return extend(beam, live, trail), live.parent, done
+    if keep_carried and done and beam.carried is not None:
+        carried, ended = carried_with_ended(beam.carried, live, [chosen for _, chosen, _, _ in done])
+        return extend(beam, live, trail, carried), live.parent, done, ended
+    return extend(beam, live, trail), live.parent, done, None
 
 
-def extend(beam: Beam, live: Candidates, trail: Trail) -> Beam:
+def extend(beam: Beam, live: Candidates, trail: Trail, carried: dict[int, Any] | None = None) -> Beam:
     """The rows of the next call: ``live`` (``[k']`` extensions of ``beam``'s rows), their
     back-pointers added to ``trail``, each row one token longer (its history and recent tokens
-    too, its processors' row states too) and its strategy tags kept."""
+    too, its processors' row states too, unless given as ``carried``) and its strategy tags kept."""
     parent = live.parent
     with np.errstate(invalid="ignore"):  # -inf - -inf: a teacher-forced path already at -inf
         trail.add(live.token, parent, live.logprob - beam.logprob[parent])
+    carried = extend_carried(beam.carried, live) if carried is None else carried
     return Beam(beam.input[parent], live.logprob, live.token, extend_history(beam, live),
-                extend_recent(beam.recent, live), live.tags, extend_carried(beam.carried, live))
+                extend_recent(beam.recent, live), live.tags, carried)
 
 
 def extend_carried(carried: dict[int, Any] | None, live: Candidates) -> dict[int, Any] | None:
@@ -322,6 +351,19 @@ def extend_carried(carried: dict[int, Any] | None, live: Candidates) -> dict[int
     if carried is None:
         return None
     return {key: select_state(rows, live.parent).advance(live.token) for key, rows in carried.items()}
+
+
+def carried_with_ended(carried: dict[int, Any], live: Candidates, ended: list[Candidates]
+                       ) -> tuple[dict[int, Any], dict[int, Any]]:
+    """The processor row states of the kept rows ``live`` and of the hypotheses that ended
+    (``ended``, in production order), each advanced by its token: one gather of both's parents
+    (a parent with children in both is forked, never shared), then parted."""
+    parent = np.concatenate([live.parent, *[c.parent for c in ended]])
+    token = np.concatenate([live.token, *[c.token for c in ended]])
+    first, rest = np.arange(live.size), np.arange(live.size, parent.shape[0])
+    both = {key: select_state(rows, parent).advance(token) for key, rows in carried.items()}
+    return ({key: select_state(rows, first) for key, rows in both.items()},
+            {key: select_state(rows, rest) for key, rows in both.items()})
 
 
 def retiring(inputs: np.ndarray, stop: np.ndarray | None, step: int, controls: Controls) -> np.ndarray:

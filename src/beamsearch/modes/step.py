@@ -14,8 +14,7 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,6 +29,7 @@ from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.state import select_state
 from beamsearch.modes.beam import beam_plan
 from beamsearch.modes.step_rounds import Live, RowCount, StepResults, StepSolution, budgets, settle_round
+from beamsearch.modes.step_scorer import scorer_of
 from beamsearch.modes.stochastic import base_seed
 from beamsearch.processors import TopP
 from beamsearch.strategies.step import AGGREGATIONS, SegmentSampler, mix
@@ -80,26 +80,35 @@ def step_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int
                 **controls: Any) -> StepResults:
     """Step search (beam search over reasoning steps scored by a verifier), or DVTS, or best-of-N.
 
-    Round 1 expands each prompt into ``n`` candidate segments; every later round expands each of
-    the ``n / m`` partial solutions kept into ``m``. ``expansion="sample"``: each candidate is
-    sampled token by token (the processed distribution: ``temperature``, ``top_k``,
-    ``no_repeat_ngram_size``, ``logits_processors``, then ``top_p``); ``"beam"``: the ``m`` (round
-    1: ``n``) best segments of a beam search of that width within the segment (finished segments
-    first, then by logprob: SPEC section 6 with ``alpha = 0``). A segment ends with an eos id (the
-    solution is finished), a stop sequence (a step delimiter: the solution goes on), or after
-    ``max_steps`` tokens (it goes on). Then ``scorer(prompts, partial_solutions)`` is called once
-    for all candidates of all prompts (``prompts[j]``: candidate j's prompt, ``partial_solutions[j]``
-    its generated tokens so far, both lists of ints) and returns one score per candidate, the
-    score of its newest step. A candidate's score aggregates its step scores (``aggregation``:
-    ``last``, ``min``, ``prod``, ``mean``). Finished candidates are collected; of the others, each
-    prompt keeps its ``n / m`` best (``dvts``: subtree j, made of round 1's candidates ``j*m`` to
-    ``j*m + m - 1`` and their descendants, keeps its best one). Ranking: score, then logprob, then
-    tokens in lexicographic order. After the last round, or when a budget would be exceeded by the
-    next one, the partial solutions kept are results too (unfinished).
+    The first round expands each prompt into ``n`` candidate segments; every later round expands
+    each of the ``n / m`` partial solutions kept into ``m``. ``expansion="sample"``: each
+    candidate is sampled token by token (the processed distribution: ``temperature``, ``top_k``,
+    ``no_repeat_ngram_size``, ``logits_processors``, then ``top_p``); ``"beam"``: the ``m``
+    (first round: ``n``) best segments of a beam search of that width within the segment
+    (finished segments first, then by logprob: SPEC section 6 with ``alpha = 0``). A segment ends
+    with an eos id (the solution is finished), a stop sequence (a step delimiter: the solution
+    goes on), or after ``max_steps`` tokens (it goes on). Then ``scorer(prompts,
+    partial_solutions)`` is called once for all candidates of all prompts (``prompts[j]``:
+    candidate j's prompt, ``partial_solutions[j]`` its generated tokens so far, both new lists of
+    ints) and returns one real per candidate, the score of its newest step. A candidate's score
+    aggregates its step scores (``aggregation``: ``last``, ``min``, ``prod``, ``mean``). Finished
+    candidates are collected; of the others, each prompt keeps its ``n / m`` best (``dvts``:
+    subtree j, made of the first round's candidates ``j*m`` to ``j*m + m - 1`` and their
+    descendants, keeps its best one). Ranking: score, then logprob, then tokens in lexicographic
+    order. After the last round, or when a budget would be exceeded by the next one, the partial
+    solutions kept are results too (unfinished).
 
-    Sampling noise: candidate c of a prompt in round r takes ``uniforms(mix(key, r, c), t)`` at its
-    token t (:mod:`beamsearch.strategies.step`), with ``key = mix(seed, *prompt_tokens)``; a kept
-    partial solution at place s among its prompt's keeps has candidates ``c = s*m .. s*m + m - 1``.
+    Constraints go on across rounds: the row states of the processors that carry one (a grammar, a
+    catalogue, a token automaton) are kept with each partial solution and forked for its
+    expansions, processors that read the history see the prompt and the whole solution, stop
+    sequences are matched from the solution's last delimiter; ``max_steps`` and
+    ``min_new_tokens`` are per segment (docs/step_search.md, "Per solution, per segment").
+
+    Sampling noise: candidate c of a prompt in round r (0 for the first) takes
+    ``uniforms(mix(key, r, c), t)`` at its segment's t-th token (t from 1)
+    (:mod:`beamsearch.strategies.step`), with ``key = mix(seed, *prompt_tokens)``; a kept partial
+    solution at place s among its prompt's keeps (best first; with DVTS by subtree, a subtree
+    with nothing kept skipped) has candidates ``c = s*m .. s*m + m - 1``.
     So numpy and torch models give the same solutions, and a prompt's solutions do not depend on
     the other prompts of its batch. Equal prompts (an encoder-decoder's, whose inputs are in the
     state) share their draws, each from its own distribution; give one seed per prompt to part them.
@@ -167,7 +176,7 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     ids = opts.prompts
     keys = _keys(ids, rng, sample_seed)
     history = opts.controls.keep_history
-    return StepSettings(_scorer(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
+    return StepSettings(scorer_of(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
                         budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
                         given, opts.controls.max_steps, ids, history)
 
@@ -183,22 +192,6 @@ def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
     else:
         seeds = [base_seed(rng, sample_seed, "sample_seed")] * len(ids)
     return np.array([mix(seed, *x) for seed, x in zip(seeds, ids)], np.uint64).reshape(len(ids))
-
-
-def _scorer(value: Any) -> Callable[..., Any]:
-    """A scorer: a callable, or ``"module:function"`` imported."""
-    if isinstance(value, str):
-        module, sep, name = value.partition(":")
-        if not sep or not module or not name:
-            raise ValueError(f"scorer must be a callable or 'module:function'; got {value!r}")
-        try:
-            found = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"scorer {value!r} cannot be imported: {e}") from None
-        value = found
-    if not callable(value):
-        raise TypeError(f"scorer must be callable (prompts, partial_solutions) -> scores; got {type(value).__name__}")
-    return value
 
 
 def run_rounds(step_fn: StepFn, init_state: Any, s: StepSettings, pad_token_id: int | None) -> StepResults:
@@ -257,9 +250,13 @@ def _segments(step_fn: StepFn, live: Live, s: StepSettings, limit: np.ndarray, w
     else:
         plan = beam_plan(engine_prompts, beam_size=width, n_best=width, alpha=0.0, **keywords)
         strategy, controls, per_input = plan.strategy, plan.opts.controls, width
+    controls = replace(controls, input_of=live.prompt[parent])  # processors see each expansion's prompt
     counter = book.counter(live.prompt[parent])
     first = np.array([x[-1] for x in engine_prompts], np.int64)
-    outcome = run(step_fn, state, first, strategy, controls, observer=counter, keep_states=True)
+    carried = select_state(live.carried, parent) if sampling and live.carried is not None else live.carried
+    recent = None if controls.stops is None else live.recent(parent, controls.stops.window)
+    outcome = run(step_fn, state, first, strategy, controls, observer=counter, keep_states=True, carried=carried,
+                  recent=recent)
     rank, _ = ranking(outcome.ended, parent.shape[0], LENGTH_PENALTIES["gnmt"], 0.0, n_best=per_input,
                       finished_first=True)
     return live.candidates(outcome, rank, parent, slot, controls.eos)

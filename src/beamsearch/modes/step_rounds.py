@@ -16,6 +16,7 @@ from beamsearch.core.engine import Outcome
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.select import StepScores, positions
 from beamsearch.core.state import concat_state, select_state
+from beamsearch.modes.step_scorer import call_scorer
 from beamsearch.strategies import Selection
 from beamsearch.strategies.step import aggregate, keep_best
 
@@ -103,6 +104,10 @@ class Live:
         subtree: int64 ``[L]``: its DVTS subtree (0 before round 1).
         slot: int64 ``[L]``: its place among its prompt's partial solutions.
         state: the model state, one row each (its last token not fed yet).
+        carried: the row states of the processors that carry one (by ``id``), one row each, where
+            its last segment left them (None: they start at the next segment's start).
+        open_from: int64 ``[L]``: where in its tokens its open step begins (after its last
+            delimiter): the stop sequences are matched from there, across segments.
     """
 
     prompt: np.ndarray
@@ -114,32 +119,46 @@ class Live:
     subtree: np.ndarray
     slot: np.ndarray
     state: Any
+    carried: dict[int, Any] | None
+    open_from: np.ndarray
 
     @staticmethod
     def roots(prompts: list[list[int]], init_state: Any) -> Live:
         n = len(prompts)
         z = np.zeros(n, np.int64)
         return Live(np.arange(n), prompts, [[] for _ in prompts], [[] for _ in prompts], [[] for _ in prompts],
-                    np.zeros(n), z, z, init_state)
+                    np.zeros(n), z, z, init_state, None, z)
 
     @property
     def size(self) -> int:
         return int(self.prompt.shape[0])
 
-    def take(self, idx: np.ndarray, state: Any) -> Live:
-        """The partial solutions ``idx`` (int64 ``[j]``), with their ``state``."""
+    def take(self, idx: np.ndarray, state: Any, carried: dict[int, Any] | None) -> Live:
+        """The partial solutions ``idx`` (int64 ``[j]``), with their ``state`` and ``carried``."""
         at = idx.tolist()
         return Live(self.prompt[idx], self.prompts, [self.tokens[j] for j in at], [self.segments[j] for j in at],
                     [self.step_scores[j] for j in at], self.logprob[idx], self.subtree[idx],
-                    positions(self.prompt[idx]), state)
+                    positions(self.prompt[idx]), state, carried, self.open_from[idx])
 
     def split(self, going: np.ndarray) -> tuple[Live, Live]:
         """(those that stop, those that go on), by ``going`` (bool ``[L]``)."""
         if going.all():
-            return self.take(np.zeros(0, np.int64), None), self
+            return self.take(np.zeros(0, np.int64), None, None), self
         on = np.flatnonzero(going)
         state = select_state(self.state, on) if on.size else None
-        return self.take(np.flatnonzero(~going), None), self.take(on, state)
+        carried = select_state(self.carried, on) if on.size and self.carried is not None else None
+        return self.take(np.flatnonzero(~going), None, None), self.take(on, state, carried)
+
+    def recent(self, parent: np.ndarray, window: int) -> np.ndarray:
+        """int64 ``[E, w]``: the last ``window`` tokens of the open step of each partial solution
+        ``parent`` (int64 ``[E]``), left-padded with -1: what a stop sequence is matched on."""
+        out = np.full((parent.shape[0], window), -1, np.int64)
+        for e, j in enumerate(parent.tolist()):  # once per round and expansion, like the prompts
+            step = self.tokens[j][int(self.open_from[j]):]
+            tail = step[max(len(step) - window, 0):]
+            if tail:
+                out[e, window - len(tail):] = tail
+        return out
 
     def context(self, j: int, history: bool) -> list[int]:
         """The engine prompt of partial solution j: its prompt and tokens (or its last token only
@@ -166,7 +185,10 @@ class Live:
         which = parent[chosen.input]
         slot = engine_slot[chosen.input] + positions(chosen.input)
         joined = concat_state(list(outcome.model_states)) if outcome.model_states else None
-        return Candidates(self, which, segs, chosen.logprob, chosen.finished & np.isin(last, eos), rank, slot, joined)
+        carried = concat_state(list(outcome.carried_states)) if outcome.carried_states else None
+        by_eos = np.isin(last, eos)
+        return Candidates(self, which, segs, chosen.logprob, chosen.finished & by_eos, rank, slot, joined, carried,
+                          chosen.finished & ~by_eos)
 
 
 @dataclass(frozen=True)
@@ -179,6 +201,8 @@ class Candidates:
         done: bool ``[C]``: ended by an eos id (a finished solution).
         ended: int64 ``[C]``: its row in ``state``; ``slot``: int64 ``[C]``: candidate c of its prompt.
         state: the model state rows of the round's ended segments (``Outcome.model_states`` joined).
+        carried: their processors' row states (``Outcome.carried_states`` joined), or None.
+        delimited: bool ``[C]``: ended by a stop sequence (a step delimiter).
     """
 
     live: Live
@@ -189,6 +213,8 @@ class Candidates:
     ended: np.ndarray
     slot: np.ndarray
     state: Any
+    carried: dict[int, Any] | None
+    delimited: np.ndarray
 
 
 def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
@@ -203,7 +229,7 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     live, c = cand.live, cand.parent.shape[0]
     prompt = live.prompt[cand.parent]
     tokens = [live.tokens[j] + seg for j, seg in zip(cand.parent.tolist(), cand.segments)]
-    scores = _scores(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
+    scores = call_scorer(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
     book.scorer_total += 1
     book.scorer_calls += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     book.scored += np.bincount(prompt, minlength=book.rows.shape[0])
@@ -226,9 +252,12 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     kept = going[keep_best(agg[going], logprob[going], token_order(tokens, going), group[going],
                            1 if s.dvts else groups)]
     state = select_state(cand.state, cand.ended[kept]) if kept.size else None
+    carried = select_state(cand.carried, cand.ended[kept]) if kept.size and cand.carried is not None else None
     at = kept.tolist()
+    lengths = np.array([len(tokens[j]) for j in at], np.int64)
+    open_from = np.where(cand.delimited[kept], lengths, live.open_from[cand.parent[kept]])
     nxt = Live(prompt[kept], live.prompts, [tokens[j] for j in at], [segments[j] for j in at], [steps[j] for j in at],
-               logprob[kept], subtree[kept], positions(prompt[kept]), state)
+               logprob[kept], subtree[kept], positions(prompt[kept]), state, carried, open_from)
     return nxt, finished
 
 
@@ -237,28 +266,6 @@ def token_order(tokens: list[list[int]], among: np.ndarray) -> np.ndarray:
     lists = [tuple(tokens[j]) for j in among.tolist()]
     place = {t: i for i, t in enumerate(sorted(set(lists)))}
     return np.array([place[t] for t in lists], np.int64)
-
-
-def _scores(scorer: Any, prompts: list[list[int]], partials: list[list[int]], c: int, aggregation: str) -> np.ndarray:
-    """The scorer's answer for ``c`` candidates, checked: float64 ``[c]``, no NaN (and for the
-    ``prod`` aggregation, each in ``[0, inf)``: a product of signed or infinite scores does not rank)."""
-    got = scorer(prompts, partials)
-    if hasattr(got, "detach"):
-        got = got.detach().cpu().numpy()
-    try:
-        out = np.asarray(got, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"scorer must return one real per candidate ({c}); got {got!r:.80}") from None
-    if out.shape != (c,):
-        raise ValueError(f"scorer must return one real per candidate: shape ({c},); got shape {out.shape}")
-    if np.isnan(out).any():
-        raise ValueError(f"scorer returned NaN for candidate {int(np.flatnonzero(np.isnan(out))[0])}")
-    outside = ~((out >= 0) & (out < np.inf))  # --> [c]
-    if aggregation == "prod" and outside.any():
-        j = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"aggregation 'prod' multiplies step scores, which must be in [0, inf) (a verifier's "
-                         f"probabilities); scorer returned {out[j]} for candidate {j}")
-    return out
 
 
 class StepResults(BatchResults):

@@ -87,7 +87,10 @@ class RowStates(Protocol):
     (``Beam.carried``): ``select_state(states, idx)`` takes rows ``idx`` (int64 ``[k']``, a row
     taken twice is forked), and ``advance(tokens)`` (int64 ``[k]``) moves each row by its new
     token. So a state follows its row's parents and is never rebuilt from the row's history.
-    Register ``select_state`` for the class (``@select_state.register(cls)``).
+    Register ``select_state`` for the class (``@select_state.register(cls)``), and
+    ``concat_state`` (the rows of several, one after the other) for a search that continues rows
+    ended at different steps (step search hands each partial solution's states to its next
+    segment: :func:`beamsearch.core.engine.run`'s ``carried``).
     """
 
     def advance(self, tokens: np.ndarray) -> RowStates: ...

@@ -32,7 +32,7 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.select import SPARSE_FRACTION
-from beamsearch.core.state import select_state
+from beamsearch.core.state import concat_state, select_state
 from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens, keep_pairs
 from beamsearch.processors.trie import Trie
@@ -67,6 +67,12 @@ def _select_trie_rows(rows: TrieRows, idx: Any) -> TrieRows:
     if hasattr(idx, "detach"):
         idx = idx.detach().cpu().numpy()
     return TrieRows(rows.trie, rows.node[np.asarray(idx, dtype=np.int64)])
+
+
+@concat_state.register(TrieRows)
+def _concat_trie_rows(parts: list[TrieRows]) -> TrieRows:
+    """The rows of ``parts`` one after the other."""
+    return TrieRows(parts[0].trie, np.concatenate([p.node for p in parts]))
 
 
 @dataclass(frozen=True, eq=False)

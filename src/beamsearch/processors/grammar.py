@@ -30,7 +30,7 @@ import numpy as np
 
 from beamsearch.backends.bits import exceptions
 from beamsearch.core import validate as check
-from beamsearch.core.state import select_state
+from beamsearch.core.state import concat_state, select_state
 from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.grammar_engine import KINDS, Compiled, compile_grammar, unpack_bits
 
@@ -90,6 +90,12 @@ def _select_matchers(rows: MatcherRows, idx: Any) -> MatcherRows:
         out.append(rows.matchers[i].deep_copy() if taken[i] else rows.matchers[i])
         taken[i] = True
     return MatcherRows(rows.compiled, out, rows.dead[idx])
+
+
+@concat_state.register(MatcherRows)
+def _concat_matchers(parts: list[MatcherRows]) -> MatcherRows:
+    """The rows of ``parts`` one after the other (their matchers moved into the result)."""
+    return MatcherRows(parts[0].compiled, [m for p in parts for m in p.matchers], np.concatenate([p.dead for p in parts]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,9 +14,13 @@ is parsed into a character automaton by ``interegular`` (the optional
 it from every state, all states and tokens at once. States from which no accepting state can be
 reached are removed, so a row is never led into a dead end.
 
-Per step: each row's state is found by walking its generated tokens through the table (one
-vectorized gather per position, a loop over positions, not rows), then one gather of a ``[k, V]``
-additive mask (0 where allowed, -inf elsewhere; built once per dtype and device) and one add.
+In a search each row's state is carried beside the row (:class:`DFARows`, a
+:class:`~beamsearch.processors.RowStates`): taken with its parent and advanced by one gather for
+all rows when its token is chosen, so a search that continues rows (step search's next segment)
+continues their automaton states. Called outside a search, the states are found by walking the
+generated tokens through the table (one vectorized gather per position). Per step: one gather of
+a ``[k, V]`` additive mask (0 where allowed, -inf elsewhere; built once per dtype and device) and
+one add.
 """
 
 from __future__ import annotations
@@ -29,14 +33,48 @@ import numpy as np
 from beamsearch.core import validate as check
 from beamsearch.extras import install_hint
 from beamsearch.backends import NEG_INF, Backend
-from beamsearch.processors._base import StepContext
+from beamsearch.core.state import concat_state, select_state
+from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens
 
-__all__ = ["TokenDFA"]
+__all__ = ["DFARows", "TokenDFA"]
+
+
+class DFARows:
+    """The automaton state of each of ``k`` rows (a :class:`~beamsearch.processors.RowStates`).
+
+    Attributes:
+        table: int64 ``[S + 1, V]``: the transitions, state S the sink (no transition, not accepting).
+        state: int64 ``[k]``: each row's state (S: it took a token without a transition).
+    """
+
+    __slots__ = ("table", "state")
+
+    def __init__(self, table: np.ndarray, state: np.ndarray) -> None:
+        self.table, self.state = table, state
+
+    def __len__(self) -> int:
+        return int(self.state.shape[0])
+
+    def advance(self, tokens: np.ndarray) -> DFARows:
+        """Each row moved by its token (int64 ``[k]``; an eos id leads to the sink)."""
+        return DFARows(self.table, self.table[self.state, np.asarray(tokens, dtype=np.int64)])
+
+
+@select_state.register(DFARows)
+def _select_dfa_rows(rows: DFARows, idx: Any) -> DFARows:
+    if hasattr(idx, "detach"):
+        idx = idx.detach().cpu().numpy()
+    return DFARows(rows.table, rows.state[np.asarray(idx, dtype=np.int64)])
+
+
+@concat_state.register(DFARows)
+def _concat_dfa_rows(parts: list[DFARows]) -> DFARows:
+    return DFARows(parts[0].table, np.concatenate([p.state for p in parts]))
 
 
 @dataclass(frozen=True)
-class TokenDFA:
+class TokenDFA(RowCarrier):
     """A finite automaton over token ids as a logits processor.
 
     Args:
@@ -88,6 +126,10 @@ class TokenDFA:
         """S, the number of states (the internal sink not counted)."""
         return int(self._table.shape[0]) - 1
 
+    def start_rows(self, n: int) -> DFARows:
+        """``n`` rows at ``start``."""
+        return DFARows(self._table, np.full(n, self.start, np.int64))
+
     def states(self, tokens: np.ndarray) -> np.ndarray:
         """int64 ``[k]``: the state each row of ``tokens [k, t]`` (generated tokens) reaches from
         ``start``; -1 where a token had no transition."""
@@ -107,8 +149,12 @@ class TokenDFA:
         if logits.shape[1] != vocab:
             raise ValueError(f"TokenDFA transitions have V={vocab} columns but the logits have "
                              f"{logits.shape[1]} (logits shape {tuple(logits.shape)})")
-        state = self.states(generated_tokens(ctx))  # --> [k]
-        state = np.where(state < 0, self.n_states, state)
+        carried = None if ctx.carried is None else ctx.carried.get(id(self))
+        if carried is not None:
+            state = carried.state  # --> [k], the sink S where a row left the automaton
+        else:
+            state = self.states(generated_tokens(ctx))  # --> [k]
+            state = np.where(state < 0, self.n_states, state)
         b = ctx.backend
         mask = self._device_mask(b, logits)  # --> [S + 1, V], on the logits' device, in their dtype
         logits += b.take_rows(mask, b.index(state, logits))  # --> [k, V]: -inf where not allowed

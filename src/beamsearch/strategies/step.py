@@ -88,14 +88,21 @@ AGGREGATIONS = ("last", "min", "prod", "mean")
 
 def aggregate(step_scores: Sequence[float], how: str) -> float:
     """The score of a solution from its step scores (at least one): the last, the smallest,
-    the product or the mean."""
+    the product or the mean (of finite scores always finite, between the smallest and the
+    largest: a sum past the float64 range is scaled, never taken as inf)."""
     if how == "last":
         return float(step_scores[-1])
     if how == "min":
         return float(min(step_scores))
     if how == "prod":
         return float(np.prod(np.asarray(step_scores, dtype=np.float64)))
-    return float(np.mean(step_scores))  # reals: the mean is taken in float64
+    x = np.asarray(step_scores, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        mean = np.mean(x)  # reals: the mean is taken in float64
+    if np.isinf(mean) and np.isfinite(x).all():  # the sum overflowed: the mean of finite reals is finite
+        top = np.abs(x).max()
+        mean = top * np.mean(x / top)
+    return float(mean)
 
 
 def keep_best(score: np.ndarray, logprob: np.ndarray, order_of_tokens: np.ndarray, group: np.ndarray,
