@@ -201,6 +201,41 @@ def test_tiny_budget_gives_the_best_so_far_not_proven(seed):
                                                     finished)
 
 
+def _rank_key(h):
+    return (h.finished, h.score)
+
+
+def test_a_budget_result_is_never_worse_than_the_seed_beam_only_when_the_budget_covers_the_seed():
+    """docs/exact.md: a result cut by the budget is never worse than the seed beam search's
+    (``beam_search_batch`` with beam ``max(seed_beam, n_best)``, its outputs: finished, or of
+    ``max_steps`` tokens) when ``node_budget`` covers the rows that search passes; a smaller
+    budget cuts the seed too, and the result can then be worse than that beam's (or empty),
+    though every result is still an output with its true score and the rows stay in the budget."""
+    vocab, eos, n_best, steps = 5, 4, 2, 5
+    worse = 0
+    for seed in range(12):
+        table = random_table(vocab, 300 + seed, eos=eos, eos_shift=-0.5)
+        kw = dict(eos_token_id=eos, max_steps=steps, alpha=0.6)
+        model = SequenceModel(table)
+        beam = beam_search_batch(model.step, model.init_state([[0]]), [[0]], beam_size=4, n_best=n_best, **kw)[0]
+        rows = sum(len(c) for c in model.calls)  # the seed beam's rows (seed_beam 4 >= n_best)
+        outputs = [h for h in beam if h.finished or len(h.tokens) == steps]
+        for budget in (1, rows // 2, rows - 1, rows, rows + 1, rows + 7):
+            got, _ = run_exact(table, [[0]], node_budget=budget, n_best=n_best, **kw)
+            assert got.expanded[0] <= budget
+            for h in got[0]:  # an output, with its true logprob, score and flag
+                logprob, score, finished = rescored(table, [0], h, eos=eos, alpha=0.6)
+                assert (h.logprob, h.score, h.finished) == (pytest.approx(logprob, abs=1e-12),
+                                                            pytest.approx(score, abs=1e-12), finished)
+            if budget >= rows:
+                assert len(got[0]) >= len(outputs)
+                for e, b in zip(got[0], outputs):
+                    assert _rank_key(e) >= (b.finished, b.score - 1e-12)
+            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b) for e, b in zip(got[0], outputs)):
+                worse += 1
+    assert worse > 0  # a budget below the seed's rows does cut it: "never worse" holds only above
+
+
 def test_budget_is_per_input_and_counts_match_the_model():
     table = random_table(4, 5, eos=3, eos_shift=-1.0)
     prompts = [[0], [1], [2]]
