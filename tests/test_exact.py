@@ -581,3 +581,49 @@ def test_init_state_rows_checked_before_any_model_call():
     with pytest.raises(ValueError, match="init_state must have 2 rows"):
         exact_search(model.step, model.init_state([[0]]), [[0], [1]], eos_token_id=3, max_steps=3)
     assert model.calls == []
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_each_call_of_a_step_copies_its_own_rows_of_a_hugging_face_cache(kind, monkeypatch):
+    """Every call of a step but the last takes its rows beside the step's joined state
+    (``take_state``); before, each copied the whole joined state first, so a step of R rows in
+    calls of b rows copied about R * R / b rows, and a node's cost grew with the budget. Counted
+    here: the rows every join of adapter states holds (the joins of the step's calls' states, and
+    any copy of a state) are at most the rows the search passed to the model, and the result
+    equals the one of calls that hold a whole step each (no take at all)."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from beamsearch import hf
+    from beamsearch.hf import states as hf_states
+
+    torch.manual_seed(0)
+    if kind == "causal":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=30, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2)).eval()
+        prepare = hf.causal_lm
+    else:
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            vocab_size=30, d_model=16, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=16,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=2, forced_bos_token_id=None,
+            forced_eos_token_id=None)).eval()
+        prepare = hf.seq2seq_lm
+    prompts = [[5, 17, 13], [9]]
+    joined = []
+    plain = hf_states._joined_sources
+    monkeypatch.setattr(hf_states, "_joined_sources", lambda sources: joined.append(
+        sum(int(s.shape[0]) for s in sources)) or plain(sources))
+
+    def search(rows):
+        dec = prepare(model, prompts, eos_token_id=2, max_new_tokens=3)
+        return exact_search(dec.step, dec.init_state, dec.prompts, eos_token_id=2, max_steps=3, n_best=2,
+                            node_budget=120, batch_rows=rows, seed_beam=2)
+
+    whole = search(10_000)
+    joined.clear()
+    got = search(4)
+    assert sum(joined) <= int(got.expanded.sum()) + len(prompts)  # the state copied once, then each step's rows
+    assert got.expanded.tolist() == whole.expanded.tolist()
+    for a, b in zip(got, whole):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
