@@ -201,6 +201,41 @@ def test_tiny_budget_gives_the_best_so_far_not_proven(seed):
                                                     finished)
 
 
+def _rank_key(h):
+    return (h.finished, h.score)
+
+
+def test_a_budget_result_is_never_worse_than_the_seed_beam_only_when_the_budget_covers_the_seed():
+    """docs/exact.md: a result cut by the budget is never worse than the seed beam search's
+    (``beam_search_batch`` with beam ``max(seed_beam, n_best)``, its outputs: finished, or of
+    ``max_steps`` tokens) when ``node_budget`` covers the rows that search passes; a smaller
+    budget cuts the seed too, and the result can then be worse than that beam's (or empty),
+    though every result is still an output with its true score and the rows stay in the budget."""
+    vocab, eos, n_best, steps = 5, 4, 2, 5
+    worse = 0
+    for seed in range(12):
+        table = random_table(vocab, 300 + seed, eos=eos, eos_shift=-0.5)
+        kw = dict(eos_token_id=eos, max_steps=steps, alpha=0.6)
+        model = SequenceModel(table)
+        beam = beam_search_batch(model.step, model.init_state([[0]]), [[0]], beam_size=4, n_best=n_best, **kw)[0]
+        rows = sum(len(c) for c in model.calls)  # the seed beam's rows (seed_beam 4 >= n_best)
+        outputs = [h for h in beam if h.finished or len(h.tokens) == steps]
+        for budget in (1, rows // 2, rows - 1, rows, rows + 1, rows + 7):
+            got, _ = run_exact(table, [[0]], node_budget=budget, n_best=n_best, **kw)
+            assert got.expanded[0] <= budget
+            for h in got[0]:  # an output, with its true logprob, score and flag
+                logprob, score, finished = rescored(table, [0], h, eos=eos, alpha=0.6)
+                assert (h.logprob, h.score, h.finished) == (pytest.approx(logprob, abs=1e-12),
+                                                            pytest.approx(score, abs=1e-12), finished)
+            if budget >= rows:
+                assert len(got[0]) >= len(outputs)
+                for e, b in zip(got[0], outputs):
+                    assert _rank_key(e) >= (b.finished, b.score - 1e-12)
+            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b) for e, b in zip(got[0], outputs)):
+                worse += 1
+    assert worse > 0  # a budget below the seed's rows does cut it: "never worse" holds only above
+
+
 def test_budget_is_per_input_and_counts_match_the_model():
     table = random_table(4, 5, eos=3, eos_shift=-1.0)
     prompts = [[0], [1], [2]]
@@ -546,3 +581,49 @@ def test_init_state_rows_checked_before_any_model_call():
     with pytest.raises(ValueError, match="init_state must have 2 rows"):
         exact_search(model.step, model.init_state([[0]]), [[0], [1]], eos_token_id=3, max_steps=3)
     assert model.calls == []
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_each_call_of_a_step_copies_its_own_rows_of_a_hugging_face_cache(kind, monkeypatch):
+    """Every call of a step but the last takes its rows beside the step's joined state
+    (``take_state``); before, each copied the whole joined state first, so a step of R rows in
+    calls of b rows copied about R * R / b rows, and a node's cost grew with the budget. Counted
+    here: the rows every join of adapter states holds (the joins of the step's calls' states, and
+    any copy of a state) are at most the rows the search passed to the model, and the result
+    equals the one of calls that hold a whole step each (no take at all)."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from beamsearch import hf
+    from beamsearch.hf import states as hf_states
+
+    torch.manual_seed(0)
+    if kind == "causal":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=30, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2)).eval()
+        prepare = hf.causal_lm
+    else:
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            vocab_size=30, d_model=16, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=16,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=2, forced_bos_token_id=None,
+            forced_eos_token_id=None)).eval()
+        prepare = hf.seq2seq_lm
+    prompts = [[5, 17, 13], [9]]
+    joined = []
+    plain = hf_states._joined_sources
+    monkeypatch.setattr(hf_states, "_joined_sources", lambda sources: joined.append(
+        sum(int(s.shape[0]) for s in sources)) or plain(sources))
+
+    def search(rows):
+        dec = prepare(model, prompts, eos_token_id=2, max_new_tokens=3)
+        return exact_search(dec.step, dec.init_state, dec.prompts, eos_token_id=2, max_steps=3, n_best=2,
+                            node_budget=120, batch_rows=rows, seed_beam=2)
+
+    whole = search(10_000)
+    joined.clear()
+    got = search(4)
+    assert sum(joined) <= int(got.expanded.sum()) + len(prompts)  # the state copied once, then each step's rows
+    assert got.expanded.tolist() == whole.expanded.tolist()
+    for a, b in zip(got, whole):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)

@@ -16,6 +16,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderC
 from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
+from beamsearch.core.state import select_state, take_state
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
                                   position_limit, right_padded, search_eos)
@@ -343,3 +344,16 @@ class Seq2SeqStep(AdapterStep):
                          decoder_attention_mask=attend, **{self.cache_kw: state.cache})
         return _logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=t + 1, mask=mask,
                                                                positions=state.positions + 1)
+
+
+@take_state.register(Seq2SeqState)
+@inference
+def _take_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
+    """Rows ``idx`` of :func:`seq2seq_lm`'s state in a new state, ``state`` left as it was: both
+    caches' rows gathered into new tensors (a cache's selection builds a new cache), the encoder
+    side and the decoder mask and positions taken likewise (so a call of exact search's step
+    copies its own rows, not the step's)."""
+    idx = torch.as_tensor(idx, device=state.encoder_mask.device)
+    taken = [None if x is None else x.index_select(0, idx) for x in (state.mask, state.positions)]
+    return Seq2SeqState(select_state(state.cache, idx), state.encoder_hidden.index_select(0, idx),
+                        state.encoder_mask.index_select(0, idx), state.fed, state.source.index_select(0, idx), *taken)

@@ -27,7 +27,8 @@ bound beats the final incumbent, and no other), without a priority queue.
 branch and bound's (a prefix both pass counts twice). ``node_budget`` bounds it: the seed stops an
 input where its next call would pass it, and the branch and bound expands, per step, the best
 prefixes by bound up to what is left; an input that loses a prefix whose bound beats its incumbent
-to the budget is not proven.
+to the budget is not proven. Its result is never worse than the seed beam search's when the budget
+covers that search's rows; a smaller budget cuts the seed too, and the result can be worse, or none.
 
 **Memory.** The model state rows of one step's expanded prefixes (joined from that step's calls)
 while the next step's calls run: about two steps' worth of rows. On the host, per expanded prefix,

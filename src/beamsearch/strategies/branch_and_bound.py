@@ -17,7 +17,7 @@ from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.penalties import score
 from beamsearch.core.results import build, ranking
 from beamsearch.core.select import accumulate, positions, ranked_per_input, split_terminals
-from beamsearch.core.state import concat_state, copy_if_shared
+from beamsearch.core.state import concat_state, take_state
 
 __all__ = ["BranchAndBound", "Meter"]
 
@@ -132,9 +132,11 @@ class BranchAndBound:
         for start in starts:
             part = beam.take(np.arange(start, min(start + self.batch_rows, beam.size)))
             self.meter.count(part.input)
-            # every call but the last gathers from a copy: the call consumes the state it is given
-            source = state if start == starts[-1] else copy_if_shared(state)
-            out = self.step_fn(reorder(source, parent[start : start + part.size], size, index), index(part.token))
+            # every call but the last takes its rows beside the state (only those rows are copied:
+            # the call consumes what it is given); the last one reorders the state itself
+            rows = parent[start : start + part.size]
+            taken = reorder(state, rows, size, index) if start == starts[-1] else take_state(state, index(rows))
+            out = self.step_fn(taken, index(part.token))
             scores, new_state = score_step(out, part, step, self.controls, Offset(self.trail, start), vocab, scratch)
             vocab = scores.vocab
             terminal, logp = split_terminals(scores)  # terminal entries of logp are now -inf
