@@ -97,8 +97,8 @@ def batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search:
             yield Decoded(start, [], error)
         elif error is not None:
             alone = [d for j, item in enumerate(batch) for d in decoded([item], start + j)]
-            if not isinstance(error, ScorerFailure) and all(d.error is not None and not isinstance(d.error, ScorerFailure)
-                                                            for d in alone):
+            model_errors = [d for d in alone if d.error is not None and not isinstance(d.error, ScorerFailure)]
+            if not isinstance(error, ScorerFailure) and len(model_errors) == len(alone):
                 raise error
             yield from alone
         else:

@@ -7,7 +7,8 @@ import codecs
 import json
 import re
 import reprlib
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
@@ -39,7 +40,7 @@ class Line:
     max_steps: int | None = None
     prefix: str | None = None
     constraints: tuple[str | tuple[str, ...], ...] | None = None
-    extra: dict[str, Any] | None = field(default=None, hash=False)
+    extra: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     OWN = ("constraints",)
     """The search options a line may give for itself (beside ``max_steps`` and ``prefix``), by

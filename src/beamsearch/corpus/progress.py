@@ -10,8 +10,8 @@ __all__ = ["Progress"]
 
 class Progress:
     """A one-line progress report on a text stream (stderr): inputs done, inputs/s, tokens/s, and
-    the ETA when the input count is known. Redrawn in place (``\r``) at most every ``every``
-    seconds on a terminal; to a file or pipe, each update is a line of its own.
+    the ETA when the input count is known, at most every ``every`` seconds: redrawn in place (a
+    carriage return) on a terminal; to a file or pipe, each update is a line of its own.
 
     Args:
         total: the number of inputs to decode, or None when unknown (stdin).
