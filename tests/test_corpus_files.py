@@ -147,3 +147,90 @@ def test_decode_refuses_a_link_beside_the_output_in_one_line(tmp_path, capsys):
     assert target.read_bytes() == VICTIM
     assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out)]) == 0
     assert json.loads(out.read_text())["input"] == "hello"
+
+
+# ---- the files options name: regular files only, up to a size limit ---------------------------------
+
+FLAGS = ["--catalogue", "--json-schema", "--grammar"]
+
+
+def decode(tmp_path, *args, timeout=120):
+    """``beamsearch decode`` of one line with the toy model, in a subprocess (a FIFO would block it:
+    the timeout fails the test instead of hanging the suite)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    r = subprocess.run([sys.executable, "-m", "beamsearch", "decode", "--model", "_toy", "--input", str(src),
+                        "--output", str(tmp_path / "out.jsonl"), *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return r
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_device_or_fifo_given_for_a_file_option_is_refused_at_once(tmp_path, flag):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "a character device"), (str(fifo), "a FIFO"), (str(tmp_path), "a folder")):
+        r = decode(tmp_path, flag, path)
+        if kind == "a folder" and flag != "--catalogue":  # opened, then refused by the reader
+            assert r.stderr == f"beamsearch: error: {flag} {path}: cannot read it: Is a directory\n"
+        else:
+            assert r.stderr == f"beamsearch: error: {flag} {path}: not a regular file ({kind}); give a file\n"
+        assert r.returncode == 2 and not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_library_refuses_a_catalogue_that_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for path in ("/dev/zero", str(tmp_path / "fifo")):
+        with pytest.raises(ValueError, match=f"^catalogue {path}: not a regular file"):
+            next(corpus.decode_records(corpus.toy_model(), [Line(0, "hello")], catalogue=path))
+
+
+def test_file_options_are_read_up_to_their_documented_limits(tmp_path, capsys, monkeypatch):
+    """The limits by hand: a file of exactly the limit is read, one byte more is refused naming
+    its size and the limit (set small here; the real ones are 16 MiB and 1 GiB, as --help says)."""
+    import beamsearch.cli.options as options
+    import beamsearch.corpus.grammar as grammar
+    from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, MAX_GRAMMAR_BYTES
+
+    assert (MAX_GRAMMAR_BYTES, MAX_CATALOGUE_BYTES) == (16 * 2**20, 2**30)
+    from beamsearch.cli import parser
+
+    decode_help = parser()._subparsers._group_actions[0].choices["decode"].format_help()
+    help_text = " ".join(decode_help.split())
+    assert help_text.count("a regular file of at most 16 MiB") == 2 and "a regular file of at most 1 GiB" in help_text
+
+    monkeypatch.setattr(options, "MAX_GRAMMAR_BYTES", 64)
+    monkeypatch.setattr(grammar, "MAX_CATALOGUE_BYTES", 64)
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    out = tmp_path / "out.jsonl"
+    schema = tmp_path / "schema.json"
+    catalogue = tmp_path / "catalogue.txt"
+    for size, refused in ((64, False), (65, True)):
+        schema.write_text('{"type": "string"}'.ljust(size))
+        catalogue.write_text(("3 4\n" * 20)[:size - 1].ljust(size - 1) + "\n")
+        for flag, path in (("--json-schema", schema), ("--catalogue", catalogue)):
+            status = main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), flag, str(path)])
+            err = capsys.readouterr().err
+            if refused:
+                assert status == 2 and err == f"beamsearch: error: {flag} {path}: 65 bytes, over the limit of 64 bytes\n"
+            else:
+                assert "over the limit" not in err and status in (0, 1), err
+            out.unlink(missing_ok=True)
+
+
+def test_a_file_over_the_limit_names_the_limit_in_bytes_and_mib(tmp_path):
+    from beamsearch.corpus.option_files import check_option_file, read_option_file
+
+    path = tmp_path / "big"
+    path.write_bytes(b" " * (2**20 + 1))
+    message = f"^--grammar {path}: 1,048,577 bytes, over the limit of 1,048,576 bytes \\(1 MiB\\)$"
+    with pytest.raises(ValueError, match=message):
+        read_option_file(path, "--grammar", 2**20)
+    with pytest.raises(ValueError, match=message):
+        check_option_file(path, "--grammar", 2**20)
+    assert read_option_file(path, "--grammar", 2**20 + 1) == b" " * (2**20 + 1)
+    check_option_file(tmp_path / "missing", "catalogue", 10)  # its reader says why it cannot be read

@@ -19,6 +19,7 @@ from typing import Any
 from beamsearch.cli.common import CliError
 from beamsearch.core.config import Control, DecodingConfig, controls_of, flag
 from beamsearch.corpus.grammar import GrammarOptions
+from beamsearch.corpus.option_files import MAX_GRAMMAR_BYTES, read_option_file
 from beamsearch.modes.registry import MODES
 
 __all__ = ["RUNNER_FLAGS", "add_control_flags", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
@@ -105,14 +106,16 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _file_text(name: str, path: str) -> str:
-    """The text of the file ``path`` given to flag ``name``."""
+    """The text of the file ``path`` given to flag ``name``: a regular file of at most
+    :data:`~beamsearch.corpus.option_files.MAX_GRAMMAR_BYTES`."""
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
+        return read_option_file(path, name, MAX_GRAMMAR_BYTES).decode("utf-8")
     except OSError as e:
         raise CliError(f"beamsearch: error: {name} {path}: cannot read it: {e.strerror}", 2) from None
     except UnicodeDecodeError as e:
         raise CliError(f"beamsearch: error: {name} {path}: not UTF-8 (byte {e.start})", 2) from None
+    except ValueError as e:  # not a regular file, or over the limit: the message names both
+        raise CliError(f"beamsearch: error: {e}", 2) from None
 
 
 def hf_defaults(spec: str, options: dict[str, Any]) -> dict[str, Any]:

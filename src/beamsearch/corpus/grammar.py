@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from beamsearch.core.config import control, controls_of
+from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file
 
 __all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
            "grammar_processors"]
@@ -25,14 +26,14 @@ class GrammarOptions:
 
     json_schema: Any = control(
         None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
-        "docs/grammar.md)", metavar="FILE", file=True)
-    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start)",
-                                  metavar="FILE", file=True)
+        "docs/grammar.md; a regular file of at most 16 MiB)", metavar="FILE", file=True)
+    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start; a regular "
+                                  "file of at most 16 MiB)", metavar="FILE", file=True)
     regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
     catalogue: str | None = control(
         None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
         "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
-        "(README: Generative retrieval)", metavar="FILE")
+        "(README: Generative retrieval); a regular file of at most 1 GiB", metavar="FILE")
 
 
 GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
@@ -74,8 +75,9 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
     <beamsearch.processors.Catalogue.from_file>`), ending with ``model.eos``; ``[]`` when not given.
 
     Raises:
-        ValueError: a file that cannot be read or is not a catalogue (one line naming the option).
-        TypeError: not a path.
+        ValueError: a file that cannot be read, is not a regular file (a device, a FIFO), is over
+            :data:`~beamsearch.corpus.option_files.MAX_CATALOGUE_BYTES`, or is not a catalogue
+            (one line naming the option). TypeError: not a path.
     """
     path = options.get("catalogue")
     if path is None:
@@ -84,6 +86,7 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
         raise TypeError(f"catalogue must be the path of a catalogue file (a str); got {path!r:.80}")
     from beamsearch.processors import Catalogue
 
+    check_option_file(path, "catalogue", MAX_CATALOGUE_BYTES)  # a device or FIFO is never read
     try:
         return [Catalogue.from_file(path, model.eos)]
     except (ValueError, TypeError) as e:
@@ -95,10 +98,11 @@ def catalogue_crc(path: str) -> int | None:
     when it cannot be read (the run then fails on it with its own message)."""
     crc = 0
     try:
+        check_option_file(path, "catalogue", MAX_CATALOGUE_BYTES)
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 crc = zlib.crc32(block, crc)
-    except OSError:
+    except (OSError, ValueError):
         return None
     return crc
 
