@@ -14,7 +14,7 @@ from typing import Any
 from beamsearch.core.config import control, controls_of
 
 __all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
-           "grammar_processors"]
+           "grammar_processors", "with_constraints"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,18 @@ def catalogue_crc(path: str) -> int | None:
     except OSError:
         return None
     return crc
+
+
+def with_constraints(message: str, options: dict[str, Any]) -> str:
+    """``message`` (a line's error, ending with its list of the search's rules in parentheses)
+    naming the output constraints ``options`` gives (``regex='...'``, ``catalogue='FILE'``; a
+    grammar's text cut at 80 characters): a grammar every line's output must be accepted by is the
+    first thing to suspect when no line gets an output."""
+    given = [f"{name}={options[name]!r:.80}" for name in GRAMMAR_OPTIONS if options.get(name) is not None]
+    if not given:
+        return message
+    return f"{message[:-1]}; the output constraints {', '.join(given)})" if message.endswith(")") else \
+        f"{message} (the output constraints {', '.join(given)})"
 
 
 def _one_line(name: str, kind: str, message: str) -> str:
