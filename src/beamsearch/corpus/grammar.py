@@ -7,6 +7,7 @@ every line (docs/grammar.md, README "Generative retrieval")."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,9 @@ def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:
 def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
     """The catalogue ``options["catalogue"]`` names (a path: :meth:`Catalogue.from_file
     <beamsearch.processors.Catalogue.from_file>`), ending with ``model.eos``; ``[]`` when not given.
+    A catalogue whose longest entry and eos need more than the run's ``max_steps`` (an int given,
+    else the model's limit; a line's own ``max_steps`` is not looked at) is a warning, once per
+    call (:meth:`Catalogue.cut_warning <beamsearch.processors.Catalogue.cut_warning>`).
 
     Raises:
         ValueError: a file that cannot be read or is not a catalogue (one line naming the option).
@@ -85,9 +89,16 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
     from beamsearch.processors import Catalogue
 
     try:
-        return [Catalogue.from_file(path, model.eos)]
+        catalogue = Catalogue.from_file(path, model.eos)
     except (ValueError, TypeError) as e:
         raise type(e)(f"catalogue: {str(e).splitlines()[0]}") from None
+    steps = options.get("max_steps")
+    given = isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= model.max_steps
+    warning = catalogue.cut_warning(steps if given else model.max_steps,
+                                    "max_steps" if given else "max_steps (the model's limit)")
+    if warning is not None:
+        warnings.warn(warning, stacklevel=3)
+    return [catalogue]
 
 
 def catalogue_crc(path: str) -> int | None:
