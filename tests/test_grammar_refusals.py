@@ -131,17 +131,22 @@ def test_tokens_added_to_a_tokenizer_after_a_grammar_was_built_on_it_are_allowed
 
 def test_the_engines_tokenizers_are_a_bounded_cache(monkeypatch):
     """Grammars over one vocabulary with 3 x the cache's size of distinct eos ids: at most
-    ``TOKENIZER_CACHE_SIZE`` tokenizers kept, the least recently used dropped first, and a kept
-    one served again (the same object)."""
+    ``TOKENIZER_CACHE_SIZE`` tokenizers kept, the least recently used dropped first with the
+    compiled grammars built on it (they keep it alive), and a kept one served again (the same
+    object)."""
     monkeypatch.setattr(ge, "_TOKENIZERS", OrderedDict())
+    monkeypatch.setattr(ge, "_COMPILED", OrderedDict())
     vocab = [f"t{i}" for i in range(40)]
     size = ge.TOKENIZER_CACHE_SIZE
     for e in range(3 * size):
         Grammar.regex("t1+", vocab, eos_token_id=e + 2)
-        assert len(ge._TOKENIZERS) == min(e + 1, size)
-    assert [key[1] for key in ge._TOKENIZERS] == [(e + 2,) for e in range(2 * size, 3 * size)]
-    kept = ge._lltokenizer(ge.engine(), vocab, np.array([2 * size + 2]))[0]  # the oldest kept, now the newest
-    assert ge._lltokenizer(ge.engine(), vocab, np.array([2 * size + 2]))[0] is kept
-    ge._lltokenizer(ge.engine(), vocab, np.array([0]))  # drops the oldest: 2 size + 3
-    assert [key[1] for key in ge._TOKENIZERS][:1] == [(2 * size + 4,)]
-    assert [key[1] for key in ge._TOKENIZERS][-2:] == [(2 * size + 2,), (0,)]
+        assert len(ge._TOKENIZERS) == len(ge._COMPILED) == min(e + 1, size)
+    kept = [(e + 2,) for e in range(2 * size, 3 * size)]
+    assert [key[0] for key in ge._TOKENIZERS] == kept
+    assert [key[-1][0] for key in ge._COMPILED] == kept  # each compiled grammar's tokenizer is a kept one
+    oldest = ge._lltokenizer(ge.engine(), vocab, np.array([2 * size + 2]))[0]  # now the most recently used
+    assert ge._lltokenizer(ge.engine(), vocab, np.array([2 * size + 2]))[0] is oldest
+    ge._lltokenizer(ge.engine(), vocab, np.array([0]))  # drops 2 size + 3, and its grammar
+    assert [key[0] for key in ge._TOKENIZERS][:1] == [(2 * size + 4,)]
+    assert [key[0] for key in ge._TOKENIZERS][-2:] == [(2 * size + 2,), (0,)]
+    assert (2 * size + 3,) not in [key[-1][0] for key in ge._COMPILED] and len(ge._COMPILED) == size - 1

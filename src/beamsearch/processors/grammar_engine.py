@@ -197,12 +197,13 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
     """llguidance's tokenizer of ``tokenizer`` (a fast Hugging Face tokenizer, or a sequence of
     token strings) with ``eos`` as its eos ids, and its cache key (a Hugging Face tokenizer's holds
     the object and its size: tokens added later make another key); the ``TOKENIZER_CACHE_SIZE``
-    most recently used are kept."""
+    most recently used are kept, and a compiled grammar is dropped with its tokenizer (it keeps
+    the tokenizer alive), so the caches hold at most that many tokenizers."""
     eos_key = tuple(eos.tolist())
     vocab = isinstance(tokenizer, (list, tuple))
     # a Hugging Face tokenizer's key holds the tokenizer itself: a compiled grammar in the cache keeps
     # it alive, so no tokenizer made later can take its id and be served a grammar compiled for another
-    key = (tuple(tokenizer), eos_key) if vocab else (tokenizer, len(tokenizer), eos_key)  # len: added tokens included
+    key = (eos_key, tuple(tokenizer)) if vocab else (eos_key, len(tokenizer), tokenizer)  # len: added tokens included
     found = _TOKENIZERS.get(key)
     if found is not None:
         _TOKENIZERS.move_to_end(key)
@@ -219,8 +220,11 @@ def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[
             raise ValueError(f"tokenizer {type(tokenizer).__name__} cannot be read by the grammar engine (it needs "
                              f"each token's bytes, from the tokenizer's model and decoder): {e}") from None
     _TOKENIZERS[key] = found
-    if len(_TOKENIZERS) > TOKENIZER_CACHE_SIZE:
-        del _TOKENIZERS[next(iter(_TOKENIZERS))]  # the least recently used
+    if len(_TOKENIZERS) > TOKENIZER_CACHE_SIZE:  # the least recently used goes, with the grammars that keep it alive
+        dropped = next(iter(_TOKENIZERS))
+        del _TOKENIZERS[dropped]
+        for compiled in [k for k in _COMPILED if k[-1] == dropped]:  # the eos ids first: most differ at once
+            del _COMPILED[compiled]
     return found, key
 
 
