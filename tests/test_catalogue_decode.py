@@ -9,6 +9,7 @@ every ``decode`` record must equal; and membership in the catalogue for every ou
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -189,3 +190,39 @@ def test_generate_with_strings_and_the_models_tokenizer():
                       catalogue=items)
     for texts, hyps in zip(out.texts, out.hypotheses):
         assert sorted(texts) == sorted(set(items)) and all(h.finished for h in hyps)
+
+
+def test_generate_names_a_catalogue_that_is_not_one_and_warns_once_when_it_does_not_fit(gpt2):
+    """catalogue= a generator, a dict, a set: a TypeError naming catalogue= and the value; the
+    Catalogue's own refusals name catalogue (not its argument outputs). A catalogue whose longest
+    entry (4 tokens, 5 with eos) does not fit max_new_tokens=3: one warning naming both numbers,
+    and the outputs along that entry are its unfinished prefix (what the warning says)."""
+    import warnings
+
+    import torch
+
+    from beamsearch import hf
+
+    prompts = torch.tensor([[1, 2, 3]])
+    for value, shown in (((e for e in [[1]]), "generator"), ({1: [2]}, "dict {1: [2]}"), ({(1, 2)}, "set {(1, 2)}")):
+        with pytest.raises(TypeError, match=r"^catalogue= must be a Catalogue, a file path, token-id sequences, an "
+                                            r"integer array \[M, L\] or strings \(in a list or tuple\); got "
+                                            + re.escape(shown)):
+            hf.generate(gpt2, prompts, num_beams=2, max_new_tokens=3, catalogue=value)
+    with pytest.raises(TypeError, match=r"^catalogue\[0\]\[1\] must be an integer; got True of type bool$"):
+        hf.generate(gpt2, prompts, num_beams=2, max_new_tokens=3, catalogue=[[3, True]])
+    with pytest.raises(ValueError, match=r"^catalogue as an array \[M, L\] must have L >= 1 .*got shape \(3, 0\)$"):
+        hf.generate(gpt2, prompts, num_beams=2, max_new_tokens=3, catalogue=np.zeros((3, 0), int))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = hf.generate(gpt2, prompts, num_beams=3, num_return_sequences=2, max_new_tokens=3,
+                          catalogue=[[5, 6, 7, 8], [9]])
+    assert [str(w.message) for w in seen] == [
+        "the catalogue's longest entry has 4 tokens, 5 with its eos, but max_new_tokens is 3: an output that follows "
+        "an entry of 3 tokens or more ends unfinished, cut to a prefix of it (not an entry); set max_new_tokens to at "
+        "least 5"]
+    assert sorted(tuple(h.tokens) for h in out.hypotheses[0]) == [(5, 6, 7), (9, 64)]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        hf.generate(gpt2, prompts, num_beams=3, max_new_tokens=5, catalogue=[[5, 6, 7, 8], [9]])
+    assert seen == []

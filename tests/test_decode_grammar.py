@@ -103,12 +103,17 @@ def test_decode_records_takes_the_grammar_by_name_and_refuses_a_model_without_to
     (["--grammar", "BAD_LARK"], "--grammar is refused by the grammar engine: 1(9): Expected token ')'"),
     (["--regex", "a("], "--regex is refused by the grammar engine: at 1(8): invalid regex \"a(\" (in regex): "
                         "unclosed group"),
+    (["--regex", r"[^\s\S]"], "--regex '[^\\\\s\\\\S]' allows no output: its language is empty"),
+    (["--json-schema", "DEEP"], "--json-schema is nested more than 127 levels deep (objects and arrays); the grammar "
+                                "engine reads at most 127"),
+    (["--json-schema", "X_GUIDANCE"], "--json-schema has an x-guidance that is not an object (the grammar engine's JSON options"),
     (["--regex", "a", "--grammar", "GOOD_LARK"], "--json-schema, --grammar and --regex exclude each other: give "
                                                  "one; given: --grammar, --regex"),
 ])
 def test_grammar_usage_errors_exit_2_on_one_line(tmp_path, capsys, argv, message):
     files = {"BAD_JSON": b'{"type": ', "LIST_JSON": b"[1]", "BAD_SCHEMA": b'{"type": "bogus"}', "NOT_UTF8": b"{\xff}",
-             "BAD_LARK": b"start: (\n", "GOOD_LARK": LARK.encode()}
+             "BAD_LARK": b"start: (\n", "GOOD_LARK": LARK.encode(), "X_GUIDANCE": b'{"x-guidance": 5}',
+             "DEEP": b'{"type":"array","items":' * 2999 + b'{"type":"integer"}' + b"}" * 2999}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     argv = [str(tmp_path / a) if a in files else a for a in argv]

@@ -1,7 +1,7 @@
 """The grammar engine's edges: the packed mask at the vocabulary's end (a width that is a multiple
 of 32, one that is not, eos ids at or past it), the eos ids of a compiled grammar cleared where the
-matcher cannot end, no rows at all, the cache (keys independent of dict order, options part of the
-key, least recently used dropped), the executors (one per thread count, one thread below
+matcher cannot end, no rows at all, the cache (keyed on the schema's text in its key order, options
+part of the key in any order, least recently used dropped), the executors (one per thread count, one thread below
 ``PARALLEL_ROWS`` rows), the options' order, the tokenizers (a vocabulary of strings: greedy
 longest match; a Hugging Face one: its added tokens counted, its id in the key), and the messages.
 
@@ -12,6 +12,7 @@ vocabulary of strings.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections import OrderedDict
@@ -90,14 +91,40 @@ def test_options_and_x_guidance_in_their_order():
     assert allowed_after(overridden, ["["]) == [compact]
 
 
-def test_the_cache_keys_ignore_dict_order_and_drop_the_least_recently_used(monkeypatch):
+# 0: eos, then the characters of compact JSON objects of two booleans
+JSON_VOCAB = ["<eos>", "{", "}", '"', ":", ",", "a", "b", "t", "r", "u", "e", "f", "l", "s"]
+
+
+def json_allowed_after(compiled, text):
+    """The allowed ids after ``text`` (one character per token)."""
+    m = compiled.root.deep_copy()
+    for ch in text:
+        assert m.consume_token(JSON_VOCAB.index(ch)), text
+    return set(np.flatnonzero(ge.unpack_bits(compiled.fill([m]), len(JSON_VOCAB))[0]).tolist())
+
+
+def test_the_cache_keys_on_the_schema_as_given_and_drops_the_least_recently_used(monkeypatch):
+    """Two schemas that differ only in the order of ``properties``: each gets its own grammar,
+    whichever was compiled first (the engine writes keys in the schema's order: after '{"' the
+    first key's letter alone, 'a' = 6 for a, b and 'b' = 7 for b, a; after '{"a":true,"' only
+    'b'). The options' order is not part of the key (the engine reads them by name)."""
     monkeypatch.setattr(ge, "_COMPILED", OrderedDict())
-    a = ge.compile_grammar("json_schema", {"type": "array", "items": {"type": "boolean"}}, VOCAB, EOS,
-                           {"whitespace_flexible": True, "coerce_one_of": False})
-    b = ge.compile_grammar("json_schema", {"items": {"type": "boolean"}, "type": "array"}, VOCAB, EOS,
-                           {"coerce_one_of": False, "whitespace_flexible": True})
+    ab = {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "boolean"}}, "required": ["a", "b"]}
+    ba = {"type": "object", "properties": {"b": {"type": "boolean"}, "a": {"type": "boolean"}}, "required": ["a", "b"]}
+    eos = np.array([0])
+    for first, second in ((ab, ba), (ba, ab)):
+        ge._COMPILED.clear()
+        one, two = (ge.compile_grammar("json_schema", s, JSON_VOCAB, eos, None) for s in (first, second))
+        assert one is not two
+        for schema, compiled in ((first, one), (second, two)):
+            keys = list(schema["properties"])
+            assert json_allowed_after(compiled, '{"') == {JSON_VOCAB.index(keys[0])}
+            assert json_allowed_after(compiled, '{"' + keys[0] + '":true,"') == {JSON_VOCAB.index(keys[1])}
+        assert ge.compile_grammar("json_schema", json.dumps(second), JSON_VOCAB, eos, None) is two  # its text: the same
+    a = ge.compile_grammar("json_schema", BOOLEANS, VOCAB, EOS, {"whitespace_flexible": True, "coerce_one_of": False})
+    b = ge.compile_grammar("json_schema", BOOLEANS, VOCAB, EOS, {"coerce_one_of": False, "whitespace_flexible": True})
     assert a is b
-    monkeypatch.setattr(ge, "_CACHE_SIZE", 3)
+    monkeypatch.setattr(ge, "CACHE_SIZE", 3)
     monkeypatch.setattr(ge, "_COMPILED", OrderedDict())
     first = [ge.compile_grammar("regex", p, VOCAB, EOS, None) for p in ("a", "b", "c")]  # full: 3
     assert ge.compile_grammar("regex", "a", VOCAB, EOS, None) is first[0]  # "a" used last: "b" is the oldest
@@ -189,8 +216,8 @@ def test_a_hugging_face_tokenizer_counts_its_added_tokens_and_has_its_own_key():
 def test_the_messages():
     with pytest.raises(ValueError, match="^lark " + re.escape(repr("start: foo")) + " is refused by the grammar engine: "):
         ge.compile_grammar("lark", "start: foo", VOCAB, EOS, None)
-    schema = {"type": "nonsense", "minimum": 1}
-    with pytest.raises(ValueError, match="^json_schema " + re.escape(repr('{"minimum": 1, "type": "nonsense"}'))):
+    schema = {"type": "nonsense", "minimum": 1}  # shown as given, its keys in their order
+    with pytest.raises(ValueError, match="^json_schema " + re.escape(repr('{"type": "nonsense", "minimum": 1}'))):
         ge.compile_grammar("json_schema", schema, VOCAB, EOS, None)
 
 

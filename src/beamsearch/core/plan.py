@@ -158,6 +158,8 @@ def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = No
     bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
     penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
     user = check.processors(c.logits_processors)
+    for processor in user:  # a processor built for eos ids (a Grammar) checks they are the search's
+        getattr(processor.processor, "check_search_eos", lambda eos, name: None)(eos, processor.name)
     m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
     stops = check.stop_sequences(c.stop_sequences, eos)
     given = check.prompts(prompts)

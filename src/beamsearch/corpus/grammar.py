@@ -7,6 +7,7 @@ every line (docs/grammar.md, README "Generative retrieval")."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from beamsearch.core.config import control, controls_of
 from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file
 
 __all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
-           "grammar_processors"]
+           "grammar_processors", "with_constraints"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:
 def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
     """The catalogue ``options["catalogue"]`` names (a path: :meth:`Catalogue.from_file
     <beamsearch.processors.Catalogue.from_file>`), ending with ``model.eos``; ``[]`` when not given.
+    A catalogue whose longest entry and eos need more than the run's ``max_steps`` (an int given,
+    else the model's limit; a line's own ``max_steps`` is not looked at) is a warning, once per
+    call (:meth:`Catalogue.cut_warning <beamsearch.processors.Catalogue.cut_warning>`).
 
     Raises:
         ValueError: a file that cannot be read, is not a regular file (a device, a FIFO), is over
@@ -88,9 +92,16 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
 
     check_option_file(path, "catalogue", MAX_CATALOGUE_BYTES)  # a device or FIFO is never read
     try:
-        return [Catalogue.from_file(path, model.eos)]
+        catalogue = Catalogue.from_file(path, model.eos)
     except (ValueError, TypeError) as e:
         raise type(e)(f"catalogue: {str(e).splitlines()[0]}") from None
+    steps = options.get("max_steps")
+    given = isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= model.max_steps
+    warning = catalogue.cut_warning(steps if given else model.max_steps,
+                                    "max_steps" if given else "max_steps (the model's limit)")
+    if warning is not None:
+        warnings.warn(warning, stacklevel=3)
+    return [catalogue]
 
 
 def catalogue_crc(path: str) -> int | None:
@@ -105,6 +116,18 @@ def catalogue_crc(path: str) -> int | None:
     except (OSError, ValueError):
         return None
     return crc
+
+
+def with_constraints(message: str, options: dict[str, Any]) -> str:
+    """``message`` (a line's error, ending with its list of the search's rules in parentheses)
+    naming the output constraints ``options`` gives (``regex='...'``, ``catalogue='FILE'``; a
+    grammar's text cut at 80 characters): a grammar every line's output must be accepted by is the
+    first thing to suspect when no line gets an output."""
+    given = [f"{name}={options[name]!r:.80}" for name in GRAMMAR_OPTIONS if options.get(name) is not None]
+    if not given:
+        return message
+    return f"{message[:-1]}; the output constraints {', '.join(given)})" if message.endswith(")") else \
+        f"{message} (the output constraints {', '.join(given)})"
 
 
 def _one_line(name: str, kind: str, message: str) -> str:

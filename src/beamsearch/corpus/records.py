@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Iterator
 from beamsearch.core import validate as check
 from beamsearch.core.mode import Mode
 from beamsearch.corpus.batches import ScorerFailure, batch_results
+from beamsearch.corpus.grammar import with_constraints
 from beamsearch.corpus.lines import Line
 from beamsearch.corpus.models import CorpusModel, check_model
 from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options, line_problem, search_keywords,
@@ -90,15 +91,16 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     max_rows = check.at_least("max_rows", max_rows, 1)
     judged = max(1, max_rows // rows) if model.verdicts is not None else 1  # finished lines judged together
     results = _results(model, spec, feed.items(lines, skip), search, max_rows, max_tokens, rows)
+    no_output = with_constraints(NO_OUTPUT, options)
     finished: list[Decoded] = []
     for result in results:
         yield from feed.early
         feed.early.clear()
         finished.append(result)
         if len(finished) == judged:
-            yield from _records(model, finished, feed.take(finished), token_logprobs, reported)
+            yield from _records(model, finished, feed.take(finished), token_logprobs, reported, no_output)
             finished = []
-    yield from _records(model, finished, feed.take(finished), token_logprobs, reported)
+    yield from _records(model, finished, feed.take(finished), token_logprobs, reported, no_output)
     yield from feed.early
 
 
@@ -173,9 +175,9 @@ def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict
 
 
 def _records(model: CorpusModel, results: list[Decoded], lines: list[Line], token_logprobs: bool,
-             reported: bool) -> list[dict]:
+             reported: bool, no_output: str = NO_OUTPUT) -> list[dict]:
     """The records of ``results``, ``lines`` their lines; a decoded line that the model's
-    ``verdicts`` gives a reason gets an error record with it."""
+    ``verdicts`` gives a reason gets an error record with it, one with no output ``no_output``."""
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
     reasons = {}
     if model.verdicts is not None and decoded:
@@ -187,7 +189,7 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[Line], toke
         if isinstance(result.error, ScorerFailure):
             error = result.error.on(line_name(line.index))
         if error is None and not result.hypotheses:
-            error = NO_OUTPUT
+            error = no_output
         if error is not None:
             records.append(record(line, {"error": error}))
             continue

@@ -21,7 +21,7 @@ from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
 from beamsearch.hf.forced import ForcedTokens
 from beamsearch.hf.hooks import generate_hooks, held_prompts
-from beamsearch.hf.catalogue import CATALOGUE_SETTING, catalogues
+from beamsearch.hf.catalogue import CATALOGUE_SETTING, catalogues, check_catalogue
 from beamsearch.hf.grammar import GRAMMAR_SETTINGS, grammars
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.shared import check_shared
@@ -97,6 +97,7 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
                      if not hasattr(cfg, name) and name not in GRAMMAR_SETTINGS and name != CATALOGUE_SETTING)
     if unknown:
         raise TypeError(f"generate() got settings that are not GenerationConfig fields: {unknown}")
+    check_catalogue(overrides.get(CATALOGUE_SETTING))  # before a copy of the config (a generator cannot be copied)
     for name, value in overrides.items():  # not cfg.update: its checks are generate's modes' (this call's
         setattr(cfg, name, value)           # settings are checked by the search the mode runs)
     return cfg
@@ -210,7 +211,7 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     del common["max_new_tokens"]
     return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
             "logits_processors": [*_processors(cfg, eos_ids, steps, encoder_decoder), *grammars(cfg, tokenizer, eos_ids),
-                                  *catalogues(cfg, tokenizer, eos_ids)],
+                                  *catalogues(cfg, tokenizer, eos_ids, steps)],
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 

@@ -24,6 +24,7 @@ walking the generated tokens from the root (one vectorized lookup per position).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -130,6 +131,17 @@ class Catalogue(RowCarrier):
         """The catalogue's trie (CSR arrays: :class:`~beamsearch.processors.trie.Trie`)."""
         return self._trie
 
+    def cut_warning(self, steps: int, name: str) -> str | None:
+        """Why a search of at most ``steps`` new tokens (the setting ``name``) can end outputs that
+        are not entries: its longest entry and eos need more; None when they fit. Its rows that
+        follow a longer entry are cut unfinished, on a prefix of it."""
+        depth = self._trie.depth
+        if steps > depth:
+            return None
+        return (f"the catalogue's longest entry has {depth} tokens, {depth + 1} with its eos, but {name} is {steps}: "
+                f"an output that follows an entry of {steps} tokens or more ends unfinished, cut to a prefix of it (not "
+                f"an entry); set {name} to at least {depth + 1}")
+
     def save(self, path: str | Path) -> None:
         """Write the catalogue (its trie and eos ids) to ``path``, one safetensors file."""
         self._trie.save(path, self._eos)
@@ -165,15 +177,7 @@ class Catalogue(RowCarrier):
             return cls.load(path, eos_token_id)
         if eos_token_id is None:
             raise ValueError(f"eos_token_id is required with a text catalogue file ({str(path)!r})")
-        entries = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):  # construction only: a split per line
-            if line.strip():
-                try:
-                    entries.append([int(t) for t in line.split()])
-                except ValueError:
-                    raise ValueError(f"catalogue file {str(path)!r} line {n} is not token ids separated by spaces: "
-                                     f"{line!r:.80}") from None
-        return cls(entries, eos_token_id)
+        return cls(_text_entries(path), eos_token_id)
 
     def start_rows(self, n: int) -> TrieRows:
         """``n`` rows at the root."""
@@ -223,6 +227,26 @@ class Catalogue(RowCarrier):
         return keep_pairs(ctx.backend, logits, rows, cols)
 
 
+def _text_entries(path: Path) -> list[list[int]]:
+    """The entries of a text catalogue file: one per line, its ids in ASCII decimal digits
+    separated by whitespace (no sign, no other digits), blank lines skipped."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"catalogue file {str(path)!r} is not UTF-8 text (byte {e.start}) nor a saved catalogue") from None
+    except OSError as e:
+        raise ValueError(f"catalogue file {str(path)!r} cannot be read: {e.strerror}") from None
+    entries = []
+    for n, line in enumerate(text.splitlines(), 1):  # construction only: a split per line
+        ids = line.split()
+        if ids and not all(t.isascii() and t.isdigit() for t in ids):  # int() also takes "+7", "-1", "٣"
+            raise ValueError(f"catalogue file {str(path)!r} line {n} is not token ids separated by spaces: "
+                             f"{line!r:.80}")
+        if ids:
+            entries.append([int(t) for t in ids])
+    return entries
+
+
 def on_accelerator(logits: Any) -> bool:
     """Whether ``logits`` is a tensor on a device other than the CPU: the allowed pairs are then
     computed there, from the trie's arrays kept on that device."""
@@ -266,7 +290,12 @@ def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
     if past is not None and past.any():
         i, j = (int(v[0]) for v in np.nonzero(past))
         raise ValueError(f"outputs[{i}][{j}] must be in [0, V); got {int(items[i, j])}, and no V is larger than 2**63 - 1")
+    if items.shape[1] == 0 and items.shape[0] > 0:
+        raise ValueError(f"outputs as an array [M, L] must have L >= 1 (every entry is non-empty); got shape "
+                         f"{tuple(items.shape)}")
     items = items.astype(np.int64, copy=False)
+    if items.shape[0] == 0:  # no entry: the caller refuses the empty catalogue
+        return items, np.zeros(0, np.int64)
     is_pad = items == pad
     lengths = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), items.shape[1]).astype(np.int64)
     inside = np.arange(items.shape[1]) < lengths[:, None]  # --> [M, L]
@@ -286,15 +315,20 @@ def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
 def _from_lists(outputs: Any) -> tuple[np.ndarray, np.ndarray]:
     """Token-id sequences, flattened in one pass when they are plain ids >= 0 of one signed
     integer type; else entry by entry through the per-entry check (which names the first bad one)."""
-    if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__len__"):
+    if isinstance(outputs, (str, bytes, Mapping, AbstractSet)) or not hasattr(outputs, "__len__"):
         raise TypeError(f"outputs must be a sequence of token-id sequences; got {outputs!r:.80}")
+    if any(issubclass(kind, (Mapping, AbstractSet)) for kind in set(map(type, outputs))):  # one pass of type()
+        i = next(i for i, out in enumerate(outputs) if isinstance(out, (Mapping, AbstractSet)))
+        raise TypeError(f"outputs[{i}] must be a sequence of token ids (in order); got {outputs[i]!r:.80}")
     try:
         lengths = np.fromiter(map(len, outputs), dtype=np.int64)
-        flat = np.array(list(itertools.chain.from_iterable(outputs)))
+        ids = list(itertools.chain.from_iterable(outputs))
+        flat = np.array(ids)
     except (TypeError, ValueError):  # an entry without a length, or nested deeper than ids
         flat = None
     plain = flat is not None and flat.shape == (int(lengths.sum()),) and (lengths > 0).all() and \
-        np.issubdtype(flat.dtype, np.signedinteger) and int(flat.min()) >= 0
+        np.issubdtype(flat.dtype, np.signedinteger) and int(flat.min()) >= 0 and \
+        not {bool, np.bool_} & set(map(type, ids))  # numpy reads [3, True] as integers: a bool is no id
     if not plain:  # mixed id types (int64 and uint64 entries), or a bad entry: the check names it
         entries = [check.token_list(f"outputs[{i}]", out) for i, out in enumerate(outputs)]
         lengths = np.fromiter(map(len, entries), dtype=np.int64)

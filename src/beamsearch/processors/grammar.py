@@ -111,8 +111,9 @@ class Grammar(RowCarrier):
         tokenizer: a fast Hugging Face tokenizer (``PreTrainedTokenizerFast``: its tokens' bytes,
             byte-level BPE included; special tokens are never allowed, eos excepted), or a
             sequence of V strings, ``tokenizer[v]`` the text of token v.
-        eos_token_id: the eos id, or a sequence of them, allowed where the grammar can end; use
-            the search's ``eos_token_id``. None: the Hugging Face tokenizer's ``eos_token_id``.
+        eos_token_id: the eos id, or a sequence of them, allowed where the grammar can end: the
+            search's ``eos_token_id`` (a search with other eos ids refuses the grammar,
+            :meth:`check_search_eos`). None: the Hugging Face tokenizer's ``eos_token_id``.
         options: for ``json_schema`` only, llguidance's JSON options (``whitespace_flexible``,
             ``item_separator``, ``key_separator``, ...), over the schema's own ``x-guidance``;
             by default compact JSON, no whitespace between tokens (``{"a":1,"b":[2]}``).
@@ -120,7 +121,8 @@ class Grammar(RowCarrier):
     Raises:
         ImportError: llguidance is not installed (the ``grammar`` extra: ``pip install -e
             '.[grammar]'`` in the beamsearch checkout).
-        ValueError, TypeError: a bad argument, or a grammar the engine refuses (its message).
+        ValueError, TypeError: a bad argument, a grammar the engine refuses (its message), or a
+            grammar that allows no output (its language is empty, or no token can begin it).
     """
 
     kind: str
@@ -174,6 +176,19 @@ class Grammar(RowCarrier):
     @property
     def vocab_checks(self) -> tuple[tuple[str, Any], ...]:
         return (("eos_token_id", self._compiled.eos.tolist()),)
+
+    def check_search_eos(self, eos: np.ndarray, name: str = "Grammar") -> None:
+        """Refuse a search whose eos ids (int64 ``[E]``) are not the grammar's: the grammar allows
+        its own eos ids where it can end, and the search ends rows on its own; with other ids a row
+        would end where the grammar cannot, or go on past the grammar's end.
+
+        Raises:
+            ValueError: naming ``name`` (the processor as the search lists it) and both sets of ids.
+        """
+        mine, search = sorted(set(self._compiled.eos.tolist())), sorted(set(np.asarray(eos).tolist()))
+        if mine != search:
+            raise ValueError(f"{name}: the Grammar's eos_token_id {mine} is not the search's eos_token_id {search}: "
+                             "build the Grammar with the search's eos_token_id")
 
     def start_rows(self, n: int) -> MatcherRows:
         """The matchers of ``n`` rows at the grammar's start (copies of the compiled one)."""

@@ -1,8 +1,9 @@
 """The grammar engine under :class:`beamsearch.processors.Grammar`: llguidance, imported lazily.
 
-Three things live here: the llguidance tokenizer of a vocabulary (built once per tokenizer and
-eos ids, cached), the compiled grammar (one llguidance matcher per ``(kind, source, options,
-tokenizer)``, cached; every row's matcher is a copy of it), and the two batched calls of a step:
+Three things live here: the llguidance tokenizer of a vocabulary (built once per tokenizer, its
+size and eos ids; the ``TOKENIZER_CACHE_SIZE`` most recently used kept), the compiled grammar (one
+llguidance matcher per grammar text given to the engine and tokenizer; the ``CACHE_SIZE`` most
+recently used kept; every row's matcher is a copy of it), and the two batched calls of a step:
 every row's allowed-token bitmask filled in one call (llguidance's executor, in parallel from
 ``PARALLEL_ROWS`` rows), every row's matcher advanced by its new token. llguidance is the
 optional ``grammar`` extra; why it and not xgrammar is in ``docs/grammar.md``.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -21,14 +21,18 @@ import numpy as np
 
 from beamsearch.extras import install_hint
 
-__all__ = ["Compiled", "compile_grammar", "engine", "executor", "unpack_bits"]
+__all__ = ["CACHE_SIZE", "MAX_SCHEMA_DEPTH", "TOKENIZER_CACHE_SIZE", "Compiled", "compile_grammar", "engine",
+           "executor", "unpack_bits"]
 
 KINDS = ("json_schema", "lark", "regex")
-_CACHE_SIZE = 64  # compiled grammars kept (least recently used dropped)
+CACHE_SIZE = 64  # compiled grammars kept (least recently used dropped)
+TOKENIZER_CACHE_SIZE = 8  # llguidance tokenizers kept (least recently used dropped): each holds its vocabulary's trie
+MAX_SCHEMA_DEPTH = 127
+"""The deepest JSON Schema taken: objects and arrays nested 127 levels (the grammar engine's JSON
+reader stops at 128)."""
 PARALLEL_ROWS = 64  # masks of at least this many rows are filled in parallel (BENCHMARKS.md, grammar)
 _COMPILED: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
-_TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-_VOCABS: dict[tuple[Any, ...], Any] = {}
+_TOKENIZERS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _EXECUTORS: dict[int | None, Any] = {}  # this process's llguidance thread pools, by thread count
 
 
@@ -116,25 +120,33 @@ def unpack_bits(bits: np.ndarray, n_vocab: int) -> np.ndarray:
 
 def compile_grammar(kind: str, source: Any, tokenizer: Any, eos: np.ndarray, options: dict[str, Any] | None
                     ) -> Compiled:
-    """The grammar ``source`` of ``kind`` compiled for ``tokenizer``, from the cache when it holds it.
+    """The grammar ``source`` of ``kind`` compiled for ``tokenizer``, from the cache when it holds
+    it: the cache's key is the grammar text the engine is given (a schema's keys in their order:
+    they fix the order of the output's keys) and the tokenizer's.
 
     Raises:
-        ValueError: the engine refuses the grammar (its message is included).
+        ValueError: the engine refuses the grammar (its message is included), or the grammar allows
+            no output (its language is empty, or no token can begin any of its texts).
     """
     llg = engine()
     lltok, tok_key = _lltokenizer(llg, tokenizer, eos)
-    text = source if isinstance(source, str) else json.dumps(source, sort_keys=True)
-    key = (kind, text, json.dumps(options, sort_keys=True), tok_key)
+    text = lark_text(llg, kind, source, options)
+    key = (kind, text, tok_key)
     hit = _COMPILED.get(key)
     if hit is not None:
         _COMPILED.move_to_end(key)
         return hit
-    root = llg.LLMatcher(lltok, lark_text(llg, kind, source, options), log_level=0)
+    root = llg.LLMatcher(lltok, text, log_level=0)
+    shown = source if isinstance(source, str) else json.dumps(source)
     if root.is_error():
-        raise ValueError(f"{kind} {text!r:.200} is refused by the grammar engine: {root.get_error()}")
+        raise ValueError(f"{kind} {shown!r:.200} is refused by the grammar engine: {root.get_error()}")
     compiled = Compiled(root, int(lltok.vocab_size), eos)
+    if not compiled.fill([root.deep_copy()]).any():  # the engine found no token, not even eos, at the start
+        raise ValueError(f"{kind} {shown!r:.200} allows no output: its language is empty (a rule or $ref with no "
+                         "finite derivation, a character class of no character, ...) or no token of the "
+                         "tokenizer can begin any of its texts")
     _COMPILED[key] = compiled
-    if len(_COMPILED) > _CACHE_SIZE:
+    if len(_COMPILED) > CACHE_SIZE:
         del _COMPILED[next(iter(_COMPILED))]  # the least recently used
     return compiled
 
@@ -143,17 +155,16 @@ def lark_text(llg: Any, kind: str, source: Any, options: dict[str, Any] | None) 
     """The grammar as llguidance's Lark text, with forcing off (``no_forcing``): the engine then
     allows every tokenization of an accepted text, not only the tokenizer's own, so the search
     ranks all of them (as the brute force over token sequences does). A JSON Schema is embedded
-    with ``%json``; its options: compact JSON (no whitespace between tokens), then the schema's own
-    ``x-guidance``, then ``options``."""
+    with ``%json``, its keys in their order; its options (sorted by name): compact JSON (no
+    whitespace between tokens), then the schema's own ``x-guidance``, then ``options``."""
     if kind == "json_schema":
-        try:
-            schema = json.loads(source) if isinstance(source, str) else source
-        except ValueError as e:
-            raise ValueError(f"json_schema is not valid JSON text: {e}") from e
-        if not isinstance(schema, dict):
-            raise ValueError(f"json_schema must be a JSON object; got {source!r:.80}")
-        guidance = {"whitespace_flexible": False, **schema.get("x-guidance", {}), **(options or {})}
-        schema = {**schema, "x-guidance": guidance}
+        schema = json_schema(source)
+        own = schema.get("x-guidance", {})
+        if not isinstance(own, dict):
+            raise ValueError(f"json_schema has an x-guidance that is not an object (the grammar engine's JSON "
+                             f"options, e.g. {{\"whitespace_flexible\": true}}); got {own!r:.80}")
+        guidance = {"whitespace_flexible": False, **own, **(options or {})}
+        schema = {**schema, "x-guidance": dict(sorted(guidance.items()))}
         body = "start: %json " + json.dumps(schema)
     elif kind == "regex":
         body = json.loads(llg.LLMatcher.grammar_from_regex(source))["grammars"][0]["lark_grammar"]
@@ -162,29 +173,61 @@ def lark_text(llg: Any, kind: str, source: Any, options: dict[str, Any] | None) 
     return body + '\n%llguidance {"no_forcing": true}\n'  # last: the engine's line numbers are the source's
 
 
+def json_schema(source: Any) -> dict[str, Any]:
+    """The schema of ``source`` (a dict or its JSON text), checked: a JSON object nested at most
+    ``MAX_SCHEMA_DEPTH`` levels (objects and arrays)."""
+    deep = f"json_schema is nested more than {MAX_SCHEMA_DEPTH} levels deep (objects and arrays); the grammar " \
+           f"engine reads at most {MAX_SCHEMA_DEPTH}"
+    try:
+        schema = json.loads(source) if isinstance(source, str) else source
+    except RecursionError:  # deeper than Python's JSON reader goes
+        raise ValueError(deep) from None
+    except ValueError as e:
+        raise ValueError(f"json_schema is not valid JSON text: {e}") from e
+    if not isinstance(schema, dict):
+        raise ValueError(f"json_schema must be a JSON object; got {source!r:.80}")
+    level, depth = [schema], 1
+    while level:  # one level at a time, never recursing (a schema may be deeper than Python's stack)
+        if depth > MAX_SCHEMA_DEPTH:
+            raise ValueError(deep)
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+        depth += 1
+    return schema
+
+
 def _lltokenizer(llg: Any, tokenizer: Any, eos: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
     """llguidance's tokenizer of ``tokenizer`` (a fast Hugging Face tokenizer, or a sequence of
-    token strings) with ``eos`` as its eos ids, and its cache key; built once per pair."""
+    token strings) with ``eos`` as its eos ids, and its cache key (a Hugging Face tokenizer's holds
+    the object and its size: tokens added later make another key); the ``TOKENIZER_CACHE_SIZE``
+    most recently used are kept, and a compiled grammar is dropped with its tokenizer (it keeps
+    the tokenizer alive), so the caches hold at most that many tokenizers."""
     eos_key = tuple(eos.tolist())
-    if isinstance(tokenizer, (list, tuple)):
-        key = (tuple(tokenizer), eos_key)  # an HF tokenizer's key holds the tokenizer object instead
-        if key not in _VOCABS:
-            wrapper = llg.TokenizerWrapper(_VocabTokenizer(tokenizer, eos_key))
-            _VOCABS[key] = llg.LLTokenizer(wrapper, eos_token=list(eos_key), slices=[])
-        return _VOCABS[key], key
-    per_eos = _TOKENIZERS.setdefault(tokenizer, {})
-    if eos_key not in per_eos:
+    vocab = isinstance(tokenizer, (list, tuple))
+    # a Hugging Face tokenizer's key holds the tokenizer itself: a compiled grammar in the cache keeps
+    # it alive, so no tokenizer made later can take its id and be served a grammar compiled for another
+    key = (eos_key, tuple(tokenizer)) if vocab else (eos_key, len(tokenizer), tokenizer)  # len: added tokens included
+    found = _TOKENIZERS.get(key)
+    if found is not None:
+        _TOKENIZERS.move_to_end(key)
+        return found, key
+    if vocab:
+        found = llg.LLTokenizer(llg.TokenizerWrapper(_VocabTokenizer(tokenizer, eos_key)), eos_token=list(eos_key),
+                                slices=[])
+    else:
         import llguidance.hf
 
-        n_vocab = len(tokenizer)  # added tokens included
         try:
-            per_eos[eos_key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos_key))
+            found = llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer), eos_token=list(eos_key))
         except ValueError as e:  # e.g. a tokenizer with no decoder: its tokens' bytes are unknown
             raise ValueError(f"tokenizer {type(tokenizer).__name__} cannot be read by the grammar engine (it needs "
                              f"each token's bytes, from the tokenizer's model and decoder): {e}") from None
-    # the key holds the tokenizer itself: a compiled grammar in the cache keeps it alive, so no
-    # tokenizer made later can take its id and be served a grammar compiled for another vocabulary
-    return per_eos[eos_key], (tokenizer, eos_key)
+    _TOKENIZERS[key] = found
+    if len(_TOKENIZERS) > TOKENIZER_CACHE_SIZE:  # the least recently used goes, with the grammars that keep it alive
+        dropped = next(iter(_TOKENIZERS))
+        del _TOKENIZERS[dropped]
+        for compiled in [k for k in _COMPILED if k[-1] == dropped]:  # the eos ids first: most differ at once
+            del _COMPILED[compiled]
+    return found, key
 
 
 class _VocabTokenizer:

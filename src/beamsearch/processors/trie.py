@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMAT", "DeviceTrie", "Trie"]
+__all__ = ["FORMAT", "DeviceTrie", "Trie", "checked_trie"]
 
 FORMAT = "beamsearch.catalogue/1"
 """The ``format`` entry of a saved catalogue's safetensors metadata."""
@@ -74,6 +74,19 @@ class Trie:
     def n_items(self) -> int:
         """The distinct items (one per node where one ends)."""
         return int(np.count_nonzero(self.ends))
+
+    @property
+    def depth(self) -> int:
+        """The longest item's length (0 for the root alone): the levels below the root, found one
+        level at a time (every node's children at once)."""
+        level, depth = np.zeros(1, np.int64), 0
+        while True:
+            start, count = self.first[level], self.first[level + 1] - self.first[level]
+            total = int(count.sum())
+            if total == 0:
+                return depth
+            level = np.arange(total) - np.repeat(np.cumsum(count) - count - start, count) + 1  # the children's ids
+            depth += 1
 
     @property
     def nbytes(self) -> int:
@@ -161,10 +174,12 @@ class Trie:
 
     @staticmethod
     def load(path: str | Path) -> tuple[Trie, np.ndarray]:
-        """``(trie, eos ids)`` read from a file :meth:`save` wrote.
+        """``(trie, eos ids)`` read from a file :meth:`save` wrote, its arrays checked
+        (:func:`checked_trie`).
 
         Raises:
-            ValueError: the file is not a safetensors file of a saved catalogue.
+            ValueError: the file is not a safetensors file of a saved catalogue, or one of its
+                fields is not what :meth:`save` writes (named, with the file).
         """
         from safetensors import SafetensorError, safe_open
 
@@ -174,12 +189,70 @@ class Trie:
                 if meta.get("format") != FORMAT:
                     raise ValueError(f"catalogue file {str(path)!r} is not a saved catalogue (its safetensors "
                                      f"metadata has format {meta.get('format')!r}, not {FORMAT!r})")
+                missing = [name for name in ("first", "token", "ends", "eos") if name not in f.keys()]
+                if missing:
+                    raise ValueError(f"catalogue file {str(path)!r} has no field {missing[0]!r} (a saved catalogue "
+                                     "has first, token, ends and eos)")
                 arrays = {name: f.get_tensor(name) for name in ("first", "token", "ends", "eos")}
         except (OSError, RuntimeError, SafetensorError) as e:
             raise ValueError(f"catalogue file {str(path)!r} cannot be read as safetensors: {e}") from None
-        trie = Trie(arrays["first"].astype(np.int64), arrays["token"].astype(np.int64),
-                    arrays["ends"].astype(bool), int(meta["width"]))
-        return trie, arrays["eos"].astype(np.int64)
+        return checked_trie(f"catalogue file {str(path)!r}", arrays, meta.get("width"))
+
+
+def checked_trie(where: str, arrays: dict[str, np.ndarray], width: Any) -> tuple[Trie, np.ndarray]:
+    """``(trie, eos ids int64 [E])`` of a saved catalogue's ``first``, ``token``, ``ends``, ``eos``
+    and ``width`` (its metadata's text), checked to be a trie :meth:`Trie.build` could have made:
+    offsets from 0 to the edge count, never decreasing; tokens in ``[0, width)``, ascending and
+    distinct among a node's children; every edge leading to a node after its parent (so no cycle,
+    and every node reached once from the root); no entry at the root, one at every leaf. Each
+    check is one pass over the nodes or the edges.
+
+    Raises:
+        ValueError: ``where``, then the field and what is wrong with it.
+    """
+    def bad(field: str, why: str) -> ValueError:
+        return ValueError(f"{where}: field {field!r} {why}")
+
+    if not (isinstance(width, str) and width.isascii() and width.isdigit() and int(width) >= 1):
+        raise bad("width", f"(metadata) must be a positive integer, one more than the largest token id; got {width!r}")
+    for name in ("first", "token", "ends", "eos"):
+        a = arrays[name]
+        if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or (name == "ends" and a.dtype == np.bool_)):
+            raise bad(name, f"must be a 1-D array of integers; got shape {a.shape} dtype {a.dtype}")
+    token, ends, eos, wide = arrays["token"], arrays["ends"], arrays["eos"], int(width)
+    n = ends.shape[0]
+    if n == 0 or ((ends != 0) & (ends != 1)).any():
+        raise bad("ends", f"must hold 0 or 1 for each node, the root first; got {ends[:8].tolist()!r:.80}")
+    if arrays["first"].shape[0] != n + 1 or token.shape[0] != n - 1:
+        raise bad("first", f"must hold one offset per node and one more ({n + 1}), token one id per edge ({n - 1}); "
+                           f"got {arrays['first'].shape[0]} offsets and {token.shape[0]} tokens for {n} nodes")
+    first = arrays["first"].astype(np.int64)
+    count = np.diff(first)  # --> [n]: each node's edges
+    if int(first[0]) != 0 or int(first[-1]) != n - 1 or (count < 0).any():
+        raise bad("first", f"must rise from 0 to the edge count {n - 1} and never decrease; got "
+                           f"{first[:8].tolist()!r:.60} ... {int(first[-1])}")
+    back = np.flatnonzero((count > 0) & (first[:-1] < np.arange(n)))
+    if back.size:  # edge e leads to node e + 1: node j's first edge must lead past j (else a cycle, or cut off)
+        j = int(back[0])
+        raise bad("first", f"makes edge {int(first[j])} of node {j} lead to node {int(first[j]) + 1}, not after it: "
+                           "every node's edges lead to later nodes (else a cycle, or nodes the root never reaches)")
+    lo, hi = (int(token.min()), int(token.max())) if token.size else (0, 0)
+    if lo < 0 or hi >= wide:
+        raise bad("token", f"must hold ids in [0, width) = [0, {wide}); got ids from {lo} to {hi}")
+    leaf = np.flatnonzero((count == 0) & (ends == 0))
+    if ends[0] or leaf.size:
+        raise bad("ends", "marks the root as an entry (entries are non-empty)" if ends[0] else
+                  f"leaves node {int(leaf[0])} with no child and no entry ending there")
+    if eos.shape[0] == 0 or int(eos.min()) < 0:
+        raise bad("eos", f"must hold one or more ids >= 0; got {eos.tolist()!r:.80}")
+    _check_keys(n, wide, where)
+    trie = Trie(first, token.astype(np.int64), ends.astype(bool), wide)
+    unsorted = np.flatnonzero(trie.key[1:] <= trie.key[:-1])  # parent * width + token: ascending iff sorted children
+    if unsorted.size:
+        e = int(unsorted[0])
+        raise bad("token", f"must be ascending and distinct among a node's children; node {int(trie.key[e]) // wide} "
+                           f"has {int(trie.token[e])} then {int(trie.token[e + 1])}")
+    return trie, eos.astype(np.int64)
 
 
 class DeviceTrie:
