@@ -294,3 +294,41 @@ def test_a_grammar_holds_the_outputs_of_an_image_prompt():
     for hyps, texts in zip(got.hypotheses, got.texts):
         assert hyps and all(h.finished for h in hyps)
         assert all(re.fullmatch(pattern, t) for t in texts), texts
+
+
+def _text_and_media(batch: dict) -> tuple[dict, dict]:
+    text = {"prompts": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    return text, {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "idefics3"])
+def test_refill_rows_keep_their_inputs_images(name):
+    """decode_stream joins cohorts prepared apart (images of other sizes, Qwen2-VL's rope deltas
+    per row) into searches in flight: each input's hypotheses are those of the input alone."""
+    from beamsearch import beam_search_batch
+    from beamsearch.refill import decode_stream
+
+    model, case = build(name)
+    torch.manual_seed(2)
+    inputs = [case.item(i % 2) for i in range(5)]
+    search = dict(beam_size=2, n_best=2, max_steps=NEW, length_penalty="power", alpha=1.0)
+    latest = {}
+
+    def make_state(batch):
+        text, media = _text_and_media(case.batch([inputs[int(i["source"])] for i in batch]))
+        latest["dec"] = causal_lm(model, text["prompts"], attention_mask=text["attention_mask"], max_new_tokens=NEW,
+                                  **media)
+        return latest["dec"].init_state
+
+    items = [{"prompt": x["input_ids"][0].tolist(), "source": str(i), "max_steps": 3 + i % 3}
+             for i, x in enumerate(inputs)]
+    stream = decode_stream(lambda s, y: latest["dec"].step(s, y), make_state, items, max_rows=4, eos_token_id=EOS,
+                           **search)
+    got = {d.index: d.hypotheses for d in stream}
+    assert stream.stats.mixed_calls > 0  # inputs joined a search in flight
+    for i, x in enumerate(inputs):
+        text, media = _text_and_media(x)
+        dec = causal_lm(model, text["prompts"], max_new_tokens=NEW, **media)
+        want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=EOS,
+                                 **{**search, "max_steps": 3 + i % 3})
+        assert_same_hypotheses([got[i]], want, tol=FLOAT32)
