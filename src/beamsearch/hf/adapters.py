@@ -20,6 +20,8 @@ from beamsearch.core.state import select_state, take_state
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
                                   position_limit, right_padded, search_eos)
+from beamsearch.hf.multimodal import (check_model_inputs, decoder_rows, encoded, inputs_count, prefill_positions,
+                                      step_model)
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
 from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqState, as_4d, joinable, mask_ready,
                                   position_table)
@@ -96,7 +98,7 @@ class AdapterStep:
 @inference
 def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer: Any = None,
               pad_token_id: int | None = None, eos_token_id: Any = "model",
-              max_new_tokens: int | None = None, share_prompt: bool = False) -> Prepared:
+              max_new_tokens: int | None = None, share_prompt: bool = False, **model_inputs: Any) -> Prepared:
     """Prepare a decoder-only ``transformers`` model (GPT-2, Llama, Qwen, Mistral, ...) for the search.
 
     Args:
@@ -118,6 +120,10 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
             (:mod:`beamsearch.hf.shared`; docs/hf_shared_prompt.md). The same results (to float
             rounding); the model types of :data:`beamsearch.hf.shared.SHARED_TYPES`, full
             attention only.
+        **model_inputs: a vision-language model's other inputs, as its processor gives them
+            (``pixel_values`` ``[N, ...]``, ``image_grid_thw``, ``mm_token_type_ids``,
+            ``pixel_attention_mask``, ``token_type_ids``, ...; :mod:`beamsearch.hf.multimodal`):
+            passed to the prefill alone, which runs the vision tower once per input.
 
     Returns:
         A :class:`Prepared`; pass ``prepared.prompts`` as ``prompts``.
@@ -125,7 +131,8 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     Raises:
         ValueError: an empty batch or prompt, a malformed tensor or mask, a prompt longer than the
             model's ``n_positions`` / ``max_position_embeddings``; ``share_prompt=True`` with a
-            model it is not implemented for. TypeError: a non-integer id.
+            model it is not implemented for; model inputs with a row count other than N.
+            TypeError: a non-integer id, model inputs given to a text model.
     """
     if not isinstance(share_prompt, bool):
         raise TypeError(f"share_prompt must be True or False; got {share_prompt!r}")
@@ -134,6 +141,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     rows = input_rows(prompts, attention_mask, tokenizer, "prompts")
     in_vocab(model, rows, "prompts")
     in_eval_mode(model)
+    check_model_inputs(model, model_inputs, len(rows), share_prompt)
     pad = pad_id(model, pad_token_id)
     eos, extra = search_eos(model, eos_token_id)
     capacity = _CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
@@ -142,9 +150,9 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     device = next(model.parameters()).device
     ids, mask = left_padded(rows, pad, device)
     prepared = Prepared(None, None, rows, eos)
-    lengths = mask.sum(dim=1, keepdim=True)  # --> [N, 1]
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # --> [N, P]
-    cache_kw = cache_keyword(model)
+    positions, following = prefill_positions(model, ids, mask, model_inputs)  # --> [N, P] (or [3, N, P]), [N]
+    stepped = step_model(model)
+    cache_kw = cache_keyword(stepped)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     width = ids.shape[1]
     layer: Callable[[], DynamicLayer] = (lambda: PromptLayer(capacity)) if keeps_prompt(width, capacity) \
@@ -152,18 +160,20 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     cache = DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
     # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
     out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep,
-                 **{cache_kw: cache})
+                 **model_inputs, **{cache_kw: cache})
+    if getattr(out, "language_model_outputs", None) is not None:  # BLIP-2: its language model's output holds the cache
+        out = out.language_model_outputs
     source = torch.arange(len(rows), device=device)
     if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
         prepared.init_state = CausalState(shared_cache(model, cache_of(out), mask, capacity),
-                                          mask.new_ones(len(rows), capacity), lengths[:, 0], 0, longest,
+                                          mask.new_ones(len(rows), capacity), following, 0, longest,
                                           _logits(out, extra), None, source)
         prepared.step = SharedCausalStep(prepared, model, extra, True)
         return prepared
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
-    prepared.init_state = CausalState(cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
+    prepared.init_state = CausalState(cache_of(out), full, following, width, longest, _logits(out, extra), None,
                                       source)
-    prepared.step = CausalStep(prepared, model, extra, mask_ready(model, cache))
+    prepared.step = CausalStep(prepared, stepped, extra, mask_ready(stepped, cache))
     return prepared
 
 
@@ -241,37 +251,63 @@ class SharedCausalStep(CausalStep):
 @inference
 def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenizer: Any = None,
                pad_token_id: int | None = None, eos_token_id: Any = "model",
-               decoder_start_token_id: int | None = None, max_new_tokens: int | None = None) -> Prepared:
-    """Prepare an encoder-decoder ``transformers`` model (BART, T5, Marian, ...) for the search.
+               decoder_start_token_id: int | None = None, max_new_tokens: int | None = None,
+               decoder_input_ids: Any = None, **model_inputs: Any) -> Prepared:
+    """Prepare an encoder-decoder ``transformers`` model (BART, T5, Marian, Whisper, ...) for the search.
 
     The encoder runs once here, one row per source; each step feeds one decoder token per row.
     ``sources`` and the other arguments as for :func:`causal_lm` (a source tensor ``[N, S]`` may
     be padded on either side); ``decoder_start_token_id`` defaults to the model's.
+
+    Args:
+        sources: as for :func:`causal_lm`'s prompts, or None for a model that reads features
+            alone (Whisper, Speech2Text, Pix2Struct, ``VisionEncoderDecoderModel``): N is then the
+            first axis of its main input in ``model_inputs``, and ``attention_mask`` is theirs.
+        decoder_input_ids: each input's decoder prompt, N token lists of one length D >= 1 (or a
+            tensor ``[N, D]``), fed before the search's first token (default: the decoder start
+            token alone); ``prepared.prompts`` holds them.
+        **model_inputs: the encoder's other inputs, as the processor gives them
+            (``input_features``, ``pixel_values``, ``flattened_patches``, the features'
+            ``attention_mask`` when ``sources`` is None, ...; :mod:`beamsearch.hf.multimodal`),
+            encoded once per input as ``generate`` encodes them.
     """
-    rows = input_rows(sources, attention_mask, tokenizer, "sources")
-    in_vocab(model, rows, "sources")
+    if sources is None and attention_mask is not None:  # the features' mask
+        model_inputs["attention_mask"] = attention_mask
+    rows = None if sources is None else input_rows(sources, attention_mask, tokenizer, "sources")
+    n = inputs_count(model, rows, model_inputs)
+    if rows is not None:
+        in_vocab(model, rows, "sources")
     in_eval_mode(model)
     pad = pad_id(model, pad_token_id)
     eos, extra = search_eos(model, eos_token_id)
     start = decoder_start_token_id
     if start is None:
         start = model.generation_config.decoder_start_token_id
-    if start is None:
+    if start is None and decoder_input_ids is None:
         raise ValueError("decoder_start_token_id is None: pass it, or set it in the model's generation config")
-    start = check.token("decoder_start_token_id", start)
+    prompts = [[check.token("decoder_start_token_id", start)]] * n if decoder_input_ids is None else \
+        decoder_rows(decoder_input_ids, n)
     if max_new_tokens is not None:
         check.at_least("max_new_tokens", max_new_tokens, 1)
-    check_positions(model, max(len(r) for r in rows), "sources", max_new_tokens, decoder_start=True)
+    if rows is not None:
+        check_positions(model, max(len(r) for r in rows), "sources", max_new_tokens, decoder_start=True)
     device = next(model.parameters()).device
-    ids, mask = right_padded(rows, pad, device)
-    prepared = Prepared(None, None, [[start] for _ in rows], eos)
+    ids, mask = right_padded(rows, pad, device) if rows is not None else (None, None)
+    prepared = Prepared(None, None, prompts, eos)
     t0 = time.perf_counter()
-    hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+    if model_inputs or rows is None:  # the model's own encoding (Florence-2 merges its image into the text)
+        hidden, encoder_mask, passed = encoded(model, ids, mask, model_inputs)
+    else:
+        hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+        encoder_mask, passed = mask, True
     prepared.forward_seconds += time.perf_counter() - t0
     prepared.forward_calls += 1
     cache = EncoderDecoderCache(adapter_cache(model, DeferredLayer), DynamicCache(config=model.config))
-    prepared.init_state = Seq2SeqState(cache, hidden, mask, 0, torch.arange(len(rows), device=device))
+    prepared.init_state = Seq2SeqState(cache, hidden, encoder_mask, 0, torch.arange(n, device=device))
     prepared.step = Seq2SeqStep(prepared, model, extra, mask_ready(model, cache.self_attention_cache))
+    prepared.step.pass_mask = passed
+    if len(prompts[0]) > 1:  # the decoder prompt but its last token, fed at once (the first step feeds that)
+        prepared.init_state = prepared.step.prefill(prepared.init_state, torch.tensor(prompts, device=device)[:, :-1])
     return prepared
 
 
@@ -291,6 +327,16 @@ class Seq2SeqStep(AdapterStep):
         self.can_join, self.table = joinable(model), position_table(model)
         self.every = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=next(model.parameters()).device)
         self._wrapped: BaseModelOutput | None = None
+        self.pass_mask = True  # False: the encoder's features came without a mask, and generate passes none
+
+    @inference
+    def prefill(self, state: Seq2SeqState, prefix: torch.Tensor) -> Seq2SeqState:
+        """``state`` with the decoder prompts' tokens ``prefix`` (int64 ``[k, D-1]``, the same
+        length in every row) fed in one call."""
+        out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+                     attention_mask=state.encoder_mask if self.pass_mask else None, decoder_input_ids=prefix,
+                     **{self.cache_kw: state.cache})
+        return state._replace(cache=cache_of(out), fed=state.fed + prefix.shape[1])
 
     def encoded(self, hidden: torch.Tensor) -> BaseModelOutput:
         """The encoder output ``hidden`` ``[k, S, d]`` as the model's forward takes it, made once per
@@ -322,7 +368,7 @@ class Seq2SeqStep(AdapterStep):
             at = state.fed if state.positions is None else int(state.positions.max())
             raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")
-        encoder_mask = as_4d(state.encoder_mask) if ready else state.encoder_mask
+        encoder_mask = (as_4d(state.encoder_mask) if ready else state.encoder_mask) if self.pass_mask else None
         if state.fed == 0:
             _unconsumed(state.cache, 0)
         if state.mask is None or state.positions is None:  # every row has fed the same tokens

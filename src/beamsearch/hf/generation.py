@@ -25,7 +25,8 @@ from beamsearch.hf.catalogue import CATALOGUE_SETTING, catalogues, check_catalog
 from beamsearch.hf.grammar import GRAMMAR_SETTINGS, grammars
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.shared import check_shared
-from beamsearch.hf.calls import call_inputs, inferred_mask
+from beamsearch.hf.calls import inferred_mask
+from beamsearch.hf.multimodal import call_model_inputs, media_rows
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
 from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
@@ -317,14 +318,14 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
         check_shared(model, "share_prompt_cache")
     given = own_options(overrides)
     refuse_arguments(overrides)
-    inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
+    media, inputs, attention_mask = call_model_inputs(model, inputs, input_ids, attention_mask, overrides)
     cfg = _config(model, generation_config, overrides)
     explicit = set(overrides) | set(generation_config.to_diff_dict() if generation_config is not None else ())
     defaults = generate_defaults()
     refuse(cfg, defaults, explicit, mode)
     if isinstance(inputs, torch.Tensor) and attention_mask is None:  # generate's mask, inferred from the pad id
         attention_mask = inferred_mask(inputs, cfg.pad_token_id, cfg.eos_token_id)
-    rows = input_rows(inputs, attention_mask, tokenizer, "inputs")
+    rows = media_rows(model, media) if inputs is None else input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
     settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
     spec = choose_mode(mode, cfg, defaults, given)
@@ -343,8 +344,9 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
     start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else \
         {"share_prompt": share_prompt_cache}
-    dec = prepare(model, rows, pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
-                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start)
+    dec = prepare(model, None if inputs is None else rows,
+                  pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
+                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start, **media.keywords())
     search["eos_token_id"] = dec.eos_token_id
     step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
     hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)
@@ -352,6 +354,7 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]
     pad = _result_pad(cfg.pad_token_id, dec.eos_token_id)
-    head = held_prompts(model, inputs, rows, 0 if pad is None else pad, dec.prompts[0][0]).ids.cpu()
+    head = torch.tensor(dec.prompts) if encoder_decoder else \
+        held_prompts(model, inputs, rows, 0 if pad is None else pad, None).ids.cpu()
     return Generation(hypotheses, texts, search, spec.name,
                       **generate_outputs(hypotheses, head, pad, dec.eos_token_id, steps, spec.name != "greedy"))
