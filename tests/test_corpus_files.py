@@ -217,6 +217,8 @@ def test_file_options_are_read_up_to_their_documented_limits(tmp_path, capsys, m
             err = capsys.readouterr().err
             if refused:
                 assert status == 2 and err == f"beamsearch: error: {flag} {path}: 65 bytes, over the limit of 64 bytes\n"
+            elif flag == "--json-schema":  # read whole and compiled: no JSON text is spelled by the toy's letters a-f
+                assert status == 2 and "over the limit" not in err and "allows no output" in err, err
             else:
                 assert "over the limit" not in err and status in (0, 1), err
             out.unlink(missing_ok=True)

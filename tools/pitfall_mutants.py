@@ -100,8 +100,8 @@ PITFALLS = [
     ("c09", "score_sequences: a stop sequence at step m counts as finished", "core/score.py",
      "len(t) > stops.min_new_tokens and", "len(t) >= stops.min_new_tokens and"),
     ("c10", "stop sequences matched against the prompt too", "core/engine.py",
-     "    recent = None if controls.stops is None else np.full((n, controls.stops.window), -1, np.int64)\n",
-     "    recent = None if controls.stops is None else np.full((n, controls.stops.window), 1, np.int64)\n"),
+     "        recent = np.full((n, controls.stops.window), -1, np.int64)\n",
+     "        recent = np.full((n, controls.stops.window), 1, np.int64)\n"),
 ]
 
 

@@ -107,7 +107,7 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
             output = step_fn(state, y_prev)
         except Exception as e:
             if step == 0 and hasattr(e, "add_note"):  # Python 3.11+; 3.10 raises it as it is
-                e.add_note(first_call_note(first_tokens, controls))
+                e.add_note(model_checks.first_call_note(first_tokens, controls.vocab_checks))
             raise
         logits, new_state = model_checks.step_output(output)
         rows = search.beam.size
@@ -119,22 +119,6 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
             break
         state, y_prev = reorder(new_state, parent, rows, index), index(beam.token)
     return search.outcome()
-
-
-def first_call_note(first_tokens: np.ndarray, controls: Controls, shown: int = 6) -> str:
-    """What a model's first call was given (its ``y_prev``, int64 ``[N]``) and where each id came
-    from (``prompts[i][j]``, the last id of a prompt, or ``bos_token_id`` for an empty one): the
-    note added to an exception that call raises. V is known only from that call's logits, so an id
-    outside ``[0, V)`` reaches a step function that indexes by it (``TABLE[y_prev]``) first."""
-    checks = dict(controls.vocab_checks)
-    given, bos = checks.get("prompts"), next((name for name in ("bos_token_id", "bos") if name in checks), "bos")
-    parts = []
-    for i, token in enumerate(first_tokens[:shown].tolist()):
-        where = f"prompts[{i}][{len(given[i]) - 1}]" if given is not None and given[i] else f"{bos} (input {i})"
-        parts.append(f"{where} = {token}")
-    more = f", ... ({first_tokens.shape[0]} ids)" if first_tokens.shape[0] > shown else ""
-    return (f"beamsearch: raised by the model's first call, whose y_prev was {', '.join(parts)}{more}; each id "
-            "must be in [0, V), which is checked only once the call returns its logits")
 
 
 class Search:

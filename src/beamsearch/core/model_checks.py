@@ -227,3 +227,20 @@ def _kind(x: Any) -> str:
     where = f" on {device}" if device is not None and not isinstance(x, np.ndarray) else ""
     dtype = str(x.dtype).removeprefix("torch.")
     return f"a {type(x).__module__.split('.')[0]} {dtype} {type(x).__name__} of shape {tuple(x.shape)}{where}"
+
+
+def first_call_note(first_tokens: np.ndarray, vocab_checks: Sequence[tuple[str, Any]], shown: int = 6) -> str:
+    """What a model's first call was given (its ``y_prev``, int64 ``[N]``) and where each id came
+    from (``prompts[i][j]``, the last id of a prompt, or ``bos_token_id`` for an empty one; as the
+    search's ``vocab_checks`` name them, ``(name, ids)`` pairs): the note added to an exception
+    that call raises. V is known only from that call's logits, so an id
+    outside ``[0, V)`` reaches a step function that indexes by it (``TABLE[y_prev]``) first."""
+    checks = dict(vocab_checks)
+    given, bos = checks.get("prompts"), next((name for name in ("bos_token_id", "bos") if name in checks), "bos")
+    parts = []
+    for i, token in enumerate(first_tokens[:shown].tolist()):
+        where = f"prompts[{i}][{len(given[i]) - 1}]" if given is not None and given[i] else f"{bos} (input {i})"
+        parts.append(f"{where} = {token}")
+    more = f", ... ({first_tokens.shape[0]} ids)" if first_tokens.shape[0] > shown else ""
+    return (f"beamsearch: raised by the model's first call, whose y_prev was {', '.join(parts)}{more}; each id "
+            "must be in [0, V), which is checked only once the call returns its logits")
