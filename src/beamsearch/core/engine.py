@@ -185,7 +185,8 @@ def start_beam(n: int, controls: Controls) -> Beam:
         for i, x in enumerate(prompts):
             if len(x):
                 history[i, p - len(x) : p] = x
-    carried = {key: p.start_rows(n) for key, p in carriers(controls).items()} or None
+    given = controls.prompts or [[] for _ in range(n)]
+    carried = {key: p.start_prompts(given) for key, p in carriers(controls).items()} or None
     return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent, carried=carried)
 
 
