@@ -47,3 +47,10 @@ class Controls:
     @property
     def keep_history(self) -> bool:
         return any(p.needs_history for p in (*self.processors, *self.masks))
+
+    @property
+    def reads_prompts(self) -> bool:
+        """Whether a processor reads the prompts: through the history, or as the start of the row
+        states it carries (``needs_prompt``; a caller's processor is read through its wrapper)."""
+        return any(p.needs_history or getattr(getattr(p, "processor", p), "needs_prompt", False)
+                   for p in (*self.processors, *self.masks))

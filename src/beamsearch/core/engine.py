@@ -86,11 +86,10 @@ def run(step_fn: StepFn, init_state: Any, first_tokens: np.ndarray, strategy: St
         observer: None, or an :class:`Observer` called around each step's selection.
         keep_states: keep the model state rows of the hypotheses that end (``Outcome.model_states``,
             taken with :func:`~beamsearch.core.state.take_state`, which leaves the live rows' state
-            as it was), so that a caller can continue them (step search's next segment), and
-            the processors' row states of the same hypotheses (``Outcome.carried_states``).
-        carried: None, or by processor ``id`` the row states ``[N]`` the inputs start from
-            (a processor not in it starts its rows with ``start_rows``): a search that continues
-            the hypotheses of an earlier one (step search) continues their constraints too.
+            as it was), so that a caller can continue them (step search's next segment), and the
+            processors' row states of the same hypotheses (``Outcome.carried_states``).
+        carried: None, or by processor ``id`` the row states ``[N]`` the inputs start from (others
+            ``start_prompts``): a search that continues earlier hypotheses continues their constraints.
         recent: None, or int64 ``[N, w]``: the last generated tokens each input starts with, for
             the stop sequences (-1: none), w the stop sequences' window.
 
@@ -212,8 +211,9 @@ def start_beam(n: int, controls: Controls, carried: dict[int, Any] | None = None
         for i, x in enumerate(prompts):
             if len(x):
                 history[i, p - len(x) : p] = x
-    given = carried or {}
-    carried = {key: given[key] if key in given else p.start_rows(n) for key, p in carriers(controls).items()} or None
+    given, prompts = carried or {}, controls.prompts or [[] for _ in range(n)]
+    carried = {key: given[key] if key in given else p.start_prompts(prompts)
+               for key, p in carriers(controls).items()} or None
     return Beam(np.arange(n), np.zeros(n), np.zeros(n, np.int64), history, recent, carried=carried)
 
 

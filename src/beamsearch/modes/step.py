@@ -175,7 +175,7 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     given.pop("max_steps")  # each round gives each segment its own limit
     ids = opts.prompts
     keys = _keys(ids, rng, sample_seed)
-    history = opts.controls.keep_history
+    history = opts.controls.reads_prompts
     return StepSettings(scorer_of(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
                         budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
                         given, opts.controls.max_steps, ids, history)

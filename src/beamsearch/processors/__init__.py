@@ -20,7 +20,8 @@ ints), checked against ``[0, V)`` at the first call; an id outside is a ValueErr
 (else a TypeError or ValueError naming it).
 
 Ready processors, one module each: :class:`Temperature`, :class:`TopK`, :class:`TopP`,
-:class:`NoRepeatNGram`, :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,
+:class:`NoRepeatNGram` (each row's n-grams carried as a :class:`RowStates`, so a step's cost does
+not grow with the output), :class:`RepetitionPenalty`, :class:`SequenceBias`, :class:`BadWords`,
 :class:`SuppressTokens`; allowed-token constraints (generated tokens only, see
 ``docs/allowed_tokens.md``): :class:`AllowedTokens` (a per-row callback), :class:`Catalogue` (a
 trie of allowed outputs as CSR arrays, up to millions of them, each row's node carried as a

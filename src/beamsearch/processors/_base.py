@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -100,9 +100,18 @@ class RowCarrier:
     """Base class of a processor that carries a per-row state (:class:`RowStates`): the engine
     keeps the state of each subclass instance in the search beside the live rows."""
 
+    needs_prompt = False
+    """True: the state starts from the prompts (:meth:`start_prompts`), so a search that runs
+    segments (step search) gives it whole prompts."""
+
     def start_rows(self, n: int) -> RowStates:
         """The states of the ``n`` first rows (one per input), before any token is generated."""
         raise NotImplementedError
+
+    def start_prompts(self, prompts: Sequence[Sequence[int]]) -> RowStates:
+        """The states of the first rows, one per prompt (its token ids), before any token is
+        generated: what the search calls. By default :meth:`start_rows`, the prompts unread."""
+        return self.start_rows(len(prompts))
 
 
 def history_suffix_matches(history: np.ndarray, prefix: tuple[int, ...]) -> np.ndarray:

@@ -1,35 +1,240 @@
-"""No-repeat n-gram blocking over prompt + generated tokens (SPEC section 6)."""
+"""No-repeat n-gram blocking over prompt + generated tokens (SPEC section 6).
+
+A row may not take a token that would complete an n-gram already in its prompt + generated tokens.
+Inside a search each row's n-grams are kept incrementally beside the row (:class:`NGramRows`, a
+:class:`~beamsearch.processors.RowStates`: taken with its parent, forked for its children, advanced
+by its new token), never rebuilt from the row's history, so a step's cost does not grow with the
+output:
+
+- the n-grams that every live row of an input shares (its prompt's, and its generated tokens up to
+  the last step where all its rows agree: beam search's rows coalesce a few steps back) are in one
+  table per search (:class:`NGramTable`), keyed by (input, the n-1 tokens before), written once;
+- each row keeps its own tokens since that step (with the n-1 before them), a ``[k, W]`` window
+  gathered by parent at each step, and scans it for its (n-1)-token suffix.
+
+An entry is never removed: every later row of the input descends from the rows that shared it.
+So a step costs O(k * W) for the windows plus one table lookup per row: W is how far back an
+input's rows last agreed (tens of steps in beam search, plus up to ``SETTLE`` steps since the last
+move to the table), not the output's length. Rows that stay
+apart for long (a diverse search's groups, exact search's prefixes) keep long windows, the cost of
+scanning their whole histories as before. Called outside a search (no carried state), the
+processor scans ``ctx.history`` (:func:`banned_ngram_tokens`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from beamsearch.core import validate as check
+from beamsearch.core.state import select_state
 from beamsearch.backends import NEG_INF
-from beamsearch.processors._base import StepContext
+from beamsearch.processors._base import RowCarrier, StepContext
+
+__all__ = ["NGramRows", "NGramTable", "NoRepeatNGram", "banned_ngram_tokens"]
+
+_NONE = np.empty(0, np.int64)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+SETTLE = 16
+"""A row state moves its shared columns to the table when its rows' longest run of own tokens
+is a multiple of this: each step then costs a scan of a window of about this many columns more,
+and the move's fixed cost is paid once per ``SETTLE`` steps."""
 
 
 @dataclass(frozen=True)
-class NoRepeatNGram:
+class NoRepeatNGram(RowCarrier):
     """Mask every token that would complete an n-gram already in the row's history (n >= 1)."""
 
     n: int
-    needs_history = True
+    needs_history = False  # inside a search the carried rows hold what is needed
+    needs_prompt = True  # the rows start from the prompts (step search gives whole ones)
     last_step = None  # acts at every step
     masks_only = False  # a support set before it is dropped (StepContext.support)
 
     def __post_init__(self) -> None:
         check.at_least("n", self.n, 1)
 
+    def start_rows(self, n: int) -> NGramRows:
+        """``n`` rows with empty prompts."""
+        return self.start_prompts([[] for _ in range(n)])
+
+    def start_prompts(self, prompts: Sequence[Sequence[int]]) -> NGramRows:
+        """One row per prompt, its n-grams in the table (:class:`NGramRows`)."""
+        return NGramRows.start(self.n, prompts)
+
     def __call__(self, logits: Any, ctx: StepContext) -> Any:
-        rows, tokens = banned_ngram_tokens(ctx.history, self.n)
+        carried = None if ctx.carried is None else ctx.carried.get(id(self))
+        if carried is None:
+            rows, tokens = banned_ngram_tokens(ctx.history, self.n)
+        else:
+            rows, tokens = carried.banned()
         if rows.size:
             logits = ctx.backend.put(logits, rows, tokens, NEG_INF)
         return logits
+
+
+def _keys(ident: np.ndarray) -> np.ndarray:
+    """uint64 ``[m]``: a hash of each row of ``ident [m, n]`` (an input, then its n-1 tokens): a
+    polynomial in the columns modulo 2**64; equal rows, equal hashes."""
+    columns = ident.astype(np.uint64)
+    h = np.ones(ident.shape[0], np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(columns.shape[1]):  # the n columns, each over all rows
+            h = (h + columns[:, j]) * _MIX
+    return h
+
+
+class NGramTable:
+    """The n-grams every live row of an input shares, as entries ``(input, context [n-1])`` ->
+    next token: a sorted part (by hash) and a small unsorted part of the latest entries, merged
+    into the sorted one when it passes a bound (about the square root of the sorted part's size),
+    so that a lookup is two binary searches and one comparison with the latest entries. Mutable
+    and shared by the row states of one search (entries are only added, for rows that all hold
+    them)."""
+
+    def __init__(self, width: int) -> None:
+        self.key, self.ident, self.token = np.empty(0, np.uint64), np.empty((0, width + 1), np.int64), _NONE
+        self.new_key, self.new_ident, self.new_token = self.key, self.ident, self.token
+
+    def add(self, owner: np.ndarray, context: np.ndarray, token: np.ndarray) -> None:
+        """Entries: input ``owner [m]``, tokens ``context [m, n-1]``, next ``token [m]``."""
+        if token.size == 0:
+            return
+        ident = np.column_stack([owner, context])
+        self.new_key = np.concatenate([self.new_key, _keys(ident)])
+        self.new_ident = np.concatenate([self.new_ident, ident])
+        self.new_token = np.concatenate([self.new_token, token])
+        if self.new_key.size > max(256, 4 * int(np.sqrt(self.key.size))):
+            key = np.concatenate([self.key, self.new_key])
+            order = np.argsort(key, kind="stable")
+            self.key, self.ident = key[order], np.concatenate([self.ident, self.new_ident])[order]
+            self.token = np.concatenate([self.token, self.new_token])[order]
+            self.new_key, self.new_ident, self.new_token = self.key[:0], self.ident[:0], self.token[:0]
+
+    def lookup(self, owner: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(query, token)``: the tokens that follow ``context [q, n-1]`` in input ``owner [q]``'s
+        entries, each with the index of its query."""
+        ident = np.column_stack([owner, context])
+        q = _keys(ident)
+        query, at = _NONE, _NONE
+        if self.key.size:
+            lo = np.searchsorted(self.key, q, "left")
+            counts = np.searchsorted(self.key, q, "right") - lo
+            hits = np.flatnonzero(counts)
+            if hits.size:  # entries lo[i] .. lo[i] + counts[i] - 1 of query i, flattened
+                counts = counts[hits]
+                query = np.repeat(hits, counts)
+                at = np.arange(query.size) + np.repeat(lo[hits] - (np.cumsum(counts) - counts), counts)
+        fresh_query, fresh_at = np.nonzero(q[:, None] == self.new_key[None, :])
+        if query.size + fresh_query.size == 0:
+            return _NONE, _NONE
+        query = np.concatenate([query, fresh_query])
+        found = np.concatenate([self.ident[at], self.new_ident[fresh_at]])
+        tokens = np.concatenate([self.token[at], self.new_token[fresh_at]])
+        same = np.all(found == ident[query], axis=1)  # a hash never decides alone: input and context compared
+        return query[same], tokens[same]
+
+
+class NGramRows:
+    """The n-gram state of ``k`` rows (a :class:`~beamsearch.processors.RowStates`).
+
+    Attributes:
+        n: the n-gram size.
+        table: the search's :class:`NGramTable` (shared).
+        owner: int64 ``[k]``: each row's input.
+        window: int64 ``[k, W]``, right-aligned: each row's latest tokens, -1 before its first; the
+            last ``fresh[r]`` are the row's own (their n-grams are not in the table), the n-1
+            before them their context.
+        fresh: int64 ``[k]``: each row's tokens since its input's rows last agreed (equal for the
+            rows of one input).
+    """
+
+    __slots__ = ("n", "table", "owner", "window", "fresh")
+
+    def __init__(self, n: int, table: NGramTable, owner: np.ndarray, window: np.ndarray, fresh: np.ndarray) -> None:
+        self.n, self.table, self.owner, self.window, self.fresh = n, table, owner, window, fresh
+
+    def __len__(self) -> int:
+        return int(self.owner.shape[0])
+
+    @staticmethod
+    def start(n: int, prompts: Sequence[Sequence[int]]) -> NGramRows:
+        """One row per prompt: every n-gram of the prompts in a new table, the last n-1 tokens
+        of each prompt its window."""
+        c, count = n - 1, len(prompts)
+        width = max([c, *map(len, prompts)])
+        padded = np.full((count, width), -1, np.int64)  # --> [N, P], right-aligned
+        for i, p in enumerate(prompts):  # the start only
+            if len(p):
+                padded[i, width - len(p) :] = p
+        table = NGramTable(c)
+        if width >= n:
+            grams = sliding_window_view(padded, n, axis=1).reshape(-1, n)  # --> [N * (P - n + 1), n]
+            owner = np.repeat(np.arange(count), width - n + 1)
+            whole = np.all(grams >= 0, axis=1)
+            table.add(owner[whole], grams[whole, :c], grams[whole, c])
+        return NGramRows(n, table, np.arange(count), padded[:, width - c :], np.zeros(count, np.int64))
+
+    def banned(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, tokens)``: row ``rows[i]`` may not take ``tokens[i]`` (int64, pairs may repeat)."""
+        c = self.n - 1
+        k, width = self.window.shape
+        suffix = self.window[:, width - c :]  # --> [k, c], the context the next token extends
+        complete = np.all(suffix >= 0, axis=1)  # --> [k]: the row has n - 1 tokens
+        whole = np.flatnonzero(complete)
+        span = width - c  # n-grams ending at columns c .. W-1
+        match = np.arange(c, width)[None, :] >= (width - self.fresh)[:, None]  # --> [k, span]: the row's own
+        match &= complete[:, None]
+        for d in range(c):
+            match &= self.window[:, d : d + span] == suffix[:, d : d + 1]
+        rows, ends = np.nonzero(match)
+        query, tokens = self.table.lookup(self.owner[whole], suffix[whole])
+        return np.concatenate([rows, whole[query]]), np.concatenate([self.window[rows, ends + c], tokens])
+
+    def advance(self, tokens: np.ndarray) -> NGramRows:
+        """Each row one token longer (int64 ``[k]``); every ``SETTLE`` own columns, the columns
+        where all rows of an input agree go to the table and leave the windows."""
+        window = np.concatenate([self.window, np.asarray(tokens, np.int64)[:, None]], axis=1)
+        rows = NGramRows(self.n, self.table, self.owner, window, self.fresh + 1)
+        return rows._settled() if int(rows.fresh.max(initial=0)) % SETTLE == 0 else rows
+
+    def _settled(self) -> NGramRows:
+        """The rows with the n-grams that all rows of an input share moved to the table."""
+        k, width = self.window.shape
+        if k == 0:
+            return self
+        c = self.n - 1
+        inputs, first = np.unique(self.owner, return_index=True)
+        group = np.searchsorted(inputs, self.owner)  # --> [k], each row's input among inputs
+        start = width - self.fresh[first]  # --> [I]: each input's first column of its own
+        rows, cols = np.nonzero(self.window != self.window[first[group]])
+        apart = np.zeros((inputs.size, width + 1), bool)
+        apart[group[rows], cols] = True
+        apart[:, width] = True  # --> [I, W + 1]: columns where some row of the input differs
+        apart &= np.arange(width + 1)[None, :] >= start[:, None]
+        shared = np.argmax(apart, axis=1) - start  # --> [I]: the leading own columns all its rows share
+        if not shared.any():
+            return self
+        lead = np.repeat(first, shared)
+        ends = np.repeat(start, shared) + np.arange(lead.size) - np.repeat(np.cumsum(shared) - shared, shared)
+        grams = self.window[lead[:, None], ends[:, None] + np.arange(-c, 1)[None, :]]  # --> [m, n]
+        whole = np.all(grams >= 0, axis=1)
+        self.table.add(self.owner[lead][whole], grams[whole, :c], grams[whole, c])
+        fresh = self.fresh - shared[group]
+        keep = int(fresh.max()) + c
+        return NGramRows(self.n, self.table, self.owner, self.window[:, width - keep :], fresh)
+
+
+@select_state.register(NGramRows)
+def _select_ngram_rows(rows: NGramRows, idx: Any) -> NGramRows:
+    """Rows ``idx`` (``[k']``; a row taken twice is copied: its window is a value, the table shared)."""
+    if hasattr(idx, "detach"):
+        idx = idx.detach().cpu().numpy()
+    idx = np.asarray(idx, dtype=np.int64)
+    return NGramRows(rows.n, rows.table, rows.owner[idx], rows.window[idx], rows.fresh[idx])
 
 
 def banned_ngram_tokens(history: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
