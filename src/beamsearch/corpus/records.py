@@ -110,6 +110,7 @@ class _Feed:
         self.line_options = line_options  # for lines without their own
         self.texts: dict[int, str] = {}  # stream position -> text, for inputs in flight
         self.indices: dict[int, int] = {}  # stream position -> line index
+        self.limits: dict[int, int] = {}  # stream position -> the line's max_steps
         self.early: list[dict] = []  # error records of lines refused before the stream
 
     def item(self, line: Line) -> dict | str:
@@ -143,12 +144,13 @@ class _Feed:
                 self.early.append({"index": line.index, "input": line.text, "error": fields})
                 continue
             self.indices[position], self.texts[position] = line.index, line.text
+            self.limits[position] = fields.get("max_steps", self.steps)
             position += 1
             yield fields
 
-    def take(self, results: list[Decoded]) -> list[tuple[int, str]]:
-        """The (line index, text) of each of ``results``, no longer kept."""
-        return [(self.indices.pop(r.index), self.texts.pop(r.index)) for r in results]
+    def take(self, results: list[Decoded]) -> list[tuple[int, str, int]]:
+        """The (line index, text, max_steps) of each of ``results``, no longer kept."""
+        return [(self.indices.pop(r.index), self.texts.pop(r.index), self.limits.pop(r.index)) for r in results]
 
 
 def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,
@@ -169,17 +171,18 @@ def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict
                          min_join=min_join, mode=spec.name, **search)
 
 
-def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str]], token_logprobs: bool,
+def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[int, str, int]], token_logprobs: bool,
              reported: bool) -> list[dict]:
-    """The records of ``results``, ``lines`` their (line index, text); a decoded line that the
-    model's ``verdicts`` gives a reason gets an error record with it."""
+    """The records of ``results``, ``lines`` their (line index, text, max_steps); a decoded line
+    that the model's ``verdicts`` gives a reason gets an error record with it."""
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
     reasons = {}
     if model.verdicts is not None and decoded:
         reasons = dict(zip(decoded, model.verdicts([lines[i][1] for i in decoded],
-                                                   [results[i].hypotheses for i in decoded])))
+                                                   [results[i].hypotheses for i in decoded],
+                                                   [lines[i][2] for i in decoded])))
     records = []
-    for i, ((index, text), result) in enumerate(zip(lines, results)):
+    for i, ((index, text, _), result) in enumerate(zip(lines, results)):
         error = str(result.error) if result.error is not None else reasons.get(i)
         if error is None and not result.hypotheses:
             error = NO_OUTPUT
