@@ -435,7 +435,7 @@ def test_no_calendar_says_an_impossible_date_does_not_exist():
 
 VERDICT_TEXTS = ["Feb 30 2021", "hello world", "2100-01-01", "march 3 1987", "march 3 '87", "13/13/2013", "",
                  "Feb 29 2023", "1999", "the first of june two thousand five", "aug 9", "January 1, 2100",
-                 "2001-04-31", "march 3 1987 \U0001F600"]
+                 "2001-04-31", "march 3 1987 \U0001F600", "12/11/10", "1999 12 31"]
 
 
 @needs_zoo
@@ -461,6 +461,35 @@ def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options)
         else:
             assert record == {"index": record["index"], "input": source, "error": row["error"]}
     assert [row["date"] for row in rows].count(None) >= 10  # the bad lines did fail
+
+
+@needs_zoo
+def test_translate_refuses_a_two_digit_year_whose_century_the_model_cannot_tell():
+    """'12/11/10': the seq2seq's 1810, 1910 and 2010 readings lie within 0.03 of each other (by
+    teacher forcing, tests/test_zoo.py), so no century is printed: one error line naming them, exit 1."""
+    r = run("translate", "12/11/10", "1999 12 31")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == "1999-12-31"
+    assert re.fullmatch(r"error: no date in '12/11/10': the century of its two-digit year is not written and the "
+                        r"model cannot tell it \(its readings, with their log-probabilities: 1810-12-11 \(-1\.1\d\d\), "
+                        r"1910-12-11 \(-1\.1\d\d\), 2010-12-11 \(-1\.1\d\d\); 1810 is not 0\.05 above every "
+                        r"other\)", lines[0]), lines[0]
+
+
+@needs_zoo
+def test_decode_says_a_line_was_cut_at_its_max_steps(tmp_path):
+    """A date takes 11 steps (10 characters, then eos): a line's max_steps of 10 or 3 is named as
+    the reason, not "no date"; 11 gives the date."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": "march 3 1987", "max_steps": n}) + "\n" for n in (10, 3, 11)))
+    r = run("decode", "--model", "seq2seq", "--jsonl", "--input", str(src), "--output", "-")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    for record, n in zip(records[:2], (10, 3)):
+        assert record["error"] == (f"no date in 'march 3 1987': max_steps={n} cuts every output short of a date "
+                                   "(a date takes 11 steps: 10 characters, then eos)")
+    assert records[2]["nbest"][0]["text"] == "1987-03-03"
 
 
 @needs_zoo

@@ -221,7 +221,7 @@ def test_shipped_models_read_four_digit_years_in_every_form(name):
     four = [e for e in held_out(1000) if e.target and not e.two_digit_year]
     tr = Translator.load(name)
     outputs = tr.beam([e.source for e in four], beam_size=5)
-    ok = [right(tr, o[0], e) for o, e in zip(outputs, four)]
+    ok = right(tr, [o[0] for o in outputs], four)
     assert len({e.form for e in four}) >= 12 and sum(ok) / len(ok) >= 0.97
 
 
@@ -339,3 +339,103 @@ def _said(tr, text, date, model_logprob=-0.1):
 def test_the_verdict_on_hand_made_outputs(text, date, model_logprob, said):
     """Each reason by hand: the source's own year is the oracle (issue 19 item 3)."""
     assert _said(Translator.load("seq2seq"), text, date, model_logprob) == said
+
+
+def _verdict(tr, text, date, *, finished=True, max_steps=None, readings=None):
+    """The verdict on ``text`` of one hand-made output ``date`` (eos after it when ``finished``),
+    searched with ``max_steps`` and given ``readings``."""
+    from beamsearch import Hypothesis
+    from beamsearch.zoo.translator import Output
+
+    tokens = TARGET_VOCAB.encode(date) + ([TARGET_VOCAB.eos] if finished else [])
+    return tr.verdict(text, [Output(date, Hypothesis(tokens, -0.1, -0.1, finished), -0.1)], max_steps, readings)
+
+
+@needs_checkpoints
+def test_an_output_cut_at_max_steps_is_said_to_be_cut():
+    """By hand: a date takes 11 steps (10 characters, then eos), so max_steps 10 or fewer can never
+    give one, whatever the search found (cut, or the "no date" answer); with room, an unfinished
+    best reading is named as cut, and a finished one is judged as always."""
+    tr = Translator.load("seq2seq")
+    short = "no date in 'march 3 1987': max_steps={} cuts every output short of a date (a date takes 11 steps: " \
+            "10 characters, then eos)"
+    assert _verdict(tr, "march 3 1987", "1987-03-03", finished=False, max_steps=10) == short.format(10)
+    assert _verdict(tr, "march 3 1987", "", max_steps=3) == short.format(3)
+    assert _verdict(tr, "march 3 1987", "1987-03", finished=False) == (
+        "no date in 'march 3 1987': its best reading '1987-03' was cut at max_steps=7 before it ended")
+    assert _verdict(tr, "march 3 1987", "1987-03-03", max_steps=11) is None
+    assert _verdict(tr, "hello", "", max_steps=11) == "no date in 'hello'"
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("readings,said", [
+    ({"1810-12-11": -1.106, "1910-12-11": -1.112, "2010-12-11": -1.129}, False),  # 0.006 ahead
+    ({"1810-12-11": -1.0, "1910-12-11": -1.06, "2010-12-11": -1.3}, None),  # 0.06 ahead of each
+    ({"1810-12-11": -1.0, "1910-12-11": -1.3, "2010-12-11": -1.04}, False),  # 0.04 ahead of 2010
+    ({"1810-12-11": -1.2, "1910-12-11": -1.1, "2010-12-11": -1.3}, False),  # 1910 is likelier than the best
+    (None, None),  # no readings: a four-digit year, or one century alone makes a real date
+])
+def test_a_two_digit_year_whose_century_the_model_cannot_tell_is_refused(readings, said):
+    """By hand, on the best reading 1810-12-11 of '12/11/10': refused unless it beats every other
+    century's reading by CENTURY_MARGIN (0.05) in log-probability, naming the readings."""
+    from beamsearch.zoo.translator import CENTURY_MARGIN
+
+    assert CENTURY_MARGIN == 0.05
+    got = _verdict(Translator.load("seq2seq"), "12/11/10", "1810-12-11", readings=readings)
+    if said is None:
+        assert got is None
+    else:
+        listed = ", ".join(f"{d} ({v:.3f})" for d, v in readings.items())
+        assert got == ("no date in '12/11/10': the century of its two-digit year is not written and the model "
+                       f"cannot tell it (its readings, with their log-probabilities: {listed}; 1810 is not 0.05 "
+                       "above every other)")
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("name", MODELS)
+def test_century_readings_are_the_models_own_logprobs_and_refuse_12_11_10(name):
+    """Each century's reading of '12/11/10' is scored as ``rescore`` scores it one step at a time
+    (an independent loop); the best lies within CENTURY_MARGIN of another (seq2seq: all three
+    within 0.03), so translate's path refuses it.
+    A four-digit year and February 29 of '00 (a real date in 2000 alone) get no readings."""
+    from beamsearch.zoo.dates import TARGET_VOCAB as V
+
+    tr = Translator.load(name)
+    texts = ["12/11/10", "12/11/2010", "02/29/00"]
+    outputs = tr.beam(texts, beam_size=5)
+    assert outputs[2][0].text == "2000-02-29"
+    readings = tr.century_readings(texts, outputs)
+    assert readings[1] is None and readings[2] is None
+    assert sorted(readings[0]) == ["1810-12-11", "1910-12-11", "2010-12-11"]
+    for date, logprob in readings[0].items():
+        assert logprob == pytest.approx(tr.rescore("12/11/10", V.encode(date) + [V.eos]), abs=1e-4)  # float32 models
+    first, second = sorted(readings[0].values(), reverse=True)[:2]
+    assert first - second < 0.05
+    verdicts = tr.verdicts(texts, outputs)
+    assert verdicts[0].startswith("no date in '12/11/10': the century of its two-digit year is not written")
+    assert verdicts[1:] == [None, None]
+
+
+def test_readable_writes_spaced_numeric_dates_in_a_trained_form():
+    """By hand: three numbers separated by spaces become the trained form of their order."""
+    from beamsearch.zoo.dates import written_year
+    from beamsearch.zoo.translator import readable
+
+    assert readable("1999 12 31") == "1999-12-31" and readable(" 1999  1 2 ") == " 1999-1-2 "
+    assert readable("12 31 1999") == "12/31/1999" and readable("31 12 1999") == "31/12/1999"
+    assert readable("12 31 99") == "12/31/99" and written_year(readable("12 31 99")) == "99"
+    for other in ("1999 12 3100", "123 4 5", "march 3 1987", "1999-12-31", "1999 12", "19991231"):
+        assert readable(other) == other
+
+
+@needs_checkpoints
+@pytest.mark.parametrize("name", MODELS)
+def test_spaced_numeric_dates_are_read(name):
+    """The date put into each text is the oracle: year first, and year last (month first, or day
+    first when it is over 12), as the slashed and dashed forms are read."""
+    tr = Translator.load(name)
+    texts = {"1999 12 31": "1999-12-31", "1987 3 3": "1987-03-03", "11 30 1999": "1999-11-30",
+             "25 12 1999": "1999-12-25", "3 4 2001": "2001-03-04", "2100 1 1": None}
+    outputs = tr.beam(list(texts), beam_size=5)
+    printed = [o[0].text if v is None else None for o, v in zip(outputs, tr.verdicts(list(texts), outputs))]
+    assert printed == list(texts.values())

@@ -102,10 +102,9 @@ def translate(args: argparse.Namespace) -> int:
         _write_trace(translator, texts, args)
     good = [t for t in texts if translator.problem(t) is None]
     decoded = iter(translator.decode(good, args.beam_size, args.n_best, args.alpha, calendar=args.calendar) if good else [])
+    found = [next(decoded) if translator.problem(text) is None else None for text in texts]
     failed = 0
-    for text in texts:
-        outputs = next(decoded) if translator.problem(text) is None else None
-        error = translator.verdict(text, outputs)
+    for text, outputs, error in zip(texts, found, translator.verdicts(texts, found)):
         failed += error is not None
         if args.json:
             candidates = [{"date": o.text or None, "logprob": o.hypothesis.logprob, "score": o.hypothesis.score,
@@ -203,7 +202,9 @@ def add_commands(sub: Any, fmt: type) -> None:
                                    "(exit status 1 if any). The models read years 1800-2099: a text whose "
                                    "year is outside them gets an error line saying so, and a date is printed "
                                    "only when its year is the one the text writes (a two-digit year: its last "
-                                   "two digits), never another year.")
+                                   "two digits), never another year. A two-digit year whose century the model "
+                                   "cannot tell (another century's reading within 0.05 in log-probability) gets "
+                                   "an error line naming the readings.")
     model_options(p)
     add_control_flags(p, ("beam_size", "n_best"))  # beam 1: greedy
     p.add_argument("--json", action="store_true",

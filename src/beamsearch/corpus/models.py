@@ -23,9 +23,9 @@ class CorpusModel(Protocol):
         processors: logits processors for every search (may be empty; optional: none).
         refill: whether the states of different inputs join with ``concat_state`` (optional:
             True); False decodes inputs in fixed batches of at most ``max_rows`` rows.
-        verdicts: None (optional: the default), or ``verdicts(texts, hypotheses) -> list[str |
-            None]``: per decoded line (its text and its hypotheses, best first), None to keep its
-            outputs or why it gets none (its record is then ``{"index", "input", "error": why}``);
+        verdicts: None (optional: the default), or ``verdicts(texts, hypotheses, max_steps) ->
+            list[str | None]``: per decoded line (its text, its hypotheses, best first, and the
+            ``max_steps`` it was searched with), None to keep its outputs or why it gets none (its record is then ``{"index", "input", "error": why}``);
             called on up to ``max_rows // rows`` finished lines at a time (the zoo models:
             ``Translator.verdict``, what ``beamsearch translate`` prints).
         tokenizer: what a :class:`~beamsearch.processors.Grammar` reads the model's tokens with
@@ -38,7 +38,7 @@ class CorpusModel(Protocol):
     max_steps: int
     processors: Sequence[Any]
     refill: bool
-    verdicts: Callable[[list[str], list[list[Any]]], list[str | None]] | None
+    verdicts: Callable[[list[str], list[list[Any]], list[int]], list[str | None]] | None
     tokenizer: Any
 
     def problem(self, text: str) -> str | None:
@@ -72,7 +72,7 @@ class CorpusModelBase:
     bos: int
     processors: Sequence[Any] = ()
     refill: bool = True
-    verdicts: Callable[[list[str], list[list[Any]]], list[str | None]] | None = None
+    verdicts: Callable[[list[str], list[list[Any]], list[int]], list[str | None]] | None = None
     tokenizer: Any = None
 
     def source_length(self, text: str) -> int:

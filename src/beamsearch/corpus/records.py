@@ -115,6 +115,7 @@ class _Feed:
         self.model, self.spec, self.steps, self.max_steps = model, spec, steps, max_steps
         self.line_options = line_options  # for lines without their own
         self.lines: dict[int, Line] = {}  # stream position -> line, for inputs in flight
+        self.limits: dict[int, int] = {}  # stream position -> the line's max_steps
         self.early: list[dict] = []  # error records of lines refused before the stream
 
     def item(self, line: Line) -> dict | str:
@@ -148,12 +149,13 @@ class _Feed:
                 self.early.append(record(line, {"error": fields}))
                 continue
             self.lines[position] = line
+            self.limits[position] = fields.get("max_steps", self.steps)
             position += 1
             yield fields
 
-    def take(self, results: list[Decoded]) -> list[Line]:
-        """The line of each of ``results``, no longer kept."""
-        return [self.lines.pop(r.index) for r in results]
+    def take(self, results: list[Decoded]) -> list[tuple[Line, int]]:
+        """The line and max_steps of each of ``results``, no longer kept."""
+        return [(self.lines.pop(r.index), self.limits.pop(r.index)) for r in results]
 
 
 def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,
@@ -174,17 +176,19 @@ def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict
                          min_join=min_join, mode=spec.name, **search)
 
 
-def _records(model: CorpusModel, results: list[Decoded], lines: list[Line], token_logprobs: bool,
+def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[Line, int]], token_logprobs: bool,
              reported: bool, no_output: str = NO_OUTPUT) -> list[dict]:
-    """The records of ``results``, ``lines`` their lines; a decoded line that the model's
-    ``verdicts`` gives a reason gets an error record with it, one with no output ``no_output``."""
+    """The records of ``results``, ``lines`` their (line, max_steps); a decoded line that the
+    model's ``verdicts`` gives a reason gets an error record with it, one with no output
+    ``no_output``."""
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
     reasons = {}
     if model.verdicts is not None and decoded:
-        reasons = dict(zip(decoded, model.verdicts([lines[i].text for i in decoded],
-                                                   [results[i].hypotheses for i in decoded])))
+        reasons = dict(zip(decoded, model.verdicts([lines[i][0].text for i in decoded],
+                                                   [results[i].hypotheses for i in decoded],
+                                                   [lines[i][1] for i in decoded])))
     records = []
-    for i, (line, result) in enumerate(zip(lines, results)):
+    for i, ((line, _), result) in enumerate(zip(lines, results)):
         error = str(result.error) if result.error is not None else reasons.get(i)
         if isinstance(result.error, ScorerFailure):
             error = result.error.on(line_name(line.index))

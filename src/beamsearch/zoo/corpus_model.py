@@ -59,10 +59,11 @@ class ZooModel:
     def text(self, tokens: Sequence[int]) -> str:
         return self._vocab.decode(list(tokens))
 
-    def verdicts(self, texts: list[str], hypotheses: list[list[Any]]) -> list[str | None]:
-        """``Translator.verdict`` of each line on its best hypothesis (rescored in one batch)."""
+    def verdicts(self, texts: list[str], hypotheses: list[list[Any]], max_steps: list[int]) -> list[str | None]:
+        """``Translator.verdicts`` of the lines on their best hypotheses (rescored in one batch),
+        each searched with ``max_steps[i]`` steps."""
         best = self._translator.outputs(texts, [h[:1] for h in hypotheses])
-        return [self._translator.verdict(text, outputs) for text, outputs in zip(texts, best)]
+        return self._translator.verdicts(texts, best, max_steps)
 
 
 def zoo_model(name: str, directory: str | os.PathLike | None = None, *, calendar: bool = True) -> ZooModel:

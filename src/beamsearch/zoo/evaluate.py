@@ -16,16 +16,22 @@ def held_out(limit: int = 2000) -> list[Example]:
     return make_splits(seed=DATA_SEED)["test"][:limit]
 
 
-def printed(translator: Translator, output: Output, example: Example) -> bool:
-    """Whether ``beamsearch translate`` prints ``output`` as the date of ``example`` (its
-    :meth:`~Translator.verdict` is None)."""
-    return translator.verdict(example.source, [output]) is None
+def printed(translator: Translator, outputs: list[Output], examples: list[Example]) -> list[bool]:
+    """Whether ``beamsearch translate`` prints ``outputs[i]`` as the date of ``examples[i]`` (its
+    :meth:`~Translator.verdicts` is None, the century check included)."""
+    verdicts = translator.verdicts([e.source for e in examples], [[o] for o in outputs])
+    return [v is None for v in verdicts]
 
 
-def right(translator: Translator, output: Output, example: Example) -> bool:
-    """A date is right when it is printed and equals the target; a non-date when no date is printed."""
-    shown = printed(translator, output, example)
-    return shown and output.text == example.target if example.target else not shown
+def right(translator: Translator, outputs: list[Output], examples: list[Example]) -> list[bool]:
+    """Per output: a date is right when it is printed and equals the target; a non-date when no
+    date is printed."""
+    return _judged(printed(translator, outputs, examples), outputs, examples)
+
+
+def _judged(shown: list[bool], outputs: list[Output], examples: list[Example]) -> list[bool]:
+    """:func:`right` given which outputs are printed."""
+    return [s and o.text == e.target if e.target else not s for s, o, e in zip(shown, outputs, examples)]
 
 
 def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha: float = 0.6, limit: int = 2000,
@@ -47,6 +53,7 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
              f"{'search':<8} {'exact':>7} {'2-digit':>8} {'4-digit':>8} {'caught':>7} {'false':>7} "
              f"{'logprob':>9} {'seconds':>8}"]
     outputs: dict[int, list[Output]] = {}
+    correct: dict[int, list[bool]] = {}  # beam -> right, per example
 
     def share(ok: list[bool], idx: list[int]) -> float:
         return sum(ok[i] for i in idx) / max(1, len(idx))
@@ -57,8 +64,10 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
             best = [o[0] for o in translator.decode(texts, beam, 1, alpha, calendar)]
             seconds = time.perf_counter() - start
             outputs[beam] = best
-            ok = [right(translator, o, e) for o, e in zip(best, test)]
-            refused = [not printed(translator, o, e) for o, e in zip(best, test)]
+            shown = printed(translator, best, test)
+            ok = _judged(shown, best, test)
+            refused = [not s for s in shown]
+            correct[beam] = ok
             logprob = sum(best[i].hypothesis.logprob for i in dates) / max(1, len(dates))
             label = "greedy" if beam == 1 else f"beam {beam}"
             lines.append(f"{label:<8} {share(ok, dates):>7.4f} {share(ok, two):>8.4f} {share(ok, four):>8.4f} "
@@ -68,8 +77,7 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
         for beam, best in outputs.items():
             if beam == 1:
                 continue
-            pairs = [(right(translator, best[i], test[i]), right(translator, outputs[1][i], test[i])) for i in dates
-                     if best[i].text != outputs[1][i].text]
+            pairs = [(correct[beam][i], correct[1][i]) for i in dates if best[i].text != outputs[1][i].text]
             lines.append(f"{'beam ' + str(beam):<10} {len(pairs):>8} {sum(b for b, _ in pairs):>10} "
                          f"{sum(g for _, g in pairs):>12} {sum(not (b or g) for b, g in pairs):>8}")
     if forms:
@@ -77,7 +85,6 @@ def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha
         lines.append(f"{'form':<28} {'n':>5} " + " ".join(f"{'greedy' if b == 1 else f'beam {b}':>8}" for b in beams))
         for form in names:
             idx = [i for i, e in enumerate(test) if e.form == form]
-            cells = " ".join(f"{share([right(translator, o, e) for o, e in zip(outputs[b], test)], idx):>8.4f}"
-                             for b in beams)
+            cells = " ".join(f"{share(correct[b], idx):>8.4f}" for b in beams)
             lines.append(f"{form:<28} {len(idx):>5} {cells}")
     return "\n".join(lines)

@@ -7,12 +7,16 @@ log-probability of it (without the constraint) is at least :data:`MIN_LOGPROB` (
 :meth:`Translator.accepts`). :meth:`Translator.verdict` gives the reason for every input that gets
 no date (what ``beamsearch translate`` and ``beamsearch decode`` print): among them, a year outside
 :data:`YEARS` (the years the models were trained on) and a best reading whose year is not the one
-the source writes (:func:`beamsearch.zoo.dates.written_year`), so no other year is ever printed.
+the source writes (:func:`beamsearch.zoo.dates.written_year`), so no other year is ever printed; a
+two-digit year whose century the model cannot tell (its readings in the other centuries within
+:data:`CENTURY_MARGIN` of the best, :meth:`Translator.century_readings`); and an output cut at
+``max_steps`` (a date takes :data:`DATE_STEPS`), said as such, not as "no date".
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -24,11 +28,14 @@ from beamsearch.zoo.checkpoint import CheckpointError, load_checkpoint
 from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB, YEARS, written_year
 from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer
 
-__all__ = ["CHECKPOINTS", "MIN_LOGPROB", "MODELS", "YEARS", "CheckpointError", "Output", "Translator"]
+__all__ = ["CENTURY_MARGIN", "CHECKPOINTS", "DATE_STEPS", "MIN_LOGPROB", "MODELS", "YEARS", "CheckpointError", "Output",
+           "Translator", "readable"]
 
 CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "checkpoints"
 MODELS = ("seq2seq", "transformer")
 MIN_LOGPROB = -2.0  # the least model_logprob of an accepted date, chosen on the validation set (README)
+CENTURY_MARGIN = 0.05  # a two-digit year's best reading must beat each other century's by this much (log-probability)
+DATE_STEPS = 11  # the steps of a date: 10 characters (YYYY-MM-DD), then eos
 
 
 @dataclass
@@ -88,13 +95,14 @@ class Translator:
         return None
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        """int64 ``[N, S]`` source ids, padded; ValueError for a text the model cannot read."""
+        """int64 ``[N, S]`` source ids of the texts as the model reads them
+        (:func:`readable`), padded; ValueError for a text it cannot read."""
         rows = []
         for i, text in enumerate(texts):
             problem = self.problem(text)
             if problem is not None:
                 raise ValueError(f"text {i + 1} ({text[:20]!r}): {problem}")
-            rows.append(SOURCE_VOCAB.encode(text))
+            rows.append(SOURCE_VOCAB.encode(readable(text)))
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.cfg.pad] * (width - len(r)) for r in rows], dtype=torch.int64)
 
@@ -193,22 +201,65 @@ class Translator:
         ``model_logprob >= MIN_LOGPROB``."""
         return why_not_a_date(output.text) is None and output.model_logprob >= MIN_LOGPROB
 
-    def verdict(self, text: str, outputs: Sequence[Output] | None) -> str | None:
+    def verdicts(self, texts: Sequence[str], outputs: Sequence[Sequence[Output] | None],
+                 max_steps: Sequence[int] | None = None) -> list[str | None]:
+        """:meth:`verdict` of each text on its outputs (searched with ``max_steps[i]`` steps;
+        None: the model's own), the :meth:`century_readings` of them all computed in one batch."""
+        steps = list(max_steps) if max_steps is not None else [None] * len(texts)
+        readings = [r for start in range(0, len(texts), self.chunk)
+                    for r in self.century_readings(texts[start : start + self.chunk], outputs[start : start + self.chunk])]
+        return [self.verdict(text, out, n, r) for text, out, n, r in zip(texts, outputs, steps, readings)]
+
+    @torch.no_grad()
+    def century_readings(self, texts: Sequence[str], outputs: Sequence[Sequence[Output] | None]
+                         ) -> list[dict[str, float] | None]:
+        """Per text that writes a two-digit year (:func:`~beamsearch.zoo.dates.written_year`) and
+        whose best output is a real date: that date in each century of :data:`YEARS` where it is
+        a real date, with the model's own log-probability of it (teacher-forced, unconstrained,
+        one batch for all): ``{"1810-12-11": -1.106, "1910-12-11": -1.112, "2010-12-11": -1.129}``.
+        None for any other text, and where one century alone makes a real date (the calendar
+        tells it: February 29 of '00 is 2000)."""
+        wanted: list[tuple[int, str]] = []  # (text's position, a reading)
+        for i, (text, outs) in enumerate(zip(texts, outputs)):
+            year = written_year(readable(text)) if self.problem(text) is None and outs else None
+            if year is None or len(year) != 2 or why_not_a_date(outs[0].text) is not None:
+                continue
+            dates = [f"{c}{outs[0].text[2:]}" for c in ("18", "19", "20")]
+            dates = [d for d in dates if why_not_a_date(d) is None and _supported(int(d[:4]))]
+            wanted += [(i, d) for d in dates] if len(dates) > 1 else []
+        out: list[dict[str, float] | None] = [None] * len(texts)
+        if wanted:
+            row = {i: r for r, i in enumerate(dict.fromkeys(i for i, _ in wanted))}  # position -> source row
+            state = self.model.init_state(self.encode([texts[i] for i in row]))
+            logprobs = self._model_logprobs(select_state(state, [row[i] for i, _ in wanted]),
+                                            [TARGET_VOCAB.encode(d) + [self.cfg.eos] for _, d in wanted])
+            for (i, date), logprob in zip(wanted, logprobs):
+                out[i] = {**(out[i] or {}), date: logprob}
+        return out
+
+    def verdict(self, text: str, outputs: Sequence[Output] | None, max_steps: int | None = None,
+                readings: dict[str, float] | None = None) -> str | None:
         """None when the best of ``outputs`` (best first; None: ``text`` was not decoded) is a
         date to print for ``text``; otherwise the reason it gets no date, one line naming the text:
         it cannot be read (:meth:`problem`); it writes a year outside :data:`YEARS`
-        (:func:`~beamsearch.zoo.dates.written_year`); the best output is "no date", not a real date
-        (a search without the calendar), a year outside :data:`YEARS`, or a year other than the
-        one ``text`` writes (a two-digit year: other last two digits); or the model is not
-        confident of it (:meth:`accepts`)."""
+        (:func:`~beamsearch.zoo.dates.written_year`); the output was cut at ``max_steps`` (the
+        search's; None: the model's own, room for a date) before a date could end; the best output
+        is "no date", not a real date (a search without the calendar), a year outside
+        :data:`YEARS`, or a year other than the one ``text`` writes (a two-digit year: other last
+        two digits); the model is not confident of it (:meth:`accepts`); or, given its
+        :meth:`century_readings`, a two-digit year whose best reading does not beat each other
+        century's by :data:`CENTURY_MARGIN`."""
         shown = _shown(text)
         problem = self.problem(text)
         if problem is not None:
             return f"cannot read {shown}: {problem}"
-        year = written_year(text)
+        year = written_year(readable(text))
         if year is not None and len(year) == 4 and not _supported(int(year)):
             return f"no date in {shown}: year {year} is outside {YEARS[0]}-{YEARS[1]}, the years the models read"
         best = outputs[0] if outputs else None
+        cut = _cut(best, max_steps)
+        if cut is not None:
+            return f"no date in {shown}: {cut}"
         if best is None or best.text == "":
             return f"no date in {shown}"
         why = why_not_a_date(best.text)
@@ -222,7 +273,7 @@ class Translator:
         if not self.accepts(best):
             return (f"not confident that {shown} is a date (best reading {best.text}, model logprob "
                     f"{best.model_logprob:.2f} < {MIN_LOGPROB})")
-        return None
+        return _century_unknown(shown, best.text, readings)
 
     @torch.no_grad()
     def rescore(self, text: str, tokens: Sequence[int]) -> float:
@@ -237,6 +288,55 @@ class Translator:
 
     def _output(self, h: Hypothesis) -> Output:
         return Output(TARGET_VOCAB.decode(h.tokens), h, h.logprob)
+
+
+_SPACED = re.compile(r"(\s*)(\d{1,4}) +(\d{1,2}) +(\d{1,4})(\s*)")  # 1999 12 31, 12 31 1999
+
+
+def readable(source: str) -> str:
+    """``source`` as the models read it (its year read back from that,
+    :func:`~beamsearch.zoo.dates.written_year`): a numeric date whose three numbers are separated
+    by spaces, not among the forms they were trained on, written in the trained form of its order:
+    year first (four digits) with dashes (``"1999 12 31"`` as ``"1999-12-31"``: year, month, day,
+    as every year-first form), year last (four digits or two) with slashes (``"12 31 1999"`` as
+    ``"12/31/1999"``: month first, or day first when the first number is over 12, as every slashed
+    form); any other text as it is."""
+    m = _SPACED.fullmatch(source)
+    if m is None:
+        return source
+    lead, a, b, c, tail = m.groups()
+    if len(a) == 4 and len(c) <= 2:
+        return f"{lead}{a}-{b}-{c}{tail}"
+    if len(a) <= 2 and len(c) in (2, 4):
+        return f"{lead}{a}/{b}/{c}{tail}"
+    return source
+
+
+def _cut(best: Output | None, max_steps: int | None) -> str | None:
+    """Why the search's output is a cut one, or None: ``max_steps`` (None: the model's own) leaves
+    no room for a date, or the best hypothesis did not end (the search stopped it at its last step)."""
+    if max_steps is not None and max_steps < DATE_STEPS:
+        return (f"max_steps={max_steps} cuts every output short of a date (a date takes {DATE_STEPS} steps: "
+                "10 characters, then eos)")
+    if best is not None and not best.hypothesis.finished:
+        steps = max_steps if max_steps is not None else len(best.hypothesis.tokens)
+        return f"its best reading {best.text!r} was cut at max_steps={steps} before it ended"
+    return None
+
+
+def _century_unknown(shown: str, best: str, readings: dict[str, float] | None) -> str | None:
+    """Why the century of ``best`` (the reading of the text ``shown``, which writes a two-digit
+    year) is not told, or None: another century's reading is within :data:`CENTURY_MARGIN` of it
+    (``readings``: each reading's model log-probability, :meth:`Translator.century_readings`)."""
+    if not readings or best not in readings:
+        return None
+    others = [logprob for date, logprob in readings.items() if date != best]
+    if readings[best] - max(others) >= CENTURY_MARGIN:
+        return None
+    listed = ", ".join(f"{date} ({logprob:.3f})" for date, logprob in readings.items())
+    return (f"no date in {shown}: the century of its two-digit year is not written and the model cannot tell it "
+            f"(its readings, with their log-probabilities: {listed}; {best[:4]} is not {CENTURY_MARGIN} above "
+            "every other)")
 
 
 def _supported(year: int) -> bool:
