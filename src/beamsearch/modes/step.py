@@ -21,7 +21,7 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.config import control
-from beamsearch.core.engine import StepFn, run
+from beamsearch.core.engine import StepFn, carriers, run
 from beamsearch.core.mode import Mode
 from beamsearch.core.plan import mode_options, pad_id
 from beamsearch.core.results import ranking
@@ -259,7 +259,8 @@ def _segments(step_fn: StepFn, live: Live, s: StepSettings, limit: np.ndarray, w
                   recent=recent)
     rank, _ = ranking(outcome.ended, parent.shape[0], LENGTH_PENALTIES["gnmt"], 0.0, n_best=per_input,
                       finished_first=True)
-    return live.candidates(outcome, rank, parent, slot, controls.eos)
+    kept = {key for key, p in carriers(controls).items() if not p.needs_prompt}  # the others restart from whole prompts
+    return live.candidates(outcome, rank, parent, slot, controls.eos, kept)
 
 
 @dataclass(frozen=True)

@@ -173,10 +173,12 @@ class Live:
                                             self.step_scores) if sc]
 
     def candidates(self, outcome: Outcome, rank: np.ndarray, parent: np.ndarray, engine_slot: np.ndarray,
-                   eos: np.ndarray) -> Candidates:
+                   eos: np.ndarray, kept: set[int]) -> Candidates:
         """A round's candidates: the hypotheses ``rank`` (positions in ``outcome.ended``, by
         engine input) of engine inputs that expand partial solutions ``parent`` (int64 ``[E]``);
-        engine input e's k-th is candidate ``engine_slot[e] + k`` of its prompt."""
+        engine input e's k-th is candidate ``engine_slot[e] + k`` of its prompt. ``kept``: the
+        processors (by ``id``) whose row states go on to the next round (the others, which start
+        from a prompt, start again from the whole one: n-gram blocking)."""
         chosen = outcome.ended.take(rank)
         tokens, _ = outcome.trail.paths(chosen)
         steps = chosen.step.tolist()
@@ -185,7 +187,8 @@ class Live:
         which = parent[chosen.input]
         slot = engine_slot[chosen.input] + positions(chosen.input)
         joined = concat_state(list(outcome.model_states)) if outcome.model_states else None
-        carried = concat_state(list(outcome.carried_states)) if outcome.carried_states else None
+        carried = concat_state([{key: c[key] for key in kept} for c in outcome.carried_states]) \
+            if outcome.carried_states and kept else None
         by_eos = np.isin(last, eos)
         return Candidates(self, which, segs, chosen.logprob, chosen.finished & by_eos, rank, slot, joined, carried,
                           chosen.finished & ~by_eos)
