@@ -180,3 +180,22 @@ def test_a_row_ending_with_the_pad_id_is_read_at_its_last_token():
     assert got.tolist() == pytest.approx(want, abs=FLOAT32)
     with pytest.raises(ValueError, match="prompts"):
         RewardScorer(reward_model())([[5]], [[VOCAB]])
+
+
+def test_reward_scorer_refuses_a_row_longer_than_its_positions():
+    """The reward model has 128 positions: a row of 128 tokens is scored, one of 129 (the step tag
+    counted) is a ValueError naming the candidate and both numbers before the model runs (it was an
+    IndexError from the position embedding); in a step search, after the first round's segments."""
+    scorer = RewardScorer(reward_model(), step_tag=[DELIM])
+    assert scorer([[5] * 100, [9]], [[1] * 27, [2]]).shape == (2,)  # 100 + 27 + 1 = 128
+    with pytest.raises(ValueError, match=r"^prompts\[1\] \+ partial_solutions\[1\] \+ step_tag is 129 tokens "
+                                         r"\(100 \+ 28 \+ 1\), more than the reward model's 128 positions"):
+        scorer([[9], [5] * 100], [[2], [1] * 28])
+    torch.manual_seed(0)
+    wide = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=256, n_embd=32,
+                                                                 n_layer=2, n_head=2, eos_token_id=EOS)).eval()
+    prompt = [5] * 126
+    dec = causal_lm(wide, [prompt], max_new_tokens=8)
+    with pytest.raises(ValueError, match=r"^prompts\[\d+\] \+ partial_solutions\[\d+\] is 1[23]\d tokens \(126 \+ "):
+        step_search(dec.step, dec.init_state, dec.prompts, scorer=RewardScorer(reward_model()),
+                    **common(max_steps=8, min_new_tokens=3, stop_sequences=[]))

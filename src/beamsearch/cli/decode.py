@@ -13,8 +13,8 @@ from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positi
 from beamsearch.corpus.load import HF_MAX_STEPS
 from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.cli.decode_files import check_decode_files, decode_identity, output_locked
-from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults
-from beamsearch.core.config import DecodingConfig
+from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults, option_names
+from beamsearch.core.config import DecodingConfig, flag
 from beamsearch.modes.registry import MODES as SEARCH_MODES
 
 
@@ -50,9 +50,13 @@ def _search(args: argparse.Namespace) -> dict[str, Any]:
     """decode_records' keywords: the search options given (by their names), an hf: model's
     generation-config defaults for those not given, ``--max-steps`` parsed, and the runner's own."""
     options = given(args)
-    defaults = hf_defaults(args.model, options)
-    if defaults.pop("mode", None) == "greedy" and args.mode == "beam":
-        args.mode = "greedy"  # as generate decodes num_beams=1
+    asked = args.mode
+    args.mode, defaults = hf_defaults(args.model, asked, options)
+    dropped = [k for k in options if asked != args.mode and option_names()[k] == asked]
+    if dropped:  # transformers with one beam: generate's greedy decoding, which has none of its options
+        print(f"beamsearch: note: --mode {asked} with one beam is generate's greedy decoding, which takes no "
+              f"{', '.join(flag(k) for k in dropped)}", file=sys.stderr)
+        options = {k: v for k, v in options.items() if k not in dropped}
     if args.mode == "greedy":
         for name in ("beam_size", "n_best"):
             if options.get(name) == 1:
@@ -177,9 +181,9 @@ def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
     from beamsearch import corpus
 
     positive(args, "--ray-workers", "--ray-batch")
-    for flag, on in (("--resume", args.resume), ("--trace", args.trace is not None)):
+    for name, on in (("--resume", args.resume), ("--trace", args.trace is not None)):
         if on:
-            raise CliError(f"beamsearch: error: {flag} does not apply with --ray", 2)
+            raise CliError(f"beamsearch: error: {name} does not apply with --ray", 2)
     try:
         source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     except OSError as e:
@@ -264,10 +268,11 @@ def add_command(sub: Any, fmt: type) -> None:
                    help="most decoder tokens the rows of one model call may hold, padding included: lines join "
                         "when (rows in flight + theirs) x (the widest prompt + max steps among them) fits; a line "
                         "whose own rows need more gets an error record")
-    p.add_argument("--mode", choices=tuple(SEARCH_MODES), default="beam",
+    p.add_argument("--mode", choices=tuple(SEARCH_MODES), default=None,
                    help="the search: " + "; ".join(f"{m.name}: {m.summary}" for m in SEARCH_MODES.values())
-                        + " (an hf: model with --beam-size 1, or num_beams 1 in its generation config, decodes "
-                          "greedily, as generate does)")
+                        + " (default: beam; for --model hf:DIR, the one generate runs for its generation config: "
+                          "greedy for one beam (--beam-size 1, or num_beams 1 there), beam for more, diverse for "
+                          "num_beam_groups; transformers with one beam decodes greedily, as generate does)")
     group = p.add_argument_group(
         "search options", "the decoding configuration's fields and each mode's own options, by their library names "
         "(the mode's name before an option's help); for --model hf:DIR, one not given takes its saved generation "

@@ -39,8 +39,8 @@ def _flag_type(annotation: str) -> Any:
 def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annotation: str, owner: str) -> None:
     """One flag (and its older spellings) for option ``name``; its value is None unless given."""
     shown = "" if default is None or default == () else f" (default {default})"
-    # decode reads a saved generation config's shared settings (hf_defaults); a mode's own are read by hf.generate
-    read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf and not owner else ""
+    # decode reads a saved generation config's settings (hf_defaults), a mode's own as ids are read by hf.generate
+    read = f"; for --model hf:DIR, its generation config's {c.hf} when not given" if c.hf and not c.texts else ""
     text = f"{owner}{c.help}{shown}{read}"
     names = (flag(name), *c.aliases)
     if c.file:
@@ -118,37 +118,61 @@ def _file_text(name: str, path: str) -> str:
         raise CliError(f"beamsearch: error: {e}", 2) from None
 
 
-def hf_defaults(spec: str, options: dict[str, Any]) -> dict[str, Any]:
-    """For ``--model hf:DIR``: the options its saved generation config sets (as
-    :func:`beamsearch.hf.generate` reads it) that ``options`` does not give, its
-    ``max_new_tokens`` as ``max_steps``, and ``mode`` greedy where it decodes with one beam (as
-    ``generate`` does); one line on stderr names the settings decode does not apply. Nothing for
-    other models."""
+def hf_defaults(spec: str, mode: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The mode decode runs and, for ``--model hf:DIR``, the options its saved generation config
+    gives that mode, as :func:`beamsearch.hf.generate` reads it for the same mode.
+
+    The mode: ``--mode``, else (an hf: folder) the one ``generate`` runs for the config, with
+    ``--beam-size`` in place of its ``num_beams`` where given (greedy for one beam, beam search for
+    more, diverse beam search for ``num_beam_groups``); ``transformers`` with one beam decodes
+    greedily, as ``generate`` does; beam search for other models. The options: the config's
+    settings that the mode takes (the shared ones and its own, its ``max_new_tokens`` as
+    ``max_steps``; a setting left at ``generate``'s default gives the mode's own default, as in
+    ``hf.generate``), for the options ``options`` does not give. One line on stderr names the
+    settings decode does not apply, another those the mode does not take.
+    """
     folder = pathlib.Path(spec[3:]) if spec.startswith("hf:") else None
     if folder is None or not folder.is_dir():
-        return {}
+        return mode or "beam", {}
+    import copy
+
     from beamsearch import hf
+    from beamsearch.hf.modes import choose_mode, config_keywords, generate_rule
+    from beamsearch.hf.settings import generate_defaults
 
     try:
-        cfg = hf.saved_generation_config(folder)
-        settings = hf.search_settings(cfg)
+        saved = hf.saved_generation_config(folder)
+        settings = hf.search_settings(saved)
     except (ValueError, TypeError, OSError) as e:
         raise CliError(f"beamsearch: error: --model {spec}: its generation config: {e}", 2) from None
+    defaults = generate_defaults()
+    cfg = copy.deepcopy(saved)  # its unset fields at generate's defaults, as hf.generate resolves it
+    cfg.update(**defaults, defaults_only=True)
+    beams = options.get("beam_size", settings["beam_size"])
+    if mode is None:  # as generate chooses, the phrases of force_words_ids aside (decode's --constraints are texts)
+        asked = copy.deepcopy(cfg)
+        asked.num_beams, asked.force_words_ids = beams, None
+        mode = choose_mode(None, asked, defaults, {}).name
+    chosen = generate_rule(MODES[mode], beams)
     steps = settings.pop("max_new_tokens")
-    out = {name: value for name, value in settings.items() if name not in options}
+    keywords, dropped = config_keywords(chosen, settings, cfg, defaults)
+    texts = {name for name, (_, c) in chosen.own.items() if c.texts}  # ids in the config; decode's are texts
+    readable = {name for name, owner in option_names().items() if owner in ("", chosen.name) and name not in texts}
+    read = {name: value for name, value in keywords.items() if name in readable}
+    out = {name: value for name, value in read.items() if name not in options}
     if steps is not None and "max_steps" not in options:
         out["max_steps"] = str(steps)
-    if options.get("beam_size", settings["beam_size"]) == 1:
-        out.pop("beam_size", None)
-        out.pop("n_best", None)
-        out["alpha"] = options.get("alpha", 0.0)  # generate's greedy has no length penalty
-        out["mode"] = "greedy"
-    other = hf.other_settings(cfg)
+    applied = {c.hf for name, (_, c) in chosen.own.items() if name in read}
+    other = {k: v for k, v in hf.other_settings(saved).items() if k not in applied}
     if other:
         shown = ", ".join(f"{k}={v!r}" for k, v in other.items())
         print(f"beamsearch: note: the generation config of {spec} sets {shown}, which decode does not apply",
               file=sys.stderr)
-    return out
+    if dropped:
+        shown = ", ".join(f"{setting}={value!r}" for setting, (_, value) in dropped.items())
+        print(f"beamsearch: note: the generation config of {spec} sets {shown}, which --mode {chosen.name} does "
+              "not take", file=sys.stderr)
+    return chosen.name, out
 
 
 def flag_names(message: str) -> str:

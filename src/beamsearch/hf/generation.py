@@ -30,7 +30,7 @@ from beamsearch.hf.multimodal import call_model_inputs, media_rows
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
 from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
-from beamsearch.hf.modes import choose_mode, mode_keywords, own_options
+from beamsearch.hf.modes import choose_mode, generate_rule, mode_keywords, own_options
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
 
 
@@ -49,7 +49,8 @@ class Generation:
             ``no_repeat_ngram_size``, ``logits_processors``, ``stop_sequences``, ``early_stop``;
             greedy decoding: the same but the sizes and ``early_stop``; a mode's own options),
             the model's step, state and prompts aside.
-        mode: the registered search mode that ran (``"greedy"``, ``"beam"``, ``"diverse"``, ...).
+        mode: the registered search mode that ran (``"greedy"``, ``"beam"``, ``"diverse"``, ...;
+            ``mode="transformers"`` with one beam runs ``"greedy"``, as ``generate`` does).
         sequences: ``generate``'s ``sequences``, int64 ``[R, P + L]``: per hypothesis (input-major,
             best first; R = N * num_return_sequences), a causal LM's prompt as ``generate`` holds it
             (the tensor as given, padding included; lists left-padded) or an encoder-decoder's
@@ -64,9 +65,9 @@ class Generation:
             row ``i * W + j`` holds the processed log-probabilities of input i's j-th row of that
             step (the search's rows, best first), -inf where the input had no such row (one row
             at step 1; none after it stopped). ``generate``'s values under ``mode="transformers"``
-            (its processors act after log_softmax); under the library's rule and in greedy
-            decoding, the log_softmax of the processed logits (``generate``'s greedy ``scores``
-            are the processed logits before it). None when not asked.
+            (its beam search's processors act after log_softmax; with one beam, its greedy
+            ``scores``: the processed logits); under the library's rule and in greedy decoding,
+            the log_softmax of the processed logits. None when not asked.
         logits: with ``output_logits=True``: the model's raw logits, laid out as ``scores``.
         beam_indices: with ``output_scores=True`` (beam modes): int64 ``[R, L]``, the row
             (``i * W + j``) each hypothesis's token of each step extended, -1 past its end.
@@ -143,9 +144,10 @@ def _lengths(cfg: GenerationConfig, rows: list[list[int]], encoder_decoder: bool
 
 
 def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
-                encoder_decoder: bool) -> list[Any]:
+                encoder_decoder: bool, zero: bool = False) -> list[Any]:
     """The generation config's logits processors, in ``generate``'s order (the n-gram block and
-    the min-new-tokens mask are the search's own keywords)."""
+    the min-new-tokens mask are the search's own keywords). ``zero``: forced tokens at 0, as
+    ``generate``'s processors set them (:class:`ForcedTokens`; ``mode="transformers"``)."""
     out: list[Any] = []
     if cfg.sequence_bias is not None:
         bias = cfg.sequence_bias
@@ -165,10 +167,10 @@ def _processors(cfg: GenerationConfig, eos: np.ndarray | None, steps: list[int],
             raise ValueError("forced_bos_token_id is set: generate forces it only where the decoder input is one "
                              "token (encoder-decoders); unset it for a decoder-only model")
         ids = np.array([check.token("forced_bos_token_id", cfg.forced_bos_token_id)])
-        out.append(ForcedTokens(ids, np.ones(n, np.int64)))
+        out.append(ForcedTokens(ids, np.ones(n, np.int64), zero))
     if cfg.forced_eos_token_id is not None:
         forced = cfg.forced_eos_token_id
-        out.append(ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64)))
+        out.append(ForcedTokens(check.eos_ids("forced_eos_token_id", forced), np.asarray(steps, np.int64), zero))
     if cfg.suppress_tokens:
         out.append(SuppressTokens(list(cfg.suppress_tokens)))
     if cfg.begin_suppress_tokens:
@@ -192,12 +194,13 @@ def _stop_sequences(cfg: GenerationConfig, tokenizer: Any) -> list[list[int]]:
 
 
 def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any,
-              default_length: bool = False) -> dict[str, Any]:
+              default_length: bool = False, zero: bool = False) -> dict[str, Any]:
     """The search a generation config asks for (see :attr:`Generation.settings`), checked before
     the model runs. ``default_length``: no ``max_length`` was set (:func:`_default_length`), so
     ``max_length`` counts new tokens only, as ``generate`` counts them: every input gets
     ``min(max_length + P, max_position_embeddings) - P`` with ``P`` the padded prompt width (1,
-    the decoder start token, for an encoder-decoder)."""
+    the decoder start token, for an encoder-decoder). ``zero``: forced tokens at ``generate``'s
+    0 (:func:`_processors`)."""
     encoder_decoder = bool(model.config.is_encoder_decoder)
     eos, extra = search_eos(model, cfg.eos_token_id)
     eos_ids = None if extra else check.eos_ids("eos_token_id", eos)
@@ -211,8 +214,8 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     steps, m = _lengths(cfg, rows, encoder_decoder, new)
     del common["max_new_tokens"]
     return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
-            "logits_processors": [*_processors(cfg, eos_ids, steps, encoder_decoder), *grammars(cfg, tokenizer, eos_ids),
-                                  *catalogues(cfg, tokenizer, eos_ids, steps)],
+            "logits_processors": [*_processors(cfg, eos_ids, steps, encoder_decoder, zero),
+                                  *grammars(cfg, tokenizer, eos_ids), *catalogues(cfg, tokenizer, eos_ids, steps)],
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
@@ -327,8 +330,10 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
         attention_mask = inferred_mask(inputs, cfg.pad_token_id, cfg.eos_token_id)
     rows = media_rows(model, media) if inputs is None else input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
-    settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides))
     spec = choose_mode(mode, cfg, defaults, given)
+    rule = spec.name == "transformers"  # generate's values: forced tokens at 0, greedy scores the processed logits
+    settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides), rule)
+    spec = generate_rule(spec, settings["beam_size"])
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")
     hooks = generate_hooks(model, spec, cfg, inputs, rows, logits_processor=logits_processor, streamer=streamer,
@@ -339,11 +344,13 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     encoder_decoder = bool(model.config.is_encoder_decoder)
     if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (its plan is rebuilt)
         spec.plan([[0]] * len(rows) if encoder_decoder else rows, **search)
-    steps = step_outputs(spec, search, cfg)  # its refusal too, before the prefill
+    steps = step_outputs(spec, search, cfg, processed=rule)  # its refusal too, before the prefill
+    if steps is not None and steps.tap is not None:
+        search["logits_processors"] = [*search["logits_processors"], steps.tap]
     prepare = seq2seq_lm if encoder_decoder else causal_lm
     eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
-    start = {"decoder_start_token_id": cfg.decoder_start_token_id} if encoder_decoder else \
-        {"share_prompt": share_prompt_cache}
+    first = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else cfg.bos_token_id  # as generate
+    start = {"decoder_start_token_id": first} if encoder_decoder else {"share_prompt": share_prompt_cache}
     dec = prepare(model, None if inputs is None else rows,
                   pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
                   eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start, **media.keywords())

@@ -269,9 +269,8 @@ def generate_hooks(model: Any, spec: Any, cfg: Any, inputs: Any, rows: list[list
         return Hooks([])
     pad = cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else 0
     start = None
-    if model.config.is_encoder_decoder:  # the call's, else the model's (as seq2seq_lm reads it)
-        start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else \
-            model.generation_config.decoder_start_token_id
+    if model.config.is_encoder_decoder:  # the call's, else the model's, else its bos id (as generate reads it)
+        start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else cfg.bos_token_id
     held = held_prompts(model, inputs, rows, pad, start)
     processors: list[Any] = []
     if prefix_allowed_tokens_fn is not None:

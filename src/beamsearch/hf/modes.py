@@ -26,7 +26,7 @@ from beamsearch.core.mode import Mode
 from beamsearch.modes.constrained import AnyOf
 from beamsearch.modes.registry import MODES, mode as registered
 
-__all__ = ["choose_mode", "mode_keywords", "own_options"]
+__all__ = ["choose_mode", "config_keywords", "generate_rule", "mode_keywords", "own_options"]
 
 # the GenerationConfig setting each shared control is read from (num_beams for beam_size, ...)
 _SETTING = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
@@ -80,6 +80,14 @@ def choose_mode(mode: str | None, cfg: Any, defaults: Mapping[str, Any], given: 
     return MODES["greedy" if cfg.num_beams == 1 else "beam"]
 
 
+def generate_rule(spec: Mode, beam_size: int) -> Mode:
+    """The mode that runs ``spec`` with ``beam_size`` beams: ``mode="transformers"`` is
+    ``generate``'s own decoding, which with one beam (``num_beams=1``) is greedy decoding (its
+    processors on the logits, the argmax, no length penalty), not a beam of one; ``spec``
+    otherwise."""
+    return MODES["greedy"] if spec.name == "transformers" and beam_size == 1 else spec
+
+
 def _forced_words(value: Any, n_inputs: int) -> list[list[Any]]:
     """``force_words_ids`` (``generate``'s form, for every input: a list whose items are a word's
     ids, or a list of alternative words' ids) as the constrained mode's ``constraints`` (one
@@ -95,9 +103,49 @@ def _forced_words(value: Any, n_inputs: int) -> list[list[Any]]:
 _FROM_SETTING = {"force_words_ids": _forced_words}
 
 
+def config_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: Mapping[str, Any],
+                    n_inputs: int = 1) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]]:
+    """What a generation config gives the mode ``spec``, as :func:`beamsearch.hf.generate` reads
+    it (and ``beamsearch decode --model hf:DIR``, for the options not given).
+
+    Args:
+        spec: the mode.
+        settings: the shared controls and sizes read from the config (``beam_size``, ``alpha``,
+            ``max_steps``, ``logits_processors``, ..., and ``early_stop``).
+        cfg: the resolved ``GenerationConfig``; defaults: ``generate``'s default of each setting.
+        n_inputs: N, for the options given once for every input (``force_words_ids``).
+
+    Returns:
+        ``(keywords, dropped)``: the keywords (the settings the mode takes; the mode's own default
+        of a shared control whose setting is at ``generate``'s default; each own option from its
+        ``GenerationConfig`` setting, even at the default, once the mode is chosen), and the
+        settings the mode does not take that are set away from ``generate``'s defaults, as
+        ``setting -> (keyword, value)``.
+    """
+    out: dict[str, Any] = {}
+    dropped: dict[str, tuple[str, Any]] = {}
+    for name, value in settings.items():
+        if spec.takes(name):
+            out[name] = value
+            continue
+        setting = _SETTING.get(name)
+        if setting is not None and getattr(cfg, setting) != defaults.get(setting):
+            dropped[setting] = (name, getattr(cfg, setting))  # not generate's default: the caller says so
+    for name, value in spec.defaults.items():  # the mode's default, unless the call's config set the setting
+        setting = _SETTING.get(name)
+        if setting is None or getattr(cfg, setting) == defaults.get(setting):
+            out[name] = value
+    for name, (_, c) in spec.own.items():
+        if c.hf and getattr(cfg, c.hf, None) is not None:
+            value = getattr(cfg, c.hf)
+            out[name] = _FROM_SETTING[c.hf](value, n_inputs) if c.hf in _FROM_SETTING else value
+    return out, dropped
+
+
 def mode_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: Mapping[str, Any],
                   given: Mapping[str, Any], explicit: set[str], n_inputs: int) -> dict[str, Any]:
-    """The keywords ``spec.function`` gets.
+    """The keywords ``spec.function`` gets: :func:`config_keywords`, then the mode's own options
+    given as keywords.
 
     Args:
         spec: the mode (:func:`choose_mode`).
@@ -111,32 +159,16 @@ def mode_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: M
         ValueError: a setting of the call that the mode does not take (named with the mode's
             reason), or an option the mode needs and nobody gave.
     """
-    out: dict[str, Any] = {}
-    dropped = {}
-    for name, value in settings.items():
-        if spec.takes(name):
-            out[name] = value
-            continue
-        setting = _SETTING.get(name)
-        if setting is None or getattr(cfg, setting) == defaults.get(setting):
-            continue  # generate's default, or a keyword of the search no setting gives (early_stop)
+    out, dropped = config_keywords(spec, settings, cfg, defaults, n_inputs)
+    for setting, (name, value) in dropped.items():
         if setting in explicit:
             why = spec.refused.get(name, "it is not one of its options")
-            raise ValueError(f"mode {spec.name!r} does not take {setting}={getattr(cfg, setting)!r}: {why}")
-        dropped[setting] = getattr(cfg, setting)
+            raise ValueError(f"mode {spec.name!r} does not take {setting}={value!r}: {why}")
     if dropped:
-        warnings.warn(f"mode {spec.name!r} does not take the model's generation settings {dropped}; they are "
+        shown = {setting: value for setting, (_, value) in dropped.items()}
+        warnings.warn(f"mode {spec.name!r} does not take the model's generation settings {shown}; they are "
                       "not used", stacklevel=4)
-    for name, value in spec.defaults.items():  # the mode's default, unless the call's config set the setting
-        setting = _SETTING.get(name)
-        if setting is None or getattr(cfg, setting) == defaults.get(setting):
-            out[name] = value
-    for name, (_, c) in spec.own.items():
-        if name in given:
-            out[name] = given[name]
-        elif c.hf and getattr(cfg, c.hf, None) is not None:  # the mode is chosen: its setting, even at the default
-            value = getattr(cfg, c.hf)
-            out[name] = _FROM_SETTING[c.hf](value, n_inputs) if c.hf in _FROM_SETTING else value
+    out.update({name: given[name] for name in spec.own if name in given})
     needed = [p.name for p in inspect.signature(spec.function).parameters.values()
               if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in out]
     if needed:

@@ -13,7 +13,7 @@ import torch
 from beamsearch.core.select import positions
 from beamsearch.core.trace import FINISHED, KEPT, PRUNED, UNFINISHED, LogprobsCallback, StepRecord, stop_mask
 
-__all__ = ["LogitsTap", "StepOutputs", "sequences", "sequences_scores"]
+__all__ = ["LogitsTap", "ProcessedTap", "StepOutputs", "sequences", "sequences_scores"]
 
 
 def sequences(hypotheses: Sequence[Sequence[Any]], head: torch.Tensor, pad: int | None) -> torch.Tensor:
@@ -60,6 +60,26 @@ class LogitsTap:
         return logits, new_state
 
 
+class ProcessedTap:
+    """A processor of the search, the last before log_softmax, that changes nothing and keeps each
+    step's processed logits ``[k, V]`` for :class:`StepOutputs` (``outputs.last_processed``):
+    ``generate``'s greedy ``scores``. Only a step's first call is kept (the engine calls the
+    processors again on some rows to name one that made a row NaN)."""
+
+    needs_history = False
+    last_step = None
+    masks_only = True  # it sets nothing
+
+    def __init__(self, outputs: StepOutputs) -> None:
+        self.outputs, self.step = outputs, 0
+
+    def __call__(self, logits: Any, ctx: Any) -> Any:
+        if ctx.step != self.step:
+            self.step = ctx.step
+            self.outputs.last_processed = ctx.backend.copy(logits)
+        return logits
+
+
 class StepOutputs(LogprobsCallback):
     """``generate``'s per-step outputs, collected by a search's step callback.
 
@@ -73,18 +93,24 @@ class StepOutputs(LogprobsCallback):
         logits: keep each step's raw logits (``output_logits``; the step must be a
             :class:`LogitsTap` on this object).
         inner: another step callback (its return, inputs to stop, is the search's).
+        processed: with ``scores``, keep each step's processed logits (before log_softmax, as
+            ``generate``'s greedy decoding gives them) in place of the log-probabilities: the
+            search's last processor must be :attr:`tap`.
 
     Attributes (after the search):
         scores, logits: tuples of T float32 tensors ``[N * width, V]``, T the steps run (None when
             not asked).
+        tap: the :class:`ProcessedTap` that feeds ``processed`` scores, else None.
     """
 
     def __init__(self, width: int, *, scores: bool, logits: bool,
-                 inner: Callable[[StepRecord], Any] | None = None) -> None:
+                 inner: Callable[[StepRecord], Any] | None = None, processed: bool = False) -> None:
         self.width, self.keep_scores, self.keep_logits, self.inner = width, scores, logits, inner
         self.scores_: list[torch.Tensor] = []
         self.logits_: list[torch.Tensor] = []
         self.last_logits: Any = None
+        self.last_processed: Any = None
+        self.tap = ProcessedTap(self) if processed and scores else None
         self.tokens = self.paths = np.zeros((0, 0), np.int64)  # --> [k, t - 1] per row of the call
         self.ended: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
 
@@ -95,7 +121,7 @@ class StepOutputs(LogprobsCallback):
             self.tokens = self.paths = np.zeros((record.row_input.shape[0], 0), np.int64)
         flat = record.row_input * self.width + positions(record.row_input)  # --> [k]: each row's index
         if self.keep_scores:
-            self.scores_.append(self._spread(record.logprobs, flat, n))
+            self.scores_.append(self._spread(record.logprobs if self.tap is None else self.last_processed, flat, n))
         if self.keep_logits:
             self.logits_.append(self._spread(self.last_logits, flat, n))
         c = np.flatnonzero(record.status != PRUNED)
@@ -138,9 +164,11 @@ class StepOutputs(LogprobsCallback):
         return out
 
 
-def step_outputs(spec: Any, search: dict[str, Any], cfg: Any) -> StepOutputs | None:
+def step_outputs(spec: Any, search: dict[str, Any], cfg: Any, processed: bool = False) -> StepOutputs | None:
     """The step callback that collects ``output_scores`` / ``output_logits`` for the mode
-    ``spec`` (its rows per input from ``search``), or None when neither is asked.
+    ``spec`` (its rows per input from ``search``), or None when neither is asked. ``processed``:
+    greedy decoding's scores as ``generate`` gives them, the processed logits
+    (``mode="transformers"`` with one beam; :attr:`StepOutputs.tap`).
 
     Raises:
         ValueError: asked of a mode that has no steps to record (exact search).
@@ -150,7 +178,8 @@ def step_outputs(spec: Any, search: dict[str, Any], cfg: Any) -> StepOutputs | N
     if "callback" in spec.refused:
         asked = "output_scores" if cfg.output_scores else "output_logits"
         raise ValueError(f"{asked}=True: mode {spec.name!r} has no beam steps to record ({spec.refused['callback']})")
-    return StepOutputs(spec.rows(search), scores=bool(cfg.output_scores), logits=bool(cfg.output_logits))
+    return StepOutputs(spec.rows(search), scores=bool(cfg.output_scores), logits=bool(cfg.output_logits),
+                       processed=processed and spec.name == "greedy")
 
 
 def generate_outputs(hypotheses: Sequence[Sequence[Any]], head: torch.Tensor, pad: int | None, eos: Any,

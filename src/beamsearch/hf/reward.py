@@ -19,7 +19,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from beamsearch.core import validate as check
 from beamsearch.hf.caches import cache_keyword, inference, plain_layer
-from beamsearch.hf.inputs import in_vocab
+from beamsearch.hf.inputs import in_vocab, position_limit
 
 __all__ = ["KeptRows", "RewardScorer"]
 
@@ -108,6 +108,11 @@ class RewardScorer:
             prompts: ``C`` lists of token ids.
             partial_solutions: ``C`` lists of token ids; ``prompts[i] + partial_solutions[i]`` (and
                 the step tag) is candidate i's row, at least one token.
+
+        Raises:
+            ValueError / TypeError: before the reward model runs, naming the candidate: rows that
+                are not token-id lists, ids outside the vocabulary, an empty row, or a row longer
+                than the model's positions (``n_positions`` / ``max_position_embeddings``).
         """
         heads, given = _rows("prompts", prompts), _rows("partial_solutions", partial_solutions)
         if len(heads) != len(given):
@@ -119,6 +124,7 @@ class RewardScorer:
             raise ValueError(f"prompts[{empty[0]}] + partial_solutions[{empty[0]}] is empty (and no step_tag): the "
                              "reward model reads at least one token")
         in_vocab(self.model, [h + t for h, t in zip(heads, tails)], "prompts + partial_solutions")
+        self._fits(heads, tails)
         if not heads:
             return np.zeros(0)
         if not self.keeping:
@@ -136,6 +142,19 @@ class RewardScorer:
         logits = self._scored(rows, kept, fresh, names, tag)
         self.kept = fresh
         return self._read(logits)
+
+    def _fits(self, heads: list[list[int]], tails: list[list[int]]) -> None:
+        """A clear error, before the reward model runs, for a row longer than its positions."""
+        limit = position_limit(self.model)
+        if limit is None:
+            return
+        long = [i for i, (h, t) in enumerate(zip(heads, tails)) if len(h) + len(t) > limit]
+        if long:
+            i, tag = long[0], len(self.step_tag)
+            parts = f"{len(heads[i])} + {len(tails[i]) - tag}" + (f" + {tag}" if tag else "")
+            raise ValueError(f"prompts[{i}] + partial_solutions[{i}]{' + step_tag' if tag else ''} is "
+                             f"{len(heads[i]) + len(tails[i])} tokens ({parts}), more than the reward model's {limit} "
+                             "positions (config n_positions / max_position_embeddings)")
 
     def _scored(self, rows: list[Row], kept: KeptRows, into: KeptRows | None = None,
                 names: list[tuple[tuple[int, ...], tuple[int, ...]]] | None = None, tag: int = 0) -> torch.Tensor:
