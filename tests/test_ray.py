@@ -121,7 +121,7 @@ def test_dates_model_on_two_workers_equals_the_single_process_run(cluster):
     assert [r["index"] for r in got] == list(range(len(DATE_TEXTS)))
     # the unreadable lines fail, and so do those translate answers with no date (the zoo's verdict)
     assert all("error" in r for r in got if r["input"] in ("", "aug 9 \U0001F600"))
-    assert sum("nbest" in r for r in got) >= 9
+    assert sum("nbest" in r for r in got) >= 8  # 03/03/87 is refused: the model cannot tell its century
     assert [r.get("error") for r in got] == [r.get("error") for r in want]
     for g, w in zip(got, want):
         if "error" in g:

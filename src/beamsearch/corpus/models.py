@@ -25,9 +25,10 @@ class CorpusModel(Protocol):
             True); False decodes inputs in fixed batches of at most ``max_rows`` rows.
         verdicts: None (optional: the default), or ``verdicts(texts, hypotheses, max_steps) ->
             list[str | None]``: per decoded line (its text, its hypotheses, best first, and the
-            ``max_steps`` it was searched with), None to keep its outputs or why it gets none (its record is then ``{"index", "input", "error": why}``);
-            called on up to ``max_rows // rows`` finished lines at a time (the zoo models:
-            ``Translator.verdict``, what ``beamsearch translate`` prints).
+            ``max_steps`` it was searched with), None to keep its outputs or why it gets none (its
+            record is then ``{"index", "input", "error": why}``); called on up to
+            ``max_rows // rows`` finished lines at a time (the zoo models: ``Translator.verdicts``,
+            what ``beamsearch translate`` prints).
         tokenizer: what a :class:`~beamsearch.processors.Grammar` reads the model's tokens with
             (``json_schema`` / ``grammar`` / ``regex``): a fast Hugging Face tokenizer, or the text
             of each token id (``""`` for a special one: never text); optional: None, no grammar.

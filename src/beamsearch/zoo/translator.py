@@ -204,7 +204,7 @@ class Translator:
     def verdicts(self, texts: Sequence[str], outputs: Sequence[Sequence[Output] | None],
                  max_steps: Sequence[int] | None = None) -> list[str | None]:
         """:meth:`verdict` of each text on its outputs (searched with ``max_steps[i]`` steps;
-        None: the model's own), the :meth:`century_readings` of them all computed in one batch."""
+        None: the model's own), the :meth:`century_readings` computed ``chunk`` texts at a time."""
         steps = list(max_steps) if max_steps is not None else [None] * len(texts)
         readings = [r for start in range(0, len(texts), self.chunk)
                     for r in self.century_readings(texts[start : start + self.chunk], outputs[start : start + self.chunk])]
