@@ -3,7 +3,9 @@ scan of each row's history, in one run.
 
 A null model returns precomputed random logits (row r of a fixed ``[k, V]`` array, no work), and
 records the time of each call, so a step's time is the search's own (processing, log_softmax,
-ranking, bookkeeping) plus a slice. One beam search of T steps (beam 4, V=1000, 3-grams, no eos,
+ranking, bookkeeping) plus a slice. The time is the process's CPU time (``time.process_time``:
+the machine is shared, and time spent waiting for a core is not the search's; numpy and torch run
+on one thread here). One beam search of T steps (beam 4, V=1000, 3-grams, no eos,
 prompts of 4 tokens) per variant, for one input (T = 8192) and for 64 (T = 1024):
 
 - ``off``: no n-gram blocking;
@@ -49,7 +51,7 @@ class NullModel:
         self.stamps: list[float] = []
 
     def step(self, state, y_prev):
-        self.stamps.append(time.perf_counter())
+        self.stamps.append(time.process_time())
         return self.logits[: len(y_prev)], state
 
 
@@ -82,8 +84,8 @@ def per_step(variant: str, backend: str, steps: int, n: int, inputs: int, beam: 
 def table(inputs: int, steps: int, n: int, repeats: int, window: int = 64) -> None:
     """One table: each backend, each variant, the cells at steps 64, 256, 1024, ... up to ``steps``."""
     at = [t for t in (64, 256, 1024, 2048, 4096, 8192, 16384) if t <= steps]
-    print(f"N={inputs}, beam 4, V=1000, {n}-grams, null model: ms per step (median of the {window} steps "
-          f"ending at step t, best of {repeats} runs)")
+    print(f"N={inputs}, beam 4, V=1000, {n}-grams, null model: CPU ms per step (median of the {window} "
+          f"steps ending at step t, best of {repeats} runs)")
     print(f"{'backend':<7} {'variant':<7} " + " ".join(f"{'t=' + str(t):>8}" for t in at) + f" {'last/64':>8}")
     for backend in ["numpy"] + (["torch"] if torch is not None else []):
         outputs = {}

@@ -861,6 +861,32 @@ def ngram_case(seed: int):
     return vocab, n, [p or [1] for p in prompts], int(rng.integers(1, 5))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_ngram_table_lookups_equal_a_dict_through_its_merges(seed):
+    """The search's table of shared n-grams against a Python dict of sets: 4,000 random entries
+    (3 inputs, contexts of 2 tokens out of 6, so many repeat) added in batches of 1 to 60, past
+    several merges of its latest part into the older one; after each batch, lookups of random
+    (input, context) pairs find exactly the dict's tokens."""
+    from beamsearch.processors.no_repeat_ngram import NGramTable
+
+    rng = np.random.default_rng(seed)
+    table, want, added = NGramTable(2), {}, 0
+    while added < 4000:
+        m = int(rng.integers(1, 61))
+        owner, context, token = rng.integers(0, 3, m), rng.integers(0, 6, (m, 2)), rng.integers(0, 50, m)
+        table.add(owner, context, token)
+        for o, c, t in zip(owner.tolist(), context.tolist(), token.tolist()):
+            want.setdefault((o, *c), set()).add(t)
+        added += m
+        q_owner, q_context = rng.integers(0, 4, 20), rng.integers(0, 7, (20, 2))
+        query, tokens = table.lookup(q_owner, q_context)
+        got: list[set[int]] = [set() for _ in range(20)]
+        for i, t in zip(query.tolist(), tokens.tolist()):
+            got[i].add(t)
+        assert got == [want.get((o, *c), set()) for o, c in zip(q_owner.tolist(), q_context.tolist())]
+    assert len(table) == added and table.old[0].size > 0  # the latest part was merged at least once
+
+
 def banned_sets(rows: Any) -> list[set[int]]:
     """Each row's banned tokens from a :class:`~beamsearch.processors.no_repeat_ngram.NGramRows`."""
     got: list[set[int]] = [set() for _ in range(len(rows))]
@@ -884,7 +910,7 @@ def test_ngram_rows_under_random_reorders_equal_the_plain_loop(seed):
     prompts = [rng.integers(0, vocab, size=int(rng.integers(0, 6))).tolist() for _ in range(inputs)]
     rows = P.NoRepeatNGram(n).start_prompts(prompts)
     seqs, owner = [list(p) for p in prompts], list(range(inputs))
-    before = settled = rows.table.key.size + rows.table.new_key.size  # the prompts' n-grams
+    before = settled = len(rows.table)  # the prompts' n-grams
     for step in range(80):
         assert banned_sets(rows) == [plain_banned(s, n) for s in seqs], (seed, step)
         parent = []
@@ -903,7 +929,7 @@ def test_ngram_rows_under_random_reorders_equal_the_plain_loop(seed):
         rows = rows.advance(tokens)
         for s, t in zip(seqs, tokens.tolist()):
             s.append(t)
-        settled = max(settled, rows.table.key.size + rows.table.new_key.size)
+        settled = max(settled, len(rows.table))
     assert banned_sets(rows) == [plain_banned(s, n) for s in seqs]
     assert settled > before  # generated n-grams moved to the table, not only kept in the windows
 

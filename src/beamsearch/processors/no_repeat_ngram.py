@@ -89,53 +89,67 @@ def _keys(ident: np.ndarray) -> np.ndarray:
 
 class NGramTable:
     """The n-grams every live row of an input shares, as entries ``(input, context [n-1])`` ->
-    next token: a sorted part (by hash) and a small unsorted part of the latest entries, merged
-    into the sorted one when it passes a bound (about the square root of the sorted part's size),
-    so that a lookup is two binary searches and one comparison with the latest entries. Mutable
-    and shared by the row states of one search (entries are only added, for rows that all hold
-    them)."""
+    next token, sorted by a hash of the pair in two parts: the older entries and the latest
+    ones, where new entries are merged (sorted merges, no sort of the whole table); the latest
+    part is merged into the older one once it passes about the square root of its size. A lookup
+    is two binary searches in each part. Mutable and shared by the row states of one search
+    (entries are only added, for rows that all hold them)."""
 
     def __init__(self, width: int) -> None:
-        self.key, self.ident, self.token = np.empty(0, np.uint64), np.empty((0, width + 1), np.int64), _NONE
-        self.new_key, self.new_ident, self.new_token = self.key, self.ident, self.token
+        empty = (np.empty(0, np.uint64), np.empty((0, width + 1), np.int64), _NONE)
+        self.old, self.new = empty, empty  # each (key [m], ident [m, n], token [m]), sorted by key
+
+    def __len__(self) -> int:
+        """The number of entries."""
+        return int(self.old[0].size + self.new[0].size)
 
     def add(self, owner: np.ndarray, context: np.ndarray, token: np.ndarray) -> None:
         """Entries: input ``owner [m]``, tokens ``context [m, n-1]``, next ``token [m]``."""
         if token.size == 0:
             return
         ident = np.column_stack([owner, context])
-        self.new_key = np.concatenate([self.new_key, _keys(ident)])
-        self.new_ident = np.concatenate([self.new_ident, ident])
-        self.new_token = np.concatenate([self.new_token, token])
-        if self.new_key.size > max(256, 4 * int(np.sqrt(self.key.size))):
-            key = np.concatenate([self.key, self.new_key])
-            order = np.argsort(key, kind="stable")
-            self.key, self.ident = key[order], np.concatenate([self.ident, self.new_ident])[order]
-            self.token = np.concatenate([self.token, self.new_token])[order]
-            self.new_key, self.new_ident, self.new_token = self.key[:0], self.ident[:0], self.token[:0]
+        key = _keys(ident)
+        order = np.argsort(key, kind="stable")
+        self.new = _merged(self.new, (key[order], ident[order], np.asarray(token, np.int64)[order]))
+        if self.new[0].size > max(256, 4 * int(np.sqrt(self.old[0].size))):
+            self.old, self.new = _merged(self.old, self.new), tuple(a[:0] for a in self.new)
 
     def lookup(self, owner: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(query, token)``: the tokens that follow ``context [q, n-1]`` in input ``owner [q]``'s
         entries, each with the index of its query."""
         ident = np.column_stack([owner, context])
         q = _keys(ident)
-        query, at = _NONE, _NONE
-        if self.key.size:
-            lo = np.searchsorted(self.key, q, "left")
-            counts = np.searchsorted(self.key, q, "right") - lo
+        queries, found, tokens = [], [], []
+        for key, idents, token in (self.old, self.new):
+            lo = np.searchsorted(key, q, "left")
+            counts = np.searchsorted(key, q, "right") - lo
             hits = np.flatnonzero(counts)
             if hits.size:  # entries lo[i] .. lo[i] + counts[i] - 1 of query i, flattened
                 counts = counts[hits]
-                query = np.repeat(hits, counts)
-                at = np.arange(query.size) + np.repeat(lo[hits] - (np.cumsum(counts) - counts), counts)
-        fresh_query, fresh_at = np.nonzero(q[:, None] == self.new_key[None, :])
-        if query.size + fresh_query.size == 0:
+                queries.append(np.repeat(hits, counts))
+                at = np.arange(queries[-1].size) + np.repeat(lo[hits] - (np.cumsum(counts) - counts), counts)
+                found.append(idents[at])
+                tokens.append(token[at])
+        if not queries:
             return _NONE, _NONE
-        query = np.concatenate([query, fresh_query])
-        found = np.concatenate([self.ident[at], self.new_ident[fresh_at]])
-        tokens = np.concatenate([self.token[at], self.new_token[fresh_at]])
-        same = np.all(found == ident[query], axis=1)  # a hash never decides alone: input and context compared
-        return query[same], tokens[same]
+        query, token = np.concatenate(queries), np.concatenate(tokens)
+        same = np.all(np.concatenate(found) == ident[query], axis=1)  # a hash never decides alone
+        return query[same], token[same]
+
+
+def _merged(base: tuple[np.ndarray, ...], more: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Two runs of parallel arrays, each sorted by its first (the keys), as one sorted run (ties:
+    ``base``'s first); O(size) copies."""
+    at = np.searchsorted(base[0], more[0], "right") + np.arange(more[0].size)  # more's places
+    size = base[0].size + more[0].size
+    rest = np.ones(size, bool)
+    rest[at] = False
+    out = []
+    for a, b in zip(base, more):
+        merged = np.empty((size, *a.shape[1:]), a.dtype)
+        merged[at], merged[rest] = b, a
+        out.append(merged)
+    return tuple(out)
 
 
 class NGramRows:
