@@ -1,0 +1,65 @@
+"""Which labels may start at a frame: the per-frame token pruning of CTC beam search.
+
+A label *starts* at frame t when an alignment emits it there after a blank or after another label
+(a repeat of the same label's run is not a start). The pruning options restrict starts only, so
+with the beam wide enough the search returns exactly the CTC probabilities summed over the
+alignments whose every start is allowed:
+
+- ``token_top_k``: only the k most probable non-blank labels of the frame (ties to the lower id);
+- ``token_min_logp``: only labels whose log-probability at the frame is at least this;
+- ``blank_skip_threshold``: no label starts at a frame whose blank probability is above this
+  (every hypothesis only stays there: a blank or a repeat of its last label).
+
+Independently of these, each frame's candidates are cut to the ``2 * beam_size`` most probable
+allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
+in the beam and one to its own last label, and every other label scores below the ``beam_size``
+left (up to ties between equal scores).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from beamsearch.backends import NEG_INF, backend_of
+
+
+def start_mask(lp: np.ndarray, blank: int, min_logp: float | None, top_k: int | None,
+               skip_threshold: float | None) -> np.ndarray | None:
+    """bool ``[n, V]``: the labels that may start at this frame (``lp`` float64 ``[n, V]``), or
+    None when every non-blank label may (no pruning asked for)."""
+    n, vocab = lp.shape
+    if min_logp is None and (top_k is None or top_k >= vocab - 1) and skip_threshold is None:
+        return None
+    allowed = np.ones((n, vocab), dtype=bool)
+    allowed[:, blank] = False
+    if top_k is not None and top_k < vocab - 1:
+        masked = lp.copy()
+        masked[:, blank] = NEG_INF
+        idx, _ = backend_of(masked).topk_stable(masked, top_k)
+        keep = np.zeros_like(allowed)
+        keep[np.arange(n)[:, None], idx] = True
+        allowed &= keep
+    if min_logp is not None:
+        allowed &= lp >= min_logp
+    if skip_threshold is not None:
+        skip = lp[:, blank] > (math.log(skip_threshold) if skip_threshold > 0 else NEG_INF)
+        allowed[skip] = False
+    return allowed
+
+
+def candidates(lp: np.ndarray, blank: int, allowed: np.ndarray | None, beam_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
+    int64 and float64 ``[n, M]``, most probable first, -inf log-prob for padding. ``M`` is at
+    most ``2 * beam_size`` and at most the largest number of allowed labels of a row."""
+    n, vocab = lp.shape
+    masked = lp.copy() if allowed is None else np.where(allowed, lp, NEG_INF)
+    masked[:, blank] = NEG_INF
+    width = min(vocab - 1, 2 * beam_size)
+    if allowed is not None:
+        width = min(width, int(allowed.sum(1).max(initial=0)))
+    if width <= 0:
+        return np.zeros((n, 0), np.int64), np.zeros((n, 0))
+    tok, tok_lp = backend_of(masked).topk_stable(masked, width)
+    return tok, tok_lp
