@@ -135,3 +135,29 @@ def allowed_starts(lp: np.ndarray, blank: int, top_k=None, min_logp=None, skip=N
         if skip is not None and np.exp(lp[t, blank]) > skip:
             ok[t] = False
     return ok
+
+
+def prefix_beam_search(lp: np.ndarray, blank: int, beam: int, allowed: np.ndarray | None = None,
+                       threshold: float | None = None) -> list[tuple[tuple[int, ...], float]]:
+    """A plain CTC prefix beam search, one prefix and one label at a time (a dict of prefixes, so
+    identical prefixes merge by log-add): ``beam`` best after each frame, and with ``threshold``
+    none more than that below the best. Returns the final prefixes and scores, best first."""
+    beams = {(): (0.0, -np.inf)}
+    for t in range(lp.shape[0]):
+        nxt: dict[tuple[int, ...], list[float]] = {}
+        for prefix, (pb, pnb) in beams.items():
+            lse = np.logaddexp(pb, pnb)
+            entry = nxt.setdefault(prefix, [-np.inf, -np.inf])
+            entry[0] = np.logaddexp(entry[0], lse + lp[t, blank])
+            if prefix:
+                entry[1] = np.logaddexp(entry[1], pnb + lp[t, prefix[-1]])
+            for c in range(lp.shape[1]):
+                if c == blank or (allowed is not None and not allowed[t, c]):
+                    continue
+                child = nxt.setdefault(prefix + (c,), [-np.inf, -np.inf])
+                child[1] = np.logaddexp(child[1], (pb if prefix and prefix[-1] == c else lse) + lp[t, c])
+        ranked = sorted(nxt.items(), key=lambda kv: -np.logaddexp(*kv[1]))[:beam]
+        top = np.logaddexp(*ranked[0][1])
+        beams = {p: tuple(v) for p, v in ranked if np.logaddexp(*v) > -np.inf
+                 and (threshold is None or np.logaddexp(*v) >= top - threshold)}
+    return [(p, float(np.logaddexp(*v))) for p, v in sorted(beams.items(), key=lambda kv: -np.logaddexp(*kv[1]))]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from beamsearch.speech import CTCHypothesis, Vocabulary, ctc_beam_search
-from ctc_oracle import allowed_starts, best_alignment_brute, brute_force, log_softmax, runs, viterbi
+from ctc_oracle import (allowed_starts, best_alignment_brute, brute_force, log_softmax, prefix_beam_search, runs,
+                        viterbi)
 
 WIDE = 1100  # more than the 1093 prefixes of up to 6 labels over 3 labels: nothing is pruned
 
@@ -53,6 +54,24 @@ def test_exact_on_hypothesis_generated_batches():
             assert_matches(got[i], want, n_best)
 
     check()
+
+
+@pytest.mark.parametrize("option", [{}, {"token_top_k": 3}, {"token_min_logp": -3.0}, {"beam_threshold": 3.0},
+                                    {"blank_skip_threshold": 0.7, "token_top_k": 4, "beam_threshold": 6.0}])
+def test_narrow_beams_equal_a_plain_prefix_beam_search(option):
+    """With pruning, the vectorized search keeps the same prefixes as a plain one-prefix-at-a-time
+    search with the same rules (on random emissions, where scores do not tie)."""
+    rng = np.random.default_rng(12)
+    for _ in range(25):
+        frames, vocab, beam = int(rng.integers(1, 40)), int(rng.integers(2, 9)), int(rng.integers(1, 9))
+        x, blank = random_case(rng, frames, vocab)
+        lp = log_softmax(x)
+        allowed = allowed_starts(lp, blank, option.get("token_top_k"), option.get("token_min_logp"),
+                                 option.get("blank_skip_threshold"))
+        got = ctc_beam_search(x[None], blank=blank, beam_size=beam, n_best=beam, **option)[0]
+        want = prefix_beam_search(lp, blank, beam, allowed, option.get("beam_threshold"))
+        assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
+        assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-9)
 
 
 def test_every_score_equals_minus_torch_ctc_loss():

@@ -15,7 +15,7 @@ from beamsearch.speech.align import label_frames
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
 from beamsearch.speech.prefix import Beams, History, advance
 from beamsearch.speech.results import CTCHypothesis, Word
-from beamsearch.speech.tokens import candidates, start_mask
+from beamsearch.speech.tokens import start_mask
 
 
 def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_size: int, n_best: int = 1,
@@ -84,8 +84,7 @@ def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions) -> tuple[Beams
         part = beams if rows is None else beams.rows(rows)
         frame = (lp[:, t] if rows is None else lp[rows, t]).astype(np.float64)  # --> [n, V]
         allowed = start_mask(frame, opts.blank, opts.token_min_logp, opts.token_top_k, opts.blank_skip_threshold)
-        tok, tok_lp = candidates(frame, opts.blank, allowed, opts.beam_size)
-        part = advance(part, frame, opts.blank, tok, tok_lp, allowed, history, opts.beam_threshold)
+        part = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold)
         beams = part if rows is None else beams.put(rows, part)
     return beams, history
 

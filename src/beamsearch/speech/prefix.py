@@ -13,7 +13,8 @@ recurrent DNNs"). One frame (:func:`advance`), for all slots of all utterances a
   labels need a blank between them);
 - an extension that equals a prefix already in the beam is added to that prefix's ``pnb`` by
   log-add (never max), so every distinct prefix is one candidate;
-- each utterance keeps its ``B`` best candidates by ``logaddexp(pb, pnb)``.
+- each utterance keeps its ``B`` best candidates by ``logaddexp(pb, pnb)``
+  (:mod:`beamsearch.speech.ranking`, which scores only the extensions that can make it).
 
 Prefixes are told apart by a 62-bit polynomial hash (two independent 31-bit hashes modulo
 primes), so merging is a comparison of integers; two different prefixes share a hash with
@@ -31,7 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from beamsearch.backends import NEG_INF, backend_of
+from beamsearch.backends import NEG_INF
+from beamsearch.speech.ranking import Extensions, best, child_codes
+from beamsearch.speech.tokens import candidates
 
 P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
 BASE1, BASE2 = 1_103_515_245, 846_264_529
@@ -122,66 +125,58 @@ class History:
         return [seq[::-1] for seq in out]
 
 
-def stays(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def stays(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, parent: np.ndarray,
+          found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slots' own prefixes after this frame: ``(pb', pnb')``, both float64 ``[n, B]``,
     with the extensions from a parent slot already merged into ``pnb'`` (log-add).
 
     ``lp`` float64 ``[n, V]``: the frame's log-probs; ``allowed`` bool ``[n, V]`` or None (every
-    label may start)."""
+    label may start); ``parent``/``found`` from :func:`parent_slots`."""
     lse = np.logaddexp(beams.pb, beams.pnb)
     has_last = beams.last >= 0
     last = np.where(has_last, beams.last, 0)
     lp_last = np.where(has_last, np.take_along_axis(lp, last, 1), NEG_INF)  # --> [n, B]
     pb = lse + lp[:, blank : blank + 1]
     pnb = beams.pnb + lp_last
-    parent, found = parent_slots(beams)
     base = np.where(np.take_along_axis(beams.last, parent, 1) == beams.last,
                     np.take_along_axis(beams.pb, parent, 1), np.take_along_axis(lse, parent, 1))
     if allowed is not None:
-        found &= np.take_along_axis(allowed, last, 1)
+        found = found & np.take_along_axis(allowed, last, 1)
     merged = np.where(found, base + lp_last, NEG_INF)  # the parent's extension by this last label
     return pb, np.logaddexp(pnb, merged)
 
 
 def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
     """For each slot, the slot of the same utterance holding its prefix less its last label:
-    ``(slot, found)``, int64 and bool ``[n, B]`` (slot 0 where none is found)."""
-    match = beams.parent_key[:, :, None] == beams.key[:, None, :]  # --> [n, B(child), B(parent)]
-    return match.argmax(2), match.any(2)
+    ``(slot, found)``, int64 and bool ``[n, B]`` (slot 0 where none is found). One sort of the
+    keys (renumbered densely, then offset by utterance), not a comparison of every pair."""
+    n, width = beams.key.shape
+    both = np.concatenate([beams.key.ravel(), beams.parent_key.ravel()])
+    uniq, dense = np.unique(both, return_inverse=True)
+    row = np.tile(np.repeat(np.arange(n, dtype=np.int64), width), 2) * uniq.size
+    code = row + dense.ravel()  # --> [2 n B]: (utterance, key) as one integer
+    own, wanted = code[: n * width], code[n * width :]
+    order = np.argsort(own, kind="stable")
+    pos = np.minimum(np.searchsorted(own[order], wanted), n * width - 1)
+    found = own[order][pos] == wanted
+    return (order[pos] % width).reshape(n, width), found.reshape(n, width)
 
 
-def extensions(beams: Beams, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
-    """float64 ``[n, B, M]``: slot ``b`` extended by candidate label ``tok[:, m]``; -inf where
-    that prefix is already a slot (it was merged by :func:`stays`) or the label is padding.
-
-    ``tok`` int64 ``[n, M]`` and ``tok_lp`` float64 ``[n, M]`` (-inf for padding): the labels
-    that may start at this frame (:func:`beamsearch.speech.tokens.candidates`)."""
-    lse = np.logaddexp(beams.pb, beams.pnb)
-    same = tok[:, None, :] == beams.last[:, :, None]  # --> [n, B, M]
-    ext = np.where(same, beams.pb[:, :, None], lse[:, :, None]) + tok_lp[:, None, :]
-    parent, found = parent_slots(beams)
-    n, width = beams.last.shape
-    child_n, child_b = np.nonzero(found)
-    if child_n.size:
-        pos = np.full((n, int(tok.max(initial=0)) + 1), -1, dtype=np.int64)
-        pos[np.arange(n)[:, None], tok] = np.arange(tok.shape[1])  # --> [n, V']: a label's column in tok
-        lab = beams.last[child_n, child_b]
-        col = np.where(lab < pos.shape[1], pos[child_n, np.minimum(lab, pos.shape[1] - 1)], -1)
-        hit = col >= 0
-        ext[child_n[hit], parent[child_n, child_b][hit], col[hit]] = NEG_INF
-    return ext
-
-
-def advance(beams: Beams, lp: np.ndarray, blank: int, tok: np.ndarray, tok_lp: np.ndarray,
-            allowed: np.ndarray | None, history: History, threshold: float | None) -> Beams:
+def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
+            threshold: float | None) -> Beams:
     """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
-    ``tok``/``tok_lp`` ``[n, M]`` the labels that may start and ``allowed`` the same as a mask
-    (None: all); ``threshold`` drops slots more than that below their utterance's best."""
-    n, width = beams.last.shape
-    pb, pnb = stays(beams, lp, blank, allowed)
-    ext = extensions(beams, tok, tok_lp).reshape(n, -1)  # --> [n, B * M]
-    scores = np.concatenate([np.logaddexp(pb, pnb), ext], axis=1)  # --> [n, B + B * M]
-    idx, val = backend_of(scores).topk_stable(scores, width)  # --> [n, B] each, best first, ties: lower index
+    ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
+    ``threshold`` drops slots more than that below their utterance's best."""
+    parent, found = parent_slots(beams)
+    pb, pnb = stays(beams, lp, blank, allowed, parent, found)
+    stay = np.logaddexp(pb, pnb)
+    lse = np.logaddexp(beams.pb, beams.pnb)
+    with np.errstate(invalid="ignore"):  # the stays are B candidates: an extension below the worst is never kept
+        floor = stay.min(1) - lse.max(1)
+    tok, tok_lp = candidates(lp, blank, allowed, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp,
+                     child_codes(beams.last, parent, found, lp.shape[1]), lp.shape[1])
+    idx, val = best(stay, ext)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold)
 
 

@@ -13,7 +13,9 @@ alignments whose every start is allowed:
 Independently of these, each frame's candidates are cut to the ``2 * beam_size`` most probable
 allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
 in the beam and one to its own last label, and every other label scores below the ``beam_size``
-left (up to ties between equal scores).
+left (up to ties between equal scores); and a label whose extension of the utterance's most
+probable prefix would score below its worst slot's own prefix after the frame is left out too
+(every extension by it would rank below those ``beam_size`` candidates).
 """
 
 from __future__ import annotations
@@ -49,17 +51,24 @@ def start_mask(lp: np.ndarray, blank: int, min_logp: float | None, top_k: int | 
     return allowed
 
 
-def candidates(lp: np.ndarray, blank: int, allowed: np.ndarray | None, beam_size: int) -> tuple[np.ndarray, np.ndarray]:
+def candidates(lp: np.ndarray, blank: int, allowed: np.ndarray | None, beam_size: int,
+               floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
-    int64 and float64 ``[n, M]``, most probable first, -inf log-prob for padding. ``M`` is at
-    most ``2 * beam_size`` and at most the largest number of allowed labels of a row."""
+    int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
+    padding. ``M`` is at most ``2 * beam_size``; a label below ``floor`` (float64 ``[n]``) is left
+    out: no extension by it can be among the best (the caller's bound)."""
     n, vocab = lp.shape
     masked = lp.copy() if allowed is None else np.where(allowed, lp, NEG_INF)
     masked[:, blank] = NEG_INF
-    width = min(vocab - 1, 2 * beam_size)
-    if allowed is not None:
-        width = min(width, int(allowed.sum(1).max(initial=0)))
-    if width <= 0:
+    keep = (masked >= floor[:, None]) & (masked > NEG_INF)  # --> [n, V]
+    rows, cols = np.nonzero(keep)  # row by row, ids ascending
+    count = np.bincount(rows, minlength=n)
+    packed_width = int(count.max(initial=0))
+    if packed_width == 0:
         return np.zeros((n, 0), np.int64), np.zeros((n, 0))
-    tok, tok_lp = backend_of(masked).topk_stable(masked, width)
-    return tok, tok_lp
+    pos = np.arange(rows.size) - (np.cumsum(count) - count)[rows]
+    tok = np.zeros((n, packed_width), dtype=np.int64)
+    val = np.full((n, packed_width), NEG_INF)
+    tok[rows, pos], val[rows, pos] = cols, masked[rows, cols]
+    order, top = backend_of(val).topk_stable(val, min(packed_width, 2 * beam_size))  # ties: lower position, lower id
+    return np.take_along_axis(tok, order, 1), top
