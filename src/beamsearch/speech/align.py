@@ -4,8 +4,9 @@ each label on it, for many sequences at once.
 The trellis of labels ``y_1 .. y_L`` has ``S = 2L + 1`` states: blanks at even positions, label
 ``y_i`` at position ``2i - 1``. From state ``s`` an alignment moves to ``s``, ``s + 1``, or
 ``s + 2`` when that skips a blank between two different labels; it starts in state 0 or 1 and ends
-in state ``S - 1`` or ``S - 2``. Among equal-scoring predecessors the one that stays is
-preferred, then ``s - 1``: on ties labels start as late as possible.
+in state ``S - 1`` or ``S - 2`` (the blank when the two tie). Among equal-scoring predecessors
+the one that stays is preferred, then ``s - 1``: on ties the backtrace from the last frame keeps
+its state as long as it can, so each transition is as early as the ties allow.
 """
 
 from __future__ import annotations

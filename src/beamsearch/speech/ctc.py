@@ -64,9 +64,9 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
     x = backend.compute(emissions)
     shape = tuple(x.shape)
     flat = x.reshape(-1, shape[2]) if shape[0] * shape[1] else x.reshape(0, shape[2])
-    lp = backend.to_numpy(backend.log_softmax(backend.copy(flat))).reshape(shape)
-    bad = np.isnan(lp[:, :, 0]) & (np.arange(shape[1])[None, :] < lengths[:, None]) if shape[2] else None
-    if bad is not None and bad.any():
+    lp = backend.to_numpy(backend.log_softmax(flat)).reshape(shape)  # a new array: the caller's is not written
+    bad = np.isnan(lp[:, :, 0]) & (np.arange(shape[1])[None, :] < lengths[:, None])  # a bad frame is all NaN
+    if bad.any():
         i, t = (int(v) for v in np.argwhere(bad)[0])
         raise ValueError(f"emissions[{i}, {t}] must be finite with at least one finite entry; "
                          f"got {backend.to_numpy(x[i, t])[:8]!r}{' ...' if shape[2] > 8 else ''}")
