@@ -135,13 +135,13 @@ def stays(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, 
     lse = np.logaddexp(beams.pb, beams.pnb)
     has_last = beams.last >= 0
     last = np.where(has_last, beams.last, 0)
-    lp_last = np.where(has_last, np.take_along_axis(lp, last, 1), NEG_INF)  # --> [n, B]
+    row = np.arange(lp.shape[0])[:, None]
+    lp_last = np.where(has_last, lp[row, last], NEG_INF)  # --> [n, B]
     pb = lse + lp[:, blank : blank + 1]
     pnb = beams.pnb + lp_last
-    base = np.where(np.take_along_axis(beams.last, parent, 1) == beams.last,
-                    np.take_along_axis(beams.pb, parent, 1), np.take_along_axis(lse, parent, 1))
+    base = np.where(beams.last[row, parent] == beams.last, beams.pb[row, parent], lse[row, parent])
     if allowed is not None:
-        found = found & np.take_along_axis(allowed, last, 1)
+        found = found & allowed[row, last]
     merged = np.where(found, base + lp_last, NEG_INF)  # the parent's extension by this last label
     return pb, np.logaddexp(pnb, merged)
 
@@ -188,8 +188,9 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
     m = max(tok.shape[1], 1)
     stay = idx < width
     src = np.where(stay, idx, (idx - width) // m)  # --> [n, B]: the slot each comes from
-    label = np.take_along_axis(tok, np.where(stay, 0, (idx - width) % m), 1) if tok.shape[1] else src
-    take = lambda a: np.take_along_axis(a, src, 1)  # noqa: E731
+    row = np.arange(idx.shape[0])[:, None]
+    label = tok[row, np.where(stay, 0, (idx - width) % m)] if tok.shape[1] else src
+    take = lambda a: a[row, src]  # noqa: E731
     key, node = take(beams.key), take(beams.node)
     grow = np.nonzero(~stay & (val > NEG_INF))
     new_node = node.copy()

@@ -15,6 +15,11 @@ slot's last one; -inf when that prefix is already a slot, since it was merged in
 
 The result is the same as ranking all ``B + B M`` candidates, ties included. With peaky
 emissions a few dozen extensions per utterance are scored instead of ``2 B**2``.
+
+Score terms beyond the acoustic one (an LM's word scores, a hotword bonus) enter in two places:
+:meth:`Extensions.scores` adds each extension's term, and the stays carry their prefix's; step 2
+then compares ``tok_lp[m]`` with ``L - lse[b] - D`` for ``D`` an upper bound of the term any
+extension of slot ``b`` can add, so it still leaves out only extensions that cannot be kept.
 """
 
 from __future__ import annotations
