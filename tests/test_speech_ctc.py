@@ -225,6 +225,17 @@ def test_a_narrow_beam_returns_at_most_its_width_and_beam_one_follows_one_prefix
         assert hs[0].tokens == prefix and hs[0].score == pytest.approx(float(np.logaddexp(pb, pnb)), abs=1e-9)
 
 
+def test_a_beam_of_a_billion_on_a_tiny_input_is_exact_and_holds_only_its_prefixes():
+    """beam_size 10**9 on a tiny input is exact and allocates only the 1 + 3 + 9 + 27 prefixes of
+    up to 3 frames over 3 labels."""
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(2, 3, 4))
+    got = ctc_beam_search(x, blank=0, beam_size=10**9, n_best=10**9)
+    for i in range(2):
+        assert_matches(got[i], brute_force(log_softmax(x[i]), 0), 10**9)
+    assert len(got[0]) == len(brute_force(log_softmax(x[0]), 0)) <= 40
+
+
 def test_fewer_hypotheses_than_n_best_when_fewer_sequences_exist():
     x = np.log(np.array([[[0.5, 0.5]]]))
     hyps = ctc_beam_search(x, blank=0, beam_size=4, n_best=4)[0]

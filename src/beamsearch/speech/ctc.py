@@ -76,9 +76,10 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
 def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions) -> tuple[Beams, History]:
     """The frame loop: every live utterance advanced one frame at a time (an utterance stops at
     its length). Returns the final beams ``[N, B]`` and the history of their prefixes."""
-    n = lp.shape[0]
-    beams, history = Beams.start(n, opts.beam_size), History()
-    for t in range(int(lengths.max(initial=0))):
+    n, longest = lp.shape[0], int(lengths.max(initial=0))
+    width = min(opts.beam_size, prefix_count(longest, lp.shape[2] - 1, opts.beam_size))
+    beams, history = Beams.start(n, width), History()
+    for t in range(longest):
         live = lengths > t
         rows = None if live.all() else np.flatnonzero(live)
         part = beams if rows is None else beams.rows(rows)
@@ -87,6 +88,19 @@ def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions) -> tuple[Beams
         part = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold)
         beams = part if rows is None else beams.put(rows, part)
     return beams, history
+
+
+def prefix_count(frames: int, labels: int, cap: int) -> int:
+    """How many label sequences of at most ``frames`` labels over ``labels`` labels exist (every
+    prefix a search of that many frames can hold), counted up to ``cap``: a wider beam than this
+    prunes nothing, so the slots are never more."""
+    total, power = 1, 1
+    for _ in range(frames):
+        if total >= cap or labels == 0:
+            break
+        power *= labels
+        total += power
+    return min(total, cap)
 
 
 def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
