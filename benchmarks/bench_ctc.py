@@ -10,7 +10,9 @@ Ours runs exact (no token pruning, no threshold) and with pyctcdecode's default 
 (``token_min_logp=-5``, ``beam_threshold=10``, its ``beam_prune_logp``). pyctcdecode 0.5.0, if
 installed, decodes one utterance at a time with ``decode`` (its defaults; no LM, no hotwords) on
 the first ``--peer-utterances`` utterances (it is slow); its throughput is per utterance all the
-same. Each time is the best of ``--repeats`` runs.
+same. Each time is the best of ``--repeats`` runs. The last column counts the utterances where
+pyctcdecode's text equals ours with the same pruning (our text from the same token strings, with
+the space or ``▁`` word conventions of docs/speech.md).
 
     python benchmarks/bench_ctc.py
     python benchmarks/bench_ctc.py --quick      # 8 utterances of 200 frames
@@ -31,7 +33,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from beamsearch.speech import ctc_beam_search  # noqa: E402
+from beamsearch.speech import Vocabulary, ctc_beam_search  # noqa: E402
 
 FRAME = 0.02  # seconds per frame
 BLANK = 0
@@ -64,8 +66,8 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def peer(x: np.ndarray, vocab: int, beam: int) -> float | None:
-    """pyctcdecode's seconds per utterance on ``x`` (None if it is not installed)."""
+def peer(x: np.ndarray, vocab: int, beam: int) -> tuple[float, list[str]] | None:
+    """pyctcdecode's seconds per utterance on ``x`` and its best texts (None if it is not installed)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -77,9 +79,8 @@ def peer(x: np.ndarray, vocab: int, beam: int) -> float | None:
     logging.getLogger("pyctcdecode").setLevel(logging.ERROR)
     decoder = build_ctcdecoder(labels(vocab))
     start = time.perf_counter()
-    for utt in x:
-        decoder.decode(utt, beam_width=beam)
-    return (time.perf_counter() - start) / x.shape[0]
+    texts = [decoder.decode(utt, beam_width=beam) for utt in x]
+    return (time.perf_counter() - start) / x.shape[0], texts
 
 
 def main() -> None:
@@ -93,21 +94,26 @@ def main() -> None:
     print(f"# {platform.processor() or platform.machine()}, numpy {np.__version__}, one thread; "
           f"{n} utterances x {frames} frames ({audio:.0f} s of audio at {FRAME * 1000:.0f} ms/frame)")
     print("| V | beam | ours exact: utt/s | RTF | ours, pyctcdecode's pruning: utt/s | RTF "
-          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for vocab in (32, 1024):
         x = emissions(n, frames, vocab)
         for beam in (16, 64, 128):
             exact = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
             pruned = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam, token_min_logp=-5.0,
                                                        beam_threshold=10.0), args.repeats)
-            per_utt = peer(x[: args.peer_utterances], vocab, beam)
+            theirs = peer(x[: args.peer_utterances], vocab, beam)
             row = [f"{vocab}", f"{beam}", f"{n / exact:,.1f}", f"{exact / audio:.5f}",
                    f"{n / pruned:,.1f}", f"{pruned / audio:.5f}"]
-            if per_utt is None:
-                row += ["not installed", "", ""]
+            if theirs is None:
+                row += ["not installed", "", "", ""]
             else:
-                row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x"]
+                per_utt, texts = theirs
+                ours = ctc_beam_search(x[: len(texts)], blank=BLANK, beam_size=beam, token_min_logp=-5.0,
+                                       beam_threshold=10.0, vocabulary=Vocabulary(labels(vocab)))
+                same = sum(hs[0].text == text for hs, text in zip(ours, texts))
+                row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
+                        f"{same}/{len(texts)}"]
             print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
-from beamsearch.speech.ranking import Extensions, best, child_codes
+from beamsearch.speech.ranking import Extensions, best, child_codes, slack
 from beamsearch.speech.tokens import candidates
 
 P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
@@ -172,7 +172,7 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     stay = np.logaddexp(pb, pnb)
     lse = np.logaddexp(beams.pb, beams.pnb)
     with np.errstate(invalid="ignore"):  # the stays are B candidates: an extension below the worst is never kept
-        floor = stay.min(1) - lse.max(1)
+        floor = slack(stay.min(1) - lse.max(1))
     tok, tok_lp = candidates(lp, blank, allowed, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp,
                      child_codes(beams.last, parent, found, lp.shape[1]), lp.shape[1])

@@ -58,6 +58,13 @@ class Extensions:
         return val
 
 
+def slack(need: np.ndarray) -> np.ndarray:
+    """A threshold on a label's log-prob lowered by a rounding margin: ``lse + tok_lp >= bound``
+    can hold in floats where ``tok_lp >= bound - lse`` does not, so a count or a cut by the latter
+    takes ``1e-9`` relative (and absolute) more."""
+    return need - 1e-9 * (1 + np.abs(need))
+
+
 def child_codes(last: np.ndarray, parent: np.ndarray, found: np.ndarray, vocab: int) -> np.ndarray:
     """Sorted int64 codes ``(utt * B + parent slot) * V + label`` of every slot whose prefix less
     its last label is another slot (``parent``/``found`` from ``prefix.parent_slots``)."""
@@ -84,8 +91,7 @@ def best(stay: np.ndarray, ext: Extensions) -> tuple[np.ndarray, np.ndarray]:
     if m:
         bound = lower_bound(stay, ext)
         with np.errstate(invalid="ignore"):  # a dead slot: -inf - -inf; it gets no extension
-            need = bound[:, None] - ext.lse  # --> [n, B]
-            need -= 1e-9 * (1 + np.abs(need))  # slack for rounding: lse + tok_lp >= bound may hold where this does not
+            need = slack(bound[:, None] - ext.lse)  # --> [n, B]
             count = (ext.tok_lp[:, None, :] >= need[:, :, None]).sum(2)  # labels sorted: a prefix of them
         rows = np.repeat(np.arange(n * width), count.ravel())
         col = np.arange(rows.size) - np.repeat(np.cumsum(count.ravel()) - count.ravel(), count.ravel())
