@@ -74,6 +74,29 @@ def test_narrow_beams_equal_a_plain_prefix_beam_search(option):
         assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-9)
 
 
+def test_narrow_beams_on_hypothesis_generated_batches_equal_the_plain_search():
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.settings(max_examples=100, deadline=None)
+    @hyp.given(st.integers(1, 4), st.integers(1, 25), st.integers(2, 7), st.integers(1, 6), st.integers(0, 2**32 - 1),
+               st.sampled_from([None, 2, 4]), st.sampled_from([None, 1.0, 5.0]))
+    def check(n, frames, vocab, beam, seed, top_k, threshold):
+        rng = np.random.default_rng(seed)
+        x = rng.normal(size=(n, frames, vocab)) * 3
+        lengths = rng.integers(0, frames + 1, size=n)
+        blank = int(rng.integers(0, vocab))
+        got = ctc_beam_search(x, lengths, blank=blank, beam_size=beam, n_best=beam, token_top_k=top_k,
+                              beam_threshold=threshold)
+        for i in range(n):
+            lp = log_softmax(x[i, : lengths[i]])
+            want = prefix_beam_search(lp, blank, beam, allowed_starts(lp, blank, top_k), threshold)
+            assert [tuple(h.tokens) for h in got[i]] == [p for p, _ in want]
+            assert [h.score for h in got[i]] == pytest.approx([s for _, s in want], abs=1e-9)
+
+    check()
+
+
 def test_every_score_equals_minus_torch_ctc_loss():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
@@ -337,3 +360,37 @@ def test_vocabulary_from_a_wav2vec2_tokenizer(tmp_path):
     assert vocab.tokens == list(tokens) and vocab.word_delimiter == "|" and vocab.special_ids == {0, 1, 2, 3}
     assert vocab.text([5, 6, 4, 6, 5], blank=0) == tok.decode([5, 6, 4, 6, 5]) == "ab ba"
     assert vocab.text([5, 6, 4, 6, 3, 5], blank=0) == "ab ba"  # <unk> is never text (the tokenizer writes it)
+
+
+def test_speech_decodes_with_numpy_alone():
+    """With torch unimportable, beamsearch.speech imports and decodes numpy emissions."""
+    import os
+    import subprocess
+    import sys
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np\n"
+            "from beamsearch.speech import ctc_beam_search\n"
+            "h = ctc_beam_search(np.log([[[0.6, 0.4], [0.6, 0.4]]]), blank=0, beam_size=2)[0][0]\n"
+            "assert h.tokens == [1] and 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+            "print('ok')\n")
+    env = {**os.environ, "PYTHONPATH": src}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_vocabulary_from_a_sentencepiece_style_tokenizer():
+    """A Unigram tokenizer with ▁ word starts (Parakeet's and OmniASR's convention), built here."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    pieces = [("<unk>", 0.0), ("<pad>", 0.0), ("\u2581he", -1.0), ("llo", -1.0), ("\u2581w", -1.0), ("orld", -1.0),
+              ("\u2581", -2.0)]
+    tok = tokenizers.Tokenizer(tokenizers.models.Unigram(pieces, unk_id=0, byte_fallback=False))
+    tok.pre_tokenizer, tok.decoder = tokenizers.pre_tokenizers.Metaspace(), tokenizers.decoders.Metaspace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+    vocab = Vocabulary.from_tokenizer(fast)
+    assert vocab.special_ids == {0, 1} and vocab.word_delimiter is None
+    assert vocab.text([2, 3, 4, 5], blank=1) == fast.decode([2, 3, 4, 5]) == "hello world"
+    assert vocab.text([2, 3, 6, 4, 5], blank=1) == "hello world"  # a lone ▁ ends a word: one space, never two
+    assert vocab.words([6, 2, 3, 0, 6, 4, 5, 6]) == [("hello", 1, 2), ("world", 5, 6)]
