@@ -308,7 +308,14 @@ def test_bad_emissions_are_named_with_their_shape_or_frame():
         ctc_beam_search(np.zeros((1, 2, 3), dtype=bool), blank=0, beam_size=2)
     x = np.zeros((2, 4, 3))
     x[1, 2, 1] = np.nan
-    with pytest.raises(ValueError, match=r"emissions\[1, 2\] must be finite"):
+    with pytest.raises(ValueError, match=r"emissions\[1, 2\] must hold no NaN or \+inf and at least one finite entry; "
+                                         r"got array\(\[ 0., nan,  0.\]\)"):
+        ctc_beam_search(x, blank=0, beam_size=2)
+    x[1, 2] = [np.inf, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"emissions\[1, 2\] must hold no NaN or \+inf"):
+        ctc_beam_search(x, blank=0, beam_size=2)
+    x[1, 2] = -np.inf
+    with pytest.raises(ValueError, match=r"emissions\[1, 2\] .* at least one finite entry; got array\(\[-inf, -inf, -inf\]\)"):
         ctc_beam_search(x, blank=0, beam_size=2)
     ctc_beam_search(x, [4, 2], blank=0, beam_size=2)  # the bad frame lies beyond utterance 1's length
 

@@ -68,7 +68,7 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
     bad = np.isnan(lp[:, :, 0]) & (np.arange(shape[1])[None, :] < lengths[:, None])  # a bad frame is all NaN
     if bad.any():
         i, t = (int(v) for v in np.argwhere(bad)[0])
-        raise ValueError(f"emissions[{i}, {t}] must be finite with at least one finite entry; "
+        raise ValueError(f"emissions[{i}, {t}] must hold no NaN or +inf and at least one finite entry; "
                          f"got {backend.to_numpy(x[i, t])[:8]!r}{' ...' if shape[2] > 8 else ''}")
     return lp
 
