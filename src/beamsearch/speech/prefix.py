@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
-from beamsearch.speech.ranking import Extensions, best, child_codes, slack
-from beamsearch.speech.tokens import candidates
+from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
+from beamsearch.speech.tokens import candidates, most_probable, startable
 
 P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
 BASE1, BASE2 = 1_103_515_245, 846_264_529
@@ -171,12 +171,15 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     pb, pnb = stays(beams, lp, blank, allowed, parent, found)
     stay = np.logaddexp(pb, pnb)
     lse = np.logaddexp(beams.pb, beams.pnb)
-    with np.errstate(invalid="ignore"):  # the stays are B candidates: an extension below the worst is never kept
-        floor = slack(stay.min(1) - lse.max(1))
-    tok, tok_lp = candidates(lp, blank, allowed, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
-    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp,
-                     child_codes(beams.last, parent, found, lp.shape[1]), lp.shape[1])
-    idx, val = best(stay, ext)  # --> [n, B] each, best first, ties: lower index
+    masked = startable(lp, blank, allowed)
+    children = child_codes(beams.last, parent, found, lp.shape[1])
+    head_tok, head_lp = most_probable(masked)
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1]))
+    with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
+        floor = slack(bound - lse.max(1))
+    tok, tok_lp = candidates(masked, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1])
+    idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold)
 
 

@@ -6,8 +6,9 @@ extension's score is ``lse[b] + tok_lp[m]`` (``pb[b] + tok_lp[m]`` when the labe
 slot's last one; -inf when that prefix is already a slot, since it was merged into it). So:
 
 1. a lower bound ``L`` of the utterance's ``B``-th best score: the ``B``-th best of the stays and
-   each slot's first ``HEAD`` extensions (a subset of the candidates, so its ``B``-th best is no
-   higher than the full set's);
+   of each slot extended by the frame's most probable label (a subset of the candidates, so its
+   ``B``-th best is no higher than the full set's); labels below ``L`` minus the best slot's
+   log-prob are not candidates at all (:func:`beamsearch.speech.tokens.candidates`);
 2. in slot ``b`` only the first ``count[b]`` labels, those with ``tok_lp[m] >= L - lse[b]``, can
    reach ``L`` (labels are sorted, and every extension of ``b`` is at most ``lse[b] + tok_lp[m]``);
 3. those are scored, and the best ``B`` of the stays and of the extensions at or above ``L`` are
@@ -29,10 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
-
-HEAD = 2
-"""Extensions per slot scored for the lower bound (on the emissions of benchmarks/bench_ctc.py, 1
-and 2 ran about even, 4 and 8 slower at beams 64 and 128)."""
 
 
 @dataclass(frozen=True)
@@ -73,24 +70,24 @@ def child_codes(last: np.ndarray, parent: np.ndarray, found: np.ndarray, vocab: 
     return np.sort((utt * last.shape[1] + parent[utt, slot]) * vocab + last[utt, slot])
 
 
-def lower_bound(stay: np.ndarray, ext: Extensions) -> np.ndarray:
-    """float64 ``[n]``: the ``B``-th best of the stays and each slot's first ``HEAD`` extensions."""
+def lower_bound(stay: np.ndarray, head: Extensions) -> np.ndarray:
+    """float64 ``[n]``: the ``B``-th best of the stays and of every slot extended by each of
+    ``head``'s labels (the most probable one)."""
     n, width = stay.shape
-    head = min(HEAD, ext.tok.shape[1])
-    utt, slot, col = np.meshgrid(np.arange(n), np.arange(width), np.arange(head), indexing="ij")
-    pool = np.concatenate([stay, ext.scores(utt.ravel(), slot.ravel(), col.ravel()).reshape(n, -1)], 1)
+    utt, slot, col = np.meshgrid(np.arange(n), np.arange(width), np.arange(head.tok.shape[1]), indexing="ij")
+    pool = np.concatenate([stay, head.scores(utt.ravel(), slot.ravel(), col.ravel()).reshape(n, -1)], 1)
     return np.partition(pool, pool.shape[1] - width, axis=1)[:, pool.shape[1] - width]
 
 
-def best(stay: np.ndarray, ext: Extensions) -> tuple[np.ndarray, np.ndarray]:
+def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The best ``B`` candidates of each utterance: ``(idx, val)`` int64 and float64 ``[n, B]``,
-    best first; ``idx`` a stay ``b < B`` or an extension ``B + b M + m``; -inf values pad."""
+    best first; ``idx`` a stay ``b < B`` or an extension ``B + b M + m``; -inf values pad.
+    ``bound`` float64 ``[n]``: :func:`lower_bound`'s, no higher than each ``B``-th best."""
     n, width = stay.shape
     m = ext.tok.shape[1]
     flat = np.broadcast_to(np.arange(width), (n, width)).ravel()
     utt, score = np.repeat(np.arange(n), width), stay.ravel()
     if m:
-        bound = lower_bound(stay, ext)
         with np.errstate(invalid="ignore"):  # a dead slot: -inf - -inf; it gets no extension
             need = slack(bound[:, None] - ext.lse)  # --> [n, B]
             count = (ext.tok_lp[:, None, :] >= need[:, :, None]).sum(2)  # labels sorted: a prefix of them

@@ -14,8 +14,8 @@ Independently of these, each frame's candidates are cut to the ``2 * beam_size``
 allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
 in the beam and one to its own last label, and every other label scores below the ``beam_size``
 left (up to ties between equal scores); and a label whose extension of the utterance's most
-probable prefix would score below its worst slot's own prefix after the frame is left out too
-(every extension by it would rank below those ``beam_size`` candidates).
+probable prefix would score below a lower bound of the utterance's ``beam_size``-th best candidate
+(:func:`beamsearch.speech.ranking.lower_bound`) is left out too: no extension by it can be kept.
 """
 
 from __future__ import annotations
@@ -51,15 +51,26 @@ def start_mask(lp: np.ndarray, blank: int, min_logp: float | None, top_k: int | 
     return allowed
 
 
-def candidates(lp: np.ndarray, blank: int, allowed: np.ndarray | None, beam_size: int,
-               floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
-    int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
-    padding. ``M`` is at most ``2 * beam_size``; a label below ``floor`` (float64 ``[n]``) is left
-    out: no extension by it can be among the best (the caller's bound)."""
-    n, vocab = lp.shape
+def startable(lp: np.ndarray, blank: int, allowed: np.ndarray | None) -> np.ndarray:
+    """float64 ``[n, V]``: ``lp`` with -inf for the blank and every label that may not start."""
     masked = lp.copy() if allowed is None else np.where(allowed, lp, NEG_INF)
     masked[:, blank] = NEG_INF
+    return masked
+
+
+def most_probable(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's most probable startable label (the lower id on ties) and its log-prob, ``[n, 1]``."""
+    best = np.argmax(masked, axis=1)[:, None]
+    return best, np.take_along_axis(masked, best, 1)
+
+
+def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
+    int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
+    padding. ``masked`` is :func:`startable`'s; ``M`` is at most ``2 * beam_size``; a label below
+    ``floor`` (float64 ``[n]``) is left out: no extension by it can be among the best (the
+    caller's bound)."""
+    n = masked.shape[0]
     keep = (masked >= floor[:, None]) & (masked > NEG_INF)  # --> [n, V]
     rows, cols = np.nonzero(keep)  # row by row, ids ascending
     count = np.bincount(rows, minlength=n)
