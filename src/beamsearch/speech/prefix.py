@@ -1,0 +1,218 @@
+"""CTC prefix beam search, one frame of every utterance at a time, as arrays.
+
+Each utterance keeps ``B`` slots (``beam_size``). A slot holds one label prefix with two
+log-probabilities summed over the alignments of the frames so far that collapse to it: ``pb``
+over those ending in blank, ``pnb`` over those ending in its last label (Graves 2012; Hannun et
+al. 2014, "First-pass large vocabulary continuous speech recognition using bi-directional
+recurrent DNNs"). One frame (:func:`advance`), for all slots of all utterances at once:
+
+- a prefix *stays* by a blank (``pb' = logaddexp(pb, pnb) + lp[blank]``) or by repeating its
+  last label (``pnb' = pnb + lp[last]``);
+- a prefix is *extended* by a label ``c`` that starts at this frame:
+  ``logaddexp(pb, pnb) + lp[c]``, or ``pb + lp[c]`` when ``c`` equals its last label (two equal
+  labels need a blank between them);
+- an extension that equals a prefix already in the beam is added to that prefix's ``pnb`` by
+  log-add (never max), so every distinct prefix is one candidate;
+- each utterance keeps its ``B`` best candidates by ``logaddexp(pb, pnb)``
+  (:mod:`beamsearch.speech.ranking`, which scores only the extensions that can make it).
+
+Prefixes are told apart by a 62-bit polynomial hash (two independent 31-bit hashes modulo
+primes), so merging is a comparison of integers; two different prefixes share a hash with
+probability about ``L / 2**31`` squared for prefixes of length ``L`` (never seen in practice;
+stated in the docs). Tokens are recovered at the end from parent pointers (:class:`History`).
+
+Which labels may start at a frame is given by a boolean mask (token pruning and frame skipping,
+:mod:`beamsearch.speech.tokens`); an extension not allowed there is neither a candidate nor
+merged, so the scores stay sums over a well-defined set of alignments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from beamsearch.backends import NEG_INF
+from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
+from beamsearch.speech.tokens import candidates, most_probable, startable
+
+P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
+BASE1, BASE2 = 1_103_515_245, 846_264_529
+LOW = (1 << 31) - 1
+NO_PARENT = -(1 << 62)
+"""``parent_key`` of the empty prefix and of dead slots: equal to no ``key``."""
+
+
+def extend_key(key: np.ndarray, token: np.ndarray) -> np.ndarray:
+    """The hash of each prefix extended by ``token`` (same shapes, int64): ``key`` holds
+    ``h1 * 2**31 + h2``, each ``h <- (h * base + token + 1) mod p``."""
+    h1 = ((key >> 31) * BASE1 + token + 1) % P1
+    h2 = ((key & LOW) * BASE2 + token + 1) % P2
+    return (h1 << 31) | h2
+
+
+@dataclass(frozen=True)
+class Beams:
+    """The slots of ``n`` utterances, best first; a dead slot has ``pb = pnb = -inf``."""
+
+    pb: np.ndarray  # float64 [n, B]: log-prob over the prefix's alignments ending in blank
+    pnb: np.ndarray  # float64 [n, B]: ... ending in its last label
+    last: np.ndarray  # int64 [n, B]: its last label; -1 for the empty prefix and dead slots
+    key: np.ndarray  # int64 [n, B]: its hash (>= 0); a dead slot -1 - slot (unique in its row)
+    parent_key: np.ndarray  # int64 [n, B]: the hash of the prefix less its last label, or NO_PARENT
+    node: np.ndarray  # int64 [n, B]: its node in the History; -1 the empty prefix
+
+    @staticmethod
+    def start(n: int, width: int) -> "Beams":
+        """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0."""
+        pb = np.full((n, width), NEG_INF)
+        pb[:, 0] = 0.0
+        dead_key = np.broadcast_to(-1 - np.arange(width), (n, width)).copy()
+        dead_key[:, 0] = 0
+        minus = np.full((n, width), -1, dtype=np.int64)
+        return Beams(pb, np.full((n, width), NEG_INF), minus, dead_key,
+                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy())
+
+    def score(self) -> np.ndarray:
+        """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
+        return np.logaddexp(self.pb, self.pnb)
+
+    def rows(self, idx: np.ndarray) -> "Beams":
+        """The utterances ``idx`` (int ``[m]``)."""
+        return Beams(*(getattr(self, f)[idx] for f in FIELDS))
+
+    def put(self, idx: np.ndarray, part: "Beams") -> "Beams":
+        """These beams with utterances ``idx`` replaced by ``part``'s rows."""
+        out = []
+        for f in FIELDS:
+            a = getattr(self, f).copy()
+            a[idx] = getattr(part, f)
+            out.append(a)
+        return Beams(*out)
+
+
+FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node")
+
+
+class History:
+    """Every prefix made, as parent pointers: node ``i`` is its parent's prefix plus ``token[i]``
+    (parent -1: the empty prefix). Appended to once per frame, read once at the end."""
+
+    def __init__(self) -> None:
+        self._parents: list[np.ndarray] = []
+        self._tokens: list[np.ndarray] = []
+        self.size = 0
+
+    def add(self, parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """New nodes for ``tokens`` after ``parents`` (int ``[k]`` each); returns their ids."""
+        ids = np.arange(self.size, self.size + parents.shape[0], dtype=np.int64)
+        self._parents.append(parents)
+        self._tokens.append(tokens)
+        self.size += parents.shape[0]
+        return ids
+
+    def sequences(self, nodes: np.ndarray) -> list[list[int]]:
+        """The tokens of each node's prefix, first to last (nodes ``[k]``; -1 gives ``[]``)."""
+        parents = np.concatenate(self._parents) if self._parents else np.zeros(0, np.int64)
+        tokens = np.concatenate(self._tokens) if self._tokens else np.zeros(0, np.int64)
+        out: list[list[int]] = [[] for _ in range(nodes.shape[0])]
+        cur = nodes.astype(np.int64).copy()
+        while (cur >= 0).any():  # one pass per label position, all prefixes at once
+            live = np.flatnonzero(cur >= 0)
+            for i, tok in zip(live.tolist(), tokens[cur[live]].tolist()):
+                out[i].append(tok)
+            cur[live] = parents[cur[live]]
+        return [seq[::-1] for seq in out]
+
+
+def stays(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, parent: np.ndarray,
+          found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The slots' own prefixes after this frame: ``(pb', pnb')``, both float64 ``[n, B]``,
+    with the extensions from a parent slot already merged into ``pnb'`` (log-add).
+
+    ``lp`` float64 ``[n, V]``: the frame's log-probs; ``allowed`` bool ``[n, V]`` or None (every
+    label may start); ``parent``/``found`` from :func:`parent_slots`."""
+    lse = np.logaddexp(beams.pb, beams.pnb)
+    has_last = beams.last >= 0
+    last = np.where(has_last, beams.last, 0)
+    row = np.arange(lp.shape[0])[:, None]
+    lp_last = np.where(has_last, lp[row, last], NEG_INF)  # --> [n, B]
+    pb = lse + lp[:, blank : blank + 1]
+    pnb = beams.pnb + lp_last
+    base = np.where(beams.last[row, parent] == beams.last, beams.pb[row, parent], lse[row, parent])
+    if allowed is not None:
+        found = found & allowed[row, last]
+    merged = np.where(found, base + lp_last, NEG_INF)  # the parent's extension by this last label
+    return pb, np.logaddexp(pnb, merged)
+
+
+def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
+    """For each slot, the slot of the same utterance holding its prefix less its last label:
+    ``(slot, found)``, int64 and bool ``[n, B]`` (slot 0 where none is found). One sort of the
+    keys (renumbered densely, then offset by utterance), not a comparison of every pair."""
+    n, width = beams.key.shape
+    both = np.concatenate([beams.key.ravel(), beams.parent_key.ravel()])
+    uniq, dense = np.unique(both, return_inverse=True)
+    row = np.tile(np.repeat(np.arange(n, dtype=np.int64), width), 2) * uniq.size
+    code = row + dense.ravel()  # --> [2 n B]: (utterance, key) as one integer
+    own, wanted = code[: n * width], code[n * width :]
+    order = np.argsort(own, kind="stable")
+    pos = np.minimum(np.searchsorted(own[order], wanted), n * width - 1)
+    found = own[order][pos] == wanted
+    return (order[pos] % width).reshape(n, width), found.reshape(n, width)
+
+
+def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
+            threshold: float | None) -> Beams:
+    """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
+    ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
+    ``threshold`` drops slots more than that below their utterance's best."""
+    parent, found = parent_slots(beams)
+    pb, pnb = stays(beams, lp, blank, allowed, parent, found)
+    stay = np.logaddexp(pb, pnb)
+    lse = np.logaddexp(beams.pb, beams.pnb)
+    masked = startable(lp, blank, allowed)
+    children = child_codes(beams.last, parent, found, lp.shape[1])
+    head_tok, head_lp = most_probable(masked)
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1]))
+    with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
+        floor = slack(bound - lse.max(1))
+    tok, tok_lp = candidates(masked, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1])
+    idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
+    return select(beams, idx, val, pb, pnb, tok, history, threshold)
+
+
+def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,
+           tok: np.ndarray, history: History, threshold: float | None) -> Beams:
+    """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
+    extension ``B + b * M + m``) and their scores ``val``."""
+    width = beams.last.shape[1]
+    m = max(tok.shape[1], 1)
+    stay = idx < width
+    src = np.where(stay, idx, (idx - width) // m)  # --> [n, B]: the slot each comes from
+    row = np.arange(idx.shape[0])[:, None]
+    label = tok[row, np.where(stay, 0, (idx - width) % m)] if tok.shape[1] else src
+    take = lambda a: a[row, src]  # noqa: E731
+    key, node = take(beams.key), take(beams.node)
+    grow = np.nonzero(~stay & (val > NEG_INF))
+    new_node = node.copy()
+    new_node[grow] = history.add(node[grow], label[grow])
+    nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), val),
+                np.where(stay, take(beams.last), label), np.where(stay, key, extend_key(key, label)),
+                np.where(stay, take(beams.parent_key), key), new_node)
+    dead = val == NEG_INF
+    if threshold is not None:
+        dead |= val < val[:, :1] - threshold
+    return bury(nxt, dead)
+
+
+def bury(beams: Beams, dead: np.ndarray) -> Beams:
+    """``beams`` with the ``dead`` slots (bool ``[n, B]``) emptied: -inf, unique keys, no parent."""
+    if not dead.any():
+        return beams
+    width = beams.last.shape[1]
+    dead_key = np.broadcast_to(-1 - np.arange(width), dead.shape)
+    return Beams(np.where(dead, NEG_INF, beams.pb), np.where(dead, NEG_INF, beams.pnb),
+                 np.where(dead, -1, beams.last), np.where(dead, dead_key, beams.key),
+                 np.where(dead, NO_PARENT, beams.parent_key), np.where(dead, -1, beams.node))

@@ -1,0 +1,117 @@
+"""The best ``B`` candidates of each utterance at a frame, without scoring every extension.
+
+The candidates of an utterance are its slots' own prefixes after the frame (*stays*, ``B``) and
+every slot extended by every candidate label (``B x M``; labels most probable first). An
+extension's score is ``lse[b] + tok_lp[m]`` (``pb[b] + tok_lp[m]`` when the label repeats the
+slot's last one; -inf when that prefix is already a slot, since it was merged into it). So:
+
+1. a lower bound ``L`` of the utterance's ``B``-th best score: the ``B``-th best of the stays and
+   of each slot extended by the frame's most probable label (a subset of the candidates, so its
+   ``B``-th best is no higher than the full set's); labels below ``L`` minus the best slot's
+   log-prob are not candidates at all (:func:`beamsearch.speech.tokens.candidates`);
+2. in slot ``b`` only the first ``count[b]`` labels, those with ``tok_lp[m] >= L - lse[b]``, can
+   reach ``L`` (labels are sorted, and every extension of ``b`` is at most ``lse[b] + tok_lp[m]``);
+3. those are scored, and the best ``B`` of the stays and of the extensions at or above ``L`` are
+   kept, by score, ties to the lower candidate index (stay ``b``, extension ``B + b M + m``).
+
+The result is the same as ranking all ``B + B M`` candidates, ties included. With peaky
+emissions a few dozen extensions per utterance are scored instead of ``2 B**2``.
+
+Score terms beyond the acoustic one (an LM's word scores, a hotword bonus) enter in two places:
+:meth:`Extensions.scores` adds each extension's term, and the stays carry their prefix's; step 2
+then compares ``tok_lp[m]`` with ``L - lse[b] - D`` for ``D`` an upper bound of the term any
+extension of slot ``b`` can add, so it still leaves out only extensions that cannot be kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from beamsearch.backends import NEG_INF
+
+
+@dataclass(frozen=True)
+class Extensions:
+    """What extension scores are made of, at one frame, for ``n`` utterances of ``B`` slots."""
+
+    lse: np.ndarray  # float64 [n, B]: logaddexp(pb, pnb) before the frame
+    pb: np.ndarray  # float64 [n, B]
+    last: np.ndarray  # int64 [n, B]: the slot's last label (-1: none)
+    tok: np.ndarray  # int64 [n, M]: the labels that may start, most probable first
+    tok_lp: np.ndarray  # float64 [n, M]: their log-probs (-inf: padding)
+    children: np.ndarray  # int64 [c], sorted: codes (utt * B + slot) * V + label of prefixes already slots
+    vocab: int
+
+    def scores(self, utt: np.ndarray, slot: np.ndarray, col: np.ndarray) -> np.ndarray:
+        """float64 ``[K]``: slot ``slot[k]`` of utterance ``utt[k]`` extended by ``tok[utt, col]``."""
+        label = self.tok[utt, col]
+        base = np.where(self.last[utt, slot] == label, self.pb[utt, slot], self.lse[utt, slot])
+        val = base + self.tok_lp[utt, col]
+        if self.children.size:
+            code = (utt * self.lse.shape[1] + slot) * self.vocab + label
+            pos = np.minimum(np.searchsorted(self.children, code), self.children.size - 1)
+            val = np.where(self.children[pos] == code, NEG_INF, val)
+        return val
+
+
+def slack(need: np.ndarray) -> np.ndarray:
+    """A threshold on a label's log-prob lowered by a rounding margin: ``lse + tok_lp >= bound``
+    can hold in floats where ``tok_lp >= bound - lse`` does not, so a count or a cut by the latter
+    takes ``1e-9`` relative (and absolute) more."""
+    return need - 1e-9 * (1 + np.abs(need))
+
+
+def child_codes(last: np.ndarray, parent: np.ndarray, found: np.ndarray, vocab: int) -> np.ndarray:
+    """Sorted int64 codes ``(utt * B + parent slot) * V + label`` of every slot whose prefix less
+    its last label is another slot (``parent``/``found`` from ``prefix.parent_slots``)."""
+    utt, slot = np.nonzero(found)
+    return np.sort((utt * last.shape[1] + parent[utt, slot]) * vocab + last[utt, slot])
+
+
+def lower_bound(stay: np.ndarray, head: Extensions) -> np.ndarray:
+    """float64 ``[n]``: the ``B``-th best of the stays and of every slot extended by each of
+    ``head``'s labels (the most probable one)."""
+    n, width = stay.shape
+    utt, slot, col = np.meshgrid(np.arange(n), np.arange(width), np.arange(head.tok.shape[1]), indexing="ij")
+    pool = np.concatenate([stay, head.scores(utt.ravel(), slot.ravel(), col.ravel()).reshape(n, -1)], 1)
+    return np.partition(pool, pool.shape[1] - width, axis=1)[:, pool.shape[1] - width]
+
+
+def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``B`` candidates of each utterance: ``(idx, val)`` int64 and float64 ``[n, B]``,
+    best first; ``idx`` a stay ``b < B`` or an extension ``B + b M + m``; -inf values pad.
+    ``bound`` float64 ``[n]``: :func:`lower_bound`'s, no higher than each ``B``-th best."""
+    n, width = stay.shape
+    m = ext.tok.shape[1]
+    flat = np.broadcast_to(np.arange(width), (n, width)).ravel()
+    utt, score = np.repeat(np.arange(n), width), stay.ravel()
+    if m:
+        with np.errstate(invalid="ignore"):  # a dead slot: -inf - -inf; it gets no extension
+            need = slack(bound[:, None] - ext.lse)  # --> [n, B]
+            count = (ext.tok_lp[:, None, :] >= need[:, :, None]).sum(2)  # labels sorted: a prefix of them
+        rows = np.repeat(np.arange(n * width), count.ravel())
+        col = np.arange(rows.size) - np.repeat(np.cumsum(count.ravel()) - count.ravel(), count.ravel())
+        e_utt, e_slot = np.divmod(rows, width)
+        val = ext.scores(e_utt, e_slot, col)
+        keep = (val >= bound[e_utt]) & (val > NEG_INF)
+        utt = np.concatenate([utt, e_utt[keep]])
+        score = np.concatenate([score, val[keep]])
+        flat = np.concatenate([flat, width + e_slot[keep] * m + col[keep]])
+    return top_per_utterance(utt, score, flat, n, width)
+
+
+def top_per_utterance(utt: np.ndarray, score: np.ndarray, flat: np.ndarray, n: int,
+                      width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each utterance's ``width`` best ``(flat, score)`` by score, ties to the lower ``flat``,
+    as ``[n, width]`` arrays (padded with index 0 and -inf)."""
+    order = np.lexsort((flat, -score, utt))
+    su = utt[order]
+    rank = np.arange(su.size) - np.searchsorted(su, np.arange(n))[su]
+    keep = rank < width
+    idx = np.zeros((n, width), dtype=np.int64)
+    val = np.full((n, width), NEG_INF)
+    idx[su[keep], rank[keep]] = flat[order][keep]
+    val[su[keep], rank[keep]] = score[order][keep]
+    return idx, val

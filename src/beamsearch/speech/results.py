@@ -1,0 +1,47 @@
+"""What a CTC decode returns: one list of :class:`CTCHypothesis` per utterance, best first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word of a hypothesis and where it was said.
+
+    ``start_frame``/``end_frame``: the first frame of its first label and the last frame of its
+    last label on the hypothesis's best alignment (0-based, inclusive). ``start``/``end``: the same
+    in seconds, ``start_frame * frame_duration`` and ``(end_frame + 1) * frame_duration`` (the
+    end of its last frame); None when no frame duration was given."""
+
+    text: str
+    start_frame: int
+    end_frame: int
+    start: float | None
+    end: float | None
+
+
+@dataclass(frozen=True)
+class CTCHypothesis:
+    """One decoded label sequence of an utterance.
+
+    Fields:
+        tokens: the label ids, collapsed and without blanks (Python ints).
+        score: what the results are ranked by; without fusion terms it is ``acoustic_score``.
+        acoustic_score: the natural-log CTC probability of ``tokens`` summed over the alignments
+            the search kept (every alignment when nothing on their way was pruned: then it equals
+            ``-ctc_loss`` of ``tokens``).
+        token_frames: int64 ``[L, 2]``, per label the first and last frame (0-based, inclusive) of
+            its run on the best alignment of ``tokens`` (Viterbi over all its alignments).
+        text: the words joined by single spaces; None without a vocabulary.
+        words: the words with their frames and times; None without a vocabulary.
+    """
+
+    tokens: list[int]
+    score: float
+    acoustic_score: float
+    token_frames: np.ndarray
+    text: str | None = None
+    words: list[Word] | None = None

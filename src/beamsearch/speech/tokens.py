@@ -1,0 +1,85 @@
+"""Which labels may start at a frame: the per-frame token pruning of CTC beam search.
+
+A label *starts* at frame t when an alignment emits it there after a blank or after another label
+(a repeat of the same label's run is not a start). The pruning options restrict starts only, so
+with the beam wide enough the search returns exactly the CTC probabilities summed over the
+alignments whose every start is allowed:
+
+- ``token_top_k``: only the k most probable non-blank labels of the frame (ties to the lower id);
+- ``token_min_logp``: only labels whose log-probability at the frame is at least this;
+- ``blank_skip_threshold``: no label starts at a frame whose blank probability is above this
+  (every hypothesis only stays there: a blank or a repeat of its last label).
+
+Independently of these, each frame's candidates are cut to the ``2 * beam_size`` most probable
+allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
+in the beam and one to its own last label, and every other label scores below the ``beam_size``
+left (up to ties between equal scores); and a label whose extension of the utterance's most
+probable prefix would score below a lower bound of the utterance's ``beam_size``-th best candidate
+(:func:`beamsearch.speech.ranking.lower_bound`) is left out too: no extension by it can be kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from beamsearch.backends import NEG_INF, backend_of
+
+
+def start_mask(lp: np.ndarray, blank: int, min_logp: float | None, top_k: int | None,
+               skip_threshold: float | None) -> np.ndarray | None:
+    """bool ``[n, V]``: the labels that may start at this frame (``lp`` float64 ``[n, V]``), or
+    None when every non-blank label may (no pruning asked for)."""
+    n, vocab = lp.shape
+    if min_logp is None and (top_k is None or top_k >= vocab - 1) and skip_threshold is None:
+        return None
+    allowed = np.ones((n, vocab), dtype=bool)
+    allowed[:, blank] = False
+    if top_k is not None and top_k < vocab - 1:
+        masked = lp.copy()
+        masked[:, blank] = NEG_INF
+        idx, _ = backend_of(masked).topk_stable(masked, top_k)
+        keep = np.zeros_like(allowed)
+        keep[np.arange(n)[:, None], idx] = True
+        allowed &= keep
+    if min_logp is not None:
+        allowed &= lp >= min_logp
+    if skip_threshold is not None:
+        skip = lp[:, blank] > (math.log(skip_threshold) if skip_threshold > 0 else NEG_INF)
+        allowed[skip] = False
+    return allowed
+
+
+def startable(lp: np.ndarray, blank: int, allowed: np.ndarray | None) -> np.ndarray:
+    """float64 ``[n, V]``: ``lp`` with -inf for the blank and every label that may not start."""
+    masked = lp.copy() if allowed is None else np.where(allowed, lp, NEG_INF)
+    masked[:, blank] = NEG_INF
+    return masked
+
+
+def most_probable(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's most probable startable label (the lower id on ties) and its log-prob, ``[n, 1]``."""
+    best = np.argmax(masked, axis=1)[:, None]
+    return best, np.take_along_axis(masked, best, 1)
+
+
+def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
+    int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
+    padding. ``masked`` is :func:`startable`'s; ``M`` is at most ``2 * beam_size``; a label below
+    ``floor`` (float64 ``[n]``) is left out: no extension by it can be among the best (the
+    caller's bound)."""
+    n = masked.shape[0]
+    keep = (masked >= floor[:, None]) & (masked > NEG_INF)  # --> [n, V]
+    rows, cols = np.nonzero(keep)  # row by row, ids ascending
+    count = np.bincount(rows, minlength=n)
+    packed_width = int(count.max(initial=0))
+    if packed_width == 0:
+        return np.zeros((n, 0), np.int64), np.zeros((n, 0))
+    pos = np.arange(rows.size) - (np.cumsum(count) - count)[rows]
+    tok = np.zeros((n, packed_width), dtype=np.int64)
+    val = np.full((n, packed_width), NEG_INF)
+    tok[rows, pos], val[rows, pos] = cols, masked[rows, cols]
+    order, top = backend_of(val).topk_stable(val, min(packed_width, 2 * beam_size))  # ties: lower position, lower id
+    return np.take_along_axis(tok, order, 1), top
