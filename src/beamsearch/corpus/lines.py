@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
 
-__all__ = ["MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "Line", "read_lines"]
+__all__ = ["MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "MEDIA", "Line", "read_lines"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Line:
         constraints: the line's own constraints (JSON Lines; mode ``constrained``), or None: a
             tuple whose items are a target text (a phrase the output must contain) or a tuple of
             texts (one of them must appear).
+        media: the files the line names beside its text (JSON Lines ``"image"`` / ``"audio"``:
+            a path, relative to the current directory), as ``((kind, path), ...)``, or None.
     """
 
     index: int
@@ -37,6 +39,7 @@ class Line:
     max_steps: int | None = None
     prefix: str | None = None
     constraints: tuple[str | tuple[str, ...], ...] | None = None
+    media: tuple[tuple[str, str], ...] | None = None
 
     OWN = ("constraints",)
     """The search options a line may give for itself (beside ``max_steps`` and ``prefix``), by
@@ -48,6 +51,9 @@ class Line:
             raise KeyError(name)
         return self.constraints
 
+
+MEDIA = ("image", "audio")
+"""The JSON Lines keys naming a line's files beside its text, in the order a model reads them."""
 
 MAX_JSON_DEPTH = 100
 """The deepest nesting of arrays and objects a JSON line may have (deeper: that line's error record)."""
@@ -65,7 +71,9 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
             byte order mark at the start of the first line is not part of it.
         jsonl: each line is a JSON object; its ``field`` is the text, and the optional
             ``max_steps`` (int >= 1), ``prefix`` (str) and ``constraints`` (a list of texts, or of
-            lists of texts for alternatives) are the line's own; other keys are left alone (ids,
+            lists of texts for alternatives) are the line's own, and so are the files ``image``
+            and ``audio`` (a path each, read by a model that takes them: :data:`MEDIA`; with one,
+            ``field`` may be absent: the text is then ``""``); other keys are left alone (ids,
             metadata).
         field: the JSON key of the text.
 
@@ -94,7 +102,11 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         return Line(index, text, error)
     if not isinstance(record, dict):
         return Line(index, text, f"a JSON line must be an object; got {type(record).__name__}")
-    value = record.get(field)
+    media = tuple((kind, record[kind]) for kind in MEDIA if kind in record) or None
+    for kind, path in media or ():
+        if not isinstance(path, str) or not path:
+            return Line(index, text, f"{kind} must be a file path (a non-empty string); got {shown(path)}")
+    value = record.get(field, "" if media and field not in record else None)
     if not isinstance(value, str):
         return Line(index, text, f"the JSON object has no string field {field!r}")
     max_steps, prefix = record.get("max_steps"), record.get("prefix")
@@ -107,11 +119,12 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         constraints = _constraint_texts(constraints)
         if isinstance(constraints, str):
             return Line(index, value, constraints)
-    for name, texts in ((field, [value]), ("prefix", [prefix] if prefix else []), ("constraints", _flat(constraints))):
+    for name, texts in ((field, [value]), ("prefix", [prefix] if prefix else []), ("constraints", _flat(constraints)),
+                        *((kind, [path]) for kind, path in media or ())):
         error = _lone_surrogate(name, texts)
         if error is not None:
             return Line(index, value, error)
-    return Line(index, value, None, max_steps, prefix, constraints)
+    return Line(index, value, None, max_steps, prefix, constraints, media)
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -167,7 +167,8 @@ def _same_file(fd: int, path: pathlib.Path) -> bool:
 
 class Fingerprint:
     """A running SHA-256 over the lines read so far: each line's index, text, error and JSON
-    fields (max_steps, prefix, constraints), everything a record depends on."""
+    fields (max_steps, prefix, constraints, the files it names), everything a record depends on
+    (the files by their paths: a resume does not read them again)."""
 
     def __init__(self) -> None:
         self.lines = 0
@@ -176,6 +177,8 @@ class Fingerprint:
     def add(self, line: Any) -> None:
         """Count one :class:`~beamsearch.corpus.Line` into the hash."""
         fields = (line.index, line.text, line.error, line.max_steps, line.prefix, line.constraints)
+        if getattr(line, "media", None) is not None:  # the files a line names (a text line's hash as before)
+            fields += (line.media,)
         self._hash.update(ascii(fields).encode("ascii") + b"\n")  # ints, texts, None, tuples: one spelling each
         self.lines += 1
 

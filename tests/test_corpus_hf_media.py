@@ -1,0 +1,191 @@
+"""`beamsearch decode --model hf:DIR --jsonl` with lines naming images and audio (``"image":
+"a.png"``, ``"audio": "a.wav"``): a tiny random-weight LLaVA and Whisper saved with
+save_pretrained together with their processors built here (nothing downloaded). Oracle: each
+line alone, its file opened here with Pillow / soundfile and made into the model's inputs by the
+processor, through beamsearch.hf (causal_lm / seq2seq_lm) + beam_search_batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+Image = pytest.importorskip("PIL.Image")
+np = pytest.importorskip("numpy")
+
+from beamsearch import beam_search_batch, hf  # noqa: E402
+from beamsearch.cli import main  # noqa: E402
+from hf_multimodal_zoo import build, llava  # noqa: E402
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
+SPECIAL = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "<image>"]  # ids 0..4
+SEARCH = dict(beam_size=3, n_best=2, max_steps=5, length_penalty="power", alpha=1.0)
+FLAGS = ["--beam-size", "3", "--n-best", "2", "--max-steps", "5", "--max-rows", "6"]
+
+
+def tokenizer(words):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(words)}
+    inner = Tokenizer(models.WordLevel(vocab, unk_token=words[1]))
+    inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    image = {"extra_special_tokens": {"image_token": "<image>"}} if "<image>" in words else {}  # split out of words
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=inner, pad_token="[PAD]", unk_token=words[1],
+                                                bos_token="[BOS]", eos_token="[EOS]", **image)
+
+
+@pytest.fixture(scope="module")
+def llava_dir(tmp_path_factory):
+    """LLaVA (CLIP 16x16 images, 4 image tokens) and its processor: images resized and cropped to 16x16."""
+    folder = tmp_path_factory.mktemp("llava")
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil  # Pillow's, no torchvision
+
+    image = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    processor = transformers.LlavaProcessor(image_processor=image, tokenizer=tokenizer(SPECIAL + WORDS), patch_size=8,
+                                            vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    torch.manual_seed(0)
+    llava(len(SPECIAL + WORDS), 4, eos_token_id=3, pad_token_id=0, bos_token_id=2).save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    """Whisper (8 mel bins, 32 frames: 1 s of audio at 16 kHz) and its processor."""
+    folder = tmp_path_factory.mktemp("whisper")
+    features = transformers.WhisperFeatureExtractor(feature_size=8, sampling_rate=16000, hop_length=500, chunk_length=1,
+                                                    n_fft=1000)
+    words = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"] + [f"w{i}" for i in range(60)]  # the zoo Whisper's 64 ids
+    transformers.WhisperProcessor(feature_extractor=features, tokenizer=tokenizer(words)).save_pretrained(folder)
+    build("whisper")[0].save_pretrained(folder)
+    return folder
+
+
+def images(folder):
+    """Three images of other sizes, a file that is not an image."""
+    rng = np.random.default_rng(0)
+    for i, (h, w) in enumerate([(20, 30), (16, 16), (40, 24)]):
+        Image.fromarray((rng.random((h, w, 3)) * 255).astype("uint8")).save(folder / f"img{i}.png")
+    (folder / "bad.png").write_bytes(b"not an image")
+
+
+def decode(tmp_path, model_dir, lines, *flags):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    code = main(["decode", "--model", f"hf:{model_dir}", "--input", str(src), "--jsonl", "--output", str(out),
+                 *flags])
+    return code, [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] if out.exists() else None
+
+
+def alone(folder, text, image_path=None, audio=None):
+    """One line through the processor (its file opened here) and beamsearch.hf alone."""
+    processor = transformers.AutoProcessor.from_pretrained(folder, local_files_only=True)
+    if audio is not None:
+        model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, local_files_only=True).eval()
+        inputs = processor(audio=audio, sampling_rate=16000, return_tensors="pt")
+        dec = hf.seq2seq_lm(model, None, max_new_tokens=5, **inputs)
+    else:
+        model = transformers.LlavaForConditionalGeneration.from_pretrained(folder, local_files_only=True).eval()
+        kwargs = {} if image_path is None else {"images": Image.open(image_path).convert("RGB")}
+        inputs = dict(processor(text=text, return_tensors="pt", **kwargs))
+        ids = inputs.pop("input_ids")
+        dec = hf.causal_lm(model, ids, max_new_tokens=5, **{k: v for k, v in inputs.items() if k != "attention_mask"})
+    hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, **SEARCH)[0]
+    return [(h.tokens, h.logprob, h.finished) for h in hyps]
+
+
+def same(record, want):
+    got = record["nbest"]
+    assert [(h["tokens"], h["finished"]) for h in got] == [(w[0], w[2]) for w in want]
+    # the line in a batch of 2 (images of other sizes, prompts of other lengths, padded) against alone
+    assert all(abs(h["logprob"] - w[1]) < 1e-4 for h, w in zip(got, want))
+
+
+def test_decode_with_images_is_each_line_alone(llava_dir, tmp_path, monkeypatch):
+    """Images of three sizes (the processor resizes them) beside a text-only line, two lines a
+    batch (one cohort mixes an image line and a text line); files relative to the current directory."""
+    images(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    lines = [{"text": "<image> the cat", "image": "img0.png"}, {"text": "<image> a dog ran far", "image": "img1.png"},
+             {"text": "the cat sat"}, {"text": "<image> on a mat", "image": str(tmp_path / "img2.png")}]
+    code, records = decode(tmp_path, llava_dir, lines, *FLAGS)
+    assert code == 0 and [r["index"] for r in records] == [0, 1, 2, 3]
+    for line, record in zip(lines, records):
+        same(record, alone(llava_dir, line["text"], line.get("image") and tmp_path / line["image"]))
+
+
+def test_unreadable_files_are_errors_of_their_lines(llava_dir, tmp_path, monkeypatch):
+    images(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    lines = [{"text": "<image> the", "image": "missing.png"}, {"text": "<image> mat", "image": "bad.png"},
+             {"text": "<image> the cat", "image": "img0.png"}, {"text": "the", "audio": "a.wav"},
+             {"text": "the", "image": 7}, {"image": "img1.png"}]
+    code, records = decode(tmp_path, llava_dir, lines, *FLAGS)
+    assert code == 1
+    errors = [r.get("error") for r in records]
+    assert errors[0] == "cannot read image 'missing.png': No such file or directory"
+    assert errors[1].startswith("cannot read image 'bad.png': cannot identify image file")
+    assert errors[2] is None
+    assert errors[3] == "the model reads no audio files (it reads image files)"
+    assert errors[4] == "image must be a file path (a non-empty string); got 7"
+    assert records[5]["input"] == ""  # an image alone: its text is "", no prompt for a causal model
+    assert errors[5] == "no text: the model's prompt is the line's text (with the processor's placeholder of the file)"
+    same(records[2], alone(llava_dir, "<image> the cat", tmp_path / "img0.png"))
+
+
+def interrupted_after(calls, step):
+    """``step``, which raises KeyboardInterrupt (Ctrl-C) at its call number ``calls + 1``."""
+    made = iter(range(calls))
+
+    def stepped(self, state, y_prev):
+        if next(made, None) is None:
+            raise KeyboardInterrupt
+        return step(self, state, y_prev)
+    return stepped
+
+
+def test_decode_with_images_resumes(llava_dir, tmp_path, monkeypatch):
+    """A run interrupted after its first records, resumed: every line's record, each as alone."""
+    from beamsearch import corpus
+
+    images(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    lines = [{"text": f"<image> {w}", "image": f"img{i % 3}.png"} for i, w in enumerate(["the", "cat", "dog", "mat"])]
+    step = corpus.hf_folder.HFModel.step
+    monkeypatch.setattr(corpus.hf_folder.HFModel, "step", interrupted_after(6, step))
+    flags = ["--beam-size", "3", "--n-best", "2", "--max-steps", "5", "--max-rows", "3"]
+    assert decode(tmp_path, llava_dir, lines, *flags)[0] == 130
+    monkeypatch.setattr(corpus.hf_folder.HFModel, "step", step)
+    out = tmp_path / "out.jsonl"
+    done = [json.loads(x).get("index") for x in corpus.partial_path(out).read_text().splitlines()]
+    assert 0 < len([i for i in done if isinstance(i, int) and not isinstance(i, bool)]) < 4  # some records, not all
+    assert main(["decode", "--model", f"hf:{llava_dir}", "--input", str(tmp_path / "in.jsonl"), "--jsonl",
+                 "--output", str(out), *flags, "--resume"]) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    for line, record in zip(lines, records):
+        same(record, alone(llava_dir, line["text"], tmp_path / line["image"]))
+
+
+def test_decode_with_audio_is_each_line_alone(whisper_dir, tmp_path):
+    """Whisper reads audio files (read with soundfile; of other lengths: the processor pads them
+    to its 1 s), no text; a file at another sampling rate and text beside audio are line errors."""
+    soundfile = pytest.importorskip("soundfile")
+    rng = np.random.default_rng(1)
+    clips = [rng.standard_normal(n).astype("float32") * 0.3 for n in (16000, 9000)]
+    for i, clip in enumerate(clips):
+        soundfile.write(tmp_path / f"a{i}.wav", clip, 16000, subtype="FLOAT")
+    soundfile.write(tmp_path / "fast.wav", clips[1], 8000, subtype="FLOAT")
+    lines = [{"audio": str(tmp_path / "a0.wav")}, {"audio": str(tmp_path / "a1.wav")},
+             {"audio": str(tmp_path / "fast.wav")}, {"text": "w1", "audio": str(tmp_path / "a0.wav")}, {"text": "w1"}]
+    code, records = decode(tmp_path, whisper_dir, lines, *FLAGS)
+    assert code == 1
+    same(records[0], alone(whisper_dir, "", audio=clips[0]))
+    same(records[1], alone(whisper_dir, "", audio=clips[1]))
+    assert records[2]["error"] == (f"audio {str(tmp_path / 'fast.wav')!r} is sampled at 8000 Hz; the model's processor "
+                                   "reads 16000 Hz: resample it")
+    assert records[3]["error"] == "the model reads no text beside its audio: leave the text out; got 'w1'"
+    assert records[4]["error"] == 'the model reads audio: name the line\'s file ("audio": path)'
