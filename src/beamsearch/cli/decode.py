@@ -221,7 +221,9 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
-                   help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and constraints")
+                   help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and "
+                        "constraints, and an image or audio file (\"image\": PATH, \"audio\": PATH) for an hf: "
+                        "model with a processor")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
     p.add_argument("--max-rows", type=int, default=320, help="most rows (hypotheses) per model call")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
