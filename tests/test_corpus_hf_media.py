@@ -189,3 +189,21 @@ def test_decode_with_audio_is_each_line_alone(whisper_dir, tmp_path):
                                    "reads 16000 Hz: resample it")
     assert records[3]["error"] == "the model reads no text beside its audio: leave the text out; got 'w1'"
     assert records[4]["error"] == 'the model reads audio: name the line\'s file ("audio": path)'
+
+
+def test_lines_are_batched_as_the_processor_pads_them():
+    """Audio of two lengths, each through the feature extractor alone, then batched: the
+    extractor's own batch of both (features padded at the end, their mask 0 there)."""
+    from beamsearch.corpus.hf_media import batched
+
+    extractor = transformers.Speech2TextFeatureExtractor(feature_size=8, num_mel_bins=8, sampling_rate=16000)
+    rng = np.random.default_rng(0)
+    clips = [rng.standard_normal(n).astype("float32") for n in (4000, 2500)]
+    settings = dict(sampling_rate=16000, return_attention_mask=True, return_tensors="pt")
+    want = extractor(clips, padding=True, **settings)
+    got = batched([dict(extractor(clip, **settings)) for clip in clips], 0, left=False)
+    assert set(got) == set(want) and got["input_features"].shape == (2, 23, 8)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=0)
+    ids = batched([{"input_ids": torch.tensor([[5, 6, 7]])}, {"input_ids": torch.tensor([[8]])}], 0, left=True)
+    assert ids["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]  # a causal model's prompts: padded on the left
