@@ -207,3 +207,23 @@ def test_lines_are_batched_as_the_processor_pads_them():
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=0)
     ids = batched([{"input_ids": torch.tensor([[5, 6, 7]])}, {"input_ids": torch.tensor([[8]])}], 0, left=True)
     assert ids["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]  # a causal model's prompts: padded on the left
+
+
+def test_a_resume_is_refused_when_a_line_names_another_file(llava_dir, tmp_path, monkeypatch, capsys):
+    """The input's fingerprint holds the files each line names: the same texts with another image
+    are another input."""
+    from beamsearch import corpus
+
+    images(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    lines = [{"text": "<image> the", "image": "img0.png"}, {"text": "<image> cat", "image": "img1.png"}]
+    monkeypatch.setattr(corpus.hf_folder.HFModel, "step", interrupted_after(6, corpus.hf_folder.HFModel.step))
+    flags = ["--beam-size", "3", "--max-steps", "5", "--max-rows", "3"]
+    assert decode(tmp_path, llava_dir, lines, *flags)[0] == 130
+    assert '"index": 0' in corpus.partial_path(tmp_path / "out.jsonl").read_text()  # line 0's record kept
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    lines[0]["image"] = "img2.png"
+    capsys.readouterr()
+    assert decode(tmp_path, llava_dir, lines, *flags, "--resume")[0] == 2
+    assert "another input" in capsys.readouterr().err
