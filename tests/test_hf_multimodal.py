@@ -141,7 +141,7 @@ def test_the_vision_tower_runs_once_per_input_whatever_the_beam(beams):
     batch = case.batch([case.item(0), case.item(1)])
     sizes = _counted(model.model.vision_tower)
     generate(model, **batch, max_new_tokens=NEW, num_beams=beams)
-    assert sizes == [2]  # one call, one row per input (generate would run it on 2 x beams rows)
+    assert sizes == [2]  # one call, one row per input
 
 
 @pytest.mark.parametrize("name, encoder", [("whisper", "encoder"), ("vision_encoder_decoder", "encoder"),
