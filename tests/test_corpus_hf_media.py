@@ -227,3 +227,54 @@ def test_a_resume_is_refused_when_a_line_names_another_file(llava_dir, tmp_path,
     capsys.readouterr()
     assert decode(tmp_path, llava_dir, lines, *flags, "--resume")[0] == 2
     assert "another input" in capsys.readouterr().err
+
+
+def rescored(folder, text, image_path, tokens, entries=None):
+    """The model's log-probability of ``tokens`` after the line (its image opened here, the
+    processor's inputs): one forward without a cache, log-softmax over the vocabulary (a
+    catalogue's ``entries``: over the tokens that continue one of them at each position, eos
+    after a whole one)."""
+    processor = transformers.AutoProcessor.from_pretrained(folder, local_files_only=True)
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder, local_files_only=True).eval()
+    inputs = processor(text=text, images=Image.open(image_path).convert("RGB"), return_tensors="pt")
+    ids = torch.cat([inputs["input_ids"], torch.tensor([tokens])], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, pixel_values=inputs["pixel_values"]).logits[0, inputs["input_ids"].shape[1] - 1: -1]
+    logits = logits.double()
+    for t in range(len(tokens) if entries is not None else 0):
+        allowed = {e[t] for e in entries if len(e) > t and e[:t] == tokens[:t]} | \
+            ({3} if tokens[:t] in entries else set())
+        logits[t, [v for v in range(logits.shape[1]) if v not in allowed]] = float("-inf")
+    return float(torch.log_softmax(logits, -1).gather(1, torch.tensor([tokens]).T).sum())
+
+
+ENTRIES = [[6, 7], [9], [10, 11, 12]]
+MODES = {"greedy": [], "constrained": ["--constraints", "cat"],
+         "diverse": ["--beam-size", "4", "--num-groups", "2", "--diversity-penalty", "0.5"],
+         "exact": ["--node-budget", "200"], "transformers": [],
+         "catalogue": ["--beam-size", "3", "--catalogue", "entries.txt"]}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_mode_decodes_image_lines(mode, llava_dir, tmp_path, monkeypatch):
+    """Each search mode on lines with images of other sizes: every output's logprob is its
+    teacher-forced rescoring after its own line and image; a constrained output holds its
+    phrase, a catalogue's outputs are its entries. (Not stochastic: decode refuses it for any
+    hf: folder whose generation config sets a length penalty, as save_pretrained's does.)"""
+    images(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "entries.txt").write_text("".join(" ".join(map(str, e)) + "\n" for e in ENTRIES))
+    lines = [{"text": "<image> the cat", "image": "img0.png"}, {"text": "<image> a dog ran far", "image": "img2.png"}]
+    name = "beam" if mode == "catalogue" else mode
+    n_best = ["--n-best", "1" if mode == "greedy" else "2"]
+    code, records = decode(tmp_path, llava_dir, lines, "--mode", name, "--max-steps", "5", *n_best, *MODES[mode])
+    assert code == 0, records
+    for line, record in zip(lines, records):
+        assert record["nbest"]
+        for h in record["nbest"]:
+            want = rescored(llava_dir, line["text"], line["image"], h["tokens"], ENTRIES if mode == "catalogue" else None)
+            assert h["logprob"] == pytest.approx(want, abs=1e-4)
+            if mode == "constrained" and h["finished"]:
+                assert 6 in h["tokens"]
+            if mode == "catalogue":
+                assert h["finished"] and h["tokens"][:-1] in ENTRIES and h["tokens"][-1] == 3
