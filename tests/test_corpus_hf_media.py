@@ -64,6 +64,19 @@ def whisper_dir(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def captioner_dir(tmp_path_factory):
+    """A ViT + GPT-2 VisionEncoderDecoderModel (16x16 images) with a bare image processor (no
+    processor class: AutoProcessor gives the image processor) and a tokenizer beside it."""
+    from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+    folder = tmp_path_factory.mktemp("captioner")
+    ViTImageProcessorPil(size={"height": 16, "width": 16}).save_pretrained(folder)
+    tokenizer(["[PAD]", "[UNK]", "[BOS]", "[EOS]"] + [f"w{i}" for i in range(60)]).save_pretrained(folder)
+    build("vision_encoder_decoder")[0].save_pretrained(folder)
+    return folder
+
+
 def images(folder):
     """Three images of other sizes, a file that is not an image."""
     rng = np.random.default_rng(0)
@@ -278,3 +291,21 @@ def test_every_mode_decodes_image_lines(mode, llava_dir, tmp_path, monkeypatch):
                 assert 6 in h["tokens"]
             if mode == "catalogue":
                 assert h["finished"] and h["tokens"][:-1] in ENTRIES and h["tokens"][-1] == 3
+
+
+def test_a_captioner_reads_images_alone(captioner_dir, tmp_path):
+    """A vision encoder-decoder: each line an image alone (its processor resizes images of other
+    sizes), decoded as alone through seq2seq_lm; text beside the image is a line error."""
+    images(tmp_path)
+    lines = [{"image": str(tmp_path / f"img{i}.png")} for i in range(3)] + \
+        [{"text": "w1", "image": str(tmp_path / "img0.png")}]
+    code, records = decode(tmp_path, captioner_dir, lines, *FLAGS)
+    assert code == 1
+    processor = transformers.AutoImageProcessor.from_pretrained(captioner_dir, local_files_only=True)
+    model = transformers.VisionEncoderDecoderModel.from_pretrained(captioner_dir, local_files_only=True).eval()
+    for line, record in zip(lines[:3], records):
+        pixels = processor(Image.open(line["image"]).convert("RGB"), return_tensors="pt")["pixel_values"]
+        dec = hf.seq2seq_lm(model, None, max_new_tokens=5, pixel_values=pixels)
+        hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, **SEARCH)[0]
+        same(record, [(h.tokens, h.logprob, h.finished) for h in hyps])
+    assert records[3]["error"] == "the model reads no text beside its image: leave the text out; got 'w1'"

@@ -140,13 +140,22 @@ class HFModel(CorpusModelBase):
 
 
 def _processor(directory: str | os.PathLike) -> Any:
-    """The folder's processor, when it has one (a saved image processor or feature extractor), else None."""
+    """The folder's processor, when it has one (a saved image processor or feature extractor, with
+    its tokenizer or alone), else None."""
     if not any(os.path.exists(os.path.join(directory, name)) for name in ("preprocessor_config.json",
                                                                            "processor_config.json")):
         return None
-    from transformers import AutoProcessor
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoProcessor
 
-    return AutoProcessor.from_pretrained(directory, local_files_only=True)
+    processor = AutoProcessor.from_pretrained(directory, local_files_only=True)
+    if media_kinds(processor):
+        return processor
+    for auto in (AutoImageProcessor, AutoFeatureExtractor):  # AutoProcessor gave the tokenizer: the bare one
+        try:
+            return auto.from_pretrained(directory, local_files_only=True)
+        except (ValueError, OSError):
+            continue
+    return None
 
 
 def _load(directory: str | os.PathLike, encoder_decoder: bool, multimodal: bool) -> Any:

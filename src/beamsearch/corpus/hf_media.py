@@ -14,14 +14,13 @@ TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_id
 
 
 def media_kinds(processor: Any) -> tuple[str, ...]:
-    """The kinds of files ``processor`` reads: ``"image"`` (it has an image processor), ``"audio"``
-    (a feature extractor)."""
-    kinds = []
-    if getattr(processor, "image_processor", None) is not None or hasattr(processor, "crop_size"):
-        kinds.append("image")
-    if getattr(processor, "feature_extractor", None) is not None or hasattr(processor, "sampling_rate"):
-        kinds.append("audio")
-    return tuple(kinds)
+    """The kinds of files ``processor`` reads, by the model inputs it gives: ``"image"``
+    (``pixel_values``, ``flattened_patches``), ``"audio"`` (``input_features``, ``input_values``)."""
+    parts = [processor, getattr(processor, "image_processor", None), getattr(processor, "feature_extractor", None)]
+    names = {name for part in parts if part is not None for name in getattr(part, "model_input_names", ()) or ()}
+    return tuple(kind for kind, given in (("image", ("pixel_values", "flattened_patches")),
+                                          ("audio", ("input_features", "input_values")))
+                 if names & set(given))
 
 
 def read_file(kind: str, path: str, sampling_rate: int | None) -> Any:
@@ -66,12 +65,14 @@ def line_inputs(processor: Any, text: str, files: dict[str, str], *, reads_text:
         raise ValueError(f"the model reads no text beside its {' and '.join(files)}: leave the text out; got {text!r}")
     rate = getattr(getattr(processor, "feature_extractor", processor), "sampling_rate", None)
     kwargs: dict[str, Any] = {"text": text} if text else {}
-    for kind, path in files.items():
-        value = read_file(kind, path, rate)
-        if kind == "image":
-            kwargs["images"] = value
-        else:
-            kwargs.update(audio=value, sampling_rate=rate)
+    values = {kind: read_file(kind, path, rate) for kind, path in files.items()}
+    if not hasattr(processor, "tokenizer"):  # a bare image processor or feature extractor: the file by position
+        out = processor(*values.values(), **({"sampling_rate": rate} if "audio" in values else {}), return_tensors="pt")
+        return {k: v for k, v in out.items() if v is not None}
+    if "image" in values:
+        kwargs["images"] = values["image"]
+    if "audio" in values:
+        kwargs.update(audio=values["audio"], sampling_rate=rate)
     out = processor(**kwargs, return_tensors="pt")
     return {k: v for k, v in out.items() if v is not None}
 
