@@ -75,10 +75,11 @@ def test_transformers_mode_gives_generates_beams_and_scores(name):
     torch.testing.assert_close(scores, want.sequences_scores.double(), atol=FLOAT32, rtol=0)
 
 
-def rescored(model, case, item: dict, tokens: list[int]) -> float:
+def rescored(model, case, item: dict, tokens: list[int], renormalized: bool = True) -> float:
     """The model's log-probability of ``tokens`` after input ``item``: one forward without a
     cache on the prompt (decoder start token) and the tokens, log-softmax at each position over
-    the vocabulary but the placeholders (suppressed)."""
+    the vocabulary but the placeholders (suppressed; ``renormalized=False``: over the whole
+    vocabulary, as generate's rule suppresses them after its log-softmax)."""
     t = torch.tensor([tokens])
     with torch.no_grad():
         if case.causal:
@@ -93,7 +94,8 @@ def rescored(model, case, item: dict, tokens: list[int]) -> float:
             decoder = torch.tensor([[start] + tokens[:-1]])
             logits = model(**item, decoder_input_ids=decoder).logits[0]
     logits = logits.double()
-    logits[:, PLACEHOLDERS] = float("-inf")  # the search's suppress_tokens, applied before log_softmax
+    if renormalized:
+        logits[:, PLACEHOLDERS] = float("-inf")  # the search's suppress_tokens, applied before log_softmax
     return float(torch.log_softmax(logits, -1).gather(1, t.T).sum())
 
 
@@ -139,7 +141,7 @@ def test_the_vision_tower_runs_once_per_input_whatever_the_beam(beams):
     batch = case.batch([case.item(0), case.item(1)])
     sizes = _counted(model.model.vision_tower)
     generate(model, **batch, max_new_tokens=NEW, num_beams=beams)
-    assert sizes == [2]  # one call, one row per input (generate would run it on 2 x beams rows)
+    assert sizes == [2]  # one call, one row per input
 
 
 @pytest.mark.parametrize("name, encoder", [("whisper", "encoder"), ("vision_encoder_decoder", "encoder"),
@@ -248,15 +250,25 @@ SMOKE = {"beam": {"num_beams": 3}, "greedy": {}, "constrained": {"num_beams": 3,
 
 @pytest.mark.parametrize("name", ["qwen2_vl", "whisper"])
 @pytest.mark.parametrize("mode", list(SMOKE))
-def test_every_mode_runs_on_a_vlm_and_a_speech_model(name, mode):
+def test_every_mode_s_outputs_on_a_vlm_and_a_speech_model_are_their_rescoring(name, mode):
+    """Each mode's outputs (rows reordered by its own rule: groups, samples, an exact search's
+    frontier, step search's candidates) keep their input's image or audio: every hypothesis's
+    logprob is its teacher-forced rescoring after its own input (mode transformers: generate's
+    rule, whose suppression comes after its log-softmax)."""
     from beamsearch.modes.registry import MODES
 
     assert set(SMOKE) >= set(MODES), "a mode registered since: add it here"
-    model, case, _, batch = zoo(name)
+    model, case, items, batch = zoo(name)
     if mode == "step" and not case.causal:
         pytest.skip("step search needs a causal model (its states are taken by row)")
-    got = generate(model, **batch, max_new_tokens=4, mode=mode, **SMOKE[mode])
+    got = generate(model, **batch, max_new_tokens=4, mode=mode, suppress_tokens=PLACEHOLDERS, **SMOKE[mode])
     assert len(got.hypotheses) == 2 and all(got.hypotheses)
+    if not case.causal:  # each input as it sits in the batch
+        items = [{k: v[i: i + 1] for k, v in batch.items()} for i in range(2)]
+    for item, hyps in zip(items, got.hypotheses):
+        for h in hyps:
+            want = rescored(model, case, item, list(h.tokens), renormalized=mode != "transformers")
+            assert h.logprob == pytest.approx(want, abs=1e-4)
     if mode == "constrained":
         assert all(9 in h.tokens for hyps in got.hypotheses for h in hyps if h.finished)
 

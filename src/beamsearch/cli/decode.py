@@ -258,7 +258,8 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
                    help="the input is JSON Lines: the text in --field, optional per-line max_steps, prefix and "
-                        "constraints; its other keys (an id) are copied into the line's record")
+                        "constraints, and an image or audio file (\"image\": PATH, \"audio\": PATH) for an hf: "
+                        "model with a processor; its other keys (an id) are copied into the line's record")
     p.add_argument("--field", default="text", help="the JSON field holding the text (with --jsonl)")
     p.add_argument("--max-rows", type=int, default=320,
                    help="most rows (hypotheses) per model call; it changes no token, only the last bits of a torch "

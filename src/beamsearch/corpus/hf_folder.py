@@ -8,6 +8,7 @@ import os
 from typing import Any, Sequence
 
 from beamsearch.core import validate as check
+from beamsearch.corpus.hf_media import batched, line_inputs, media_kinds
 from beamsearch.corpus.models import CorpusModel, CorpusModelBase
 
 __all__ = ["HFModel", "hf_model"]
@@ -24,7 +25,7 @@ class HFModel(CorpusModelBase):
 
     def __init__(self, directory: str | os.PathLike, max_steps: int) -> None:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         from transformers.utils import logging as hf_logging
 
@@ -33,16 +34,19 @@ class HFModel(CorpusModelBase):
         self._hf, self._torch = hf, torch
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         self.encoder_decoder = bool(config.is_encoder_decoder)
-        auto = AutoModelForSeq2SeqLM if self.encoder_decoder else AutoModelForCausalLM
+        self.processor = _processor(directory)
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # decode's stderr holds its own lines (progress, notes, errors)
         try:
-            self.model = auto.from_pretrained(directory, local_files_only=True).eval()
+            self.model = _load(directory, self.encoder_decoder, self.processor is not None).eval()
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
+        self.media = media_kinds(self.processor) if hf.multimodal.is_multimodal(self.model) else ()
+        self.reads_text = getattr(self.model, "main_input_name", "input_ids") == "input_ids"
         self.refill = hf.joinable(self.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        self.tokenizer = getattr(self.processor, "tokenizer", None) or \
+            AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.max_steps = check.at_least("max_steps", max_steps, 1)
         eos = self.model.generation_config.eos_token_id
         if eos is None:
@@ -59,6 +63,9 @@ class HFModel(CorpusModelBase):
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def problem(self, text: str) -> str | None:
+        if not self.reads_text:  # Whisper, a vision encoder-decoder: a file per line
+            kind = self.media[0] if self.media else "image"
+            return f"the model reads {' or '.join(self.media) or 'files'}: name the line's file (\"{kind}\": path)"
         if not text.strip():
             return "empty text"
         ids = self._ids(text)
@@ -78,9 +85,42 @@ class HFModel(CorpusModelBase):
     def prompt(self, text: str) -> list[int]:
         return [self.bos] if self.encoder_decoder else self._ids(text)
 
+    def media_item(self, text: str, files: dict[str, str]) -> dict | str:
+        """A line naming ``files`` (kind -> path): its stream fields ``{"prompt", "source"}`` (the
+        source: ``{"inputs": the processor's output for the line alone}``), or why it cannot be
+        decoded (a file that cannot be read)."""
+        try:
+            inputs = line_inputs(self.processor, text, files, reads_text=self.reads_text)
+        except ValueError as e:
+            return str(e)
+        if self.encoder_decoder:
+            return {"prompt": [self.bos], "source": {"inputs": inputs}}
+        if "input_ids" not in inputs:
+            return "no text: the model's prompt is the line's text (with the processor's placeholder of the file)"
+        ids = inputs["input_ids"][0].tolist()
+        if self._limit is not None and len(ids) + self.max_steps > self._limit:
+            return (f"{len(ids)} tokens with the files; the model has {self._limit} positions "
+                    f"(max_steps {self.max_steps})")
+        return {"prompt": ids, "source": {"inputs": inputs}}
+
     def make_state(self, items: list[dict]) -> Any:
-        sources = [self._ids(i["source"]) for i in items]
+        with_files = [isinstance(i["source"], dict) for i in items]  # a line naming files: media_item's source
+        if any(with_files) and not all(with_files):  # lines with files beside lines without: two states, joined
+            from beamsearch.core.state import concat_state, select_state
+
+            order = sorted(range(len(items)), key=lambda j: not with_files[j])  # those with files first
+            joined = concat_state([self.make_state([items[j] for j in order if with_files[j] == want])
+                                   for want in (True, False)])
+            return select_state(joined, self._torch.argsort(self._torch.tensor(order)))  # back in items' order
         adapter = self._hf.seq2seq_lm if self.encoder_decoder else self._hf.causal_lm
+        if all(with_files):
+            inputs = batched([i["source"]["inputs"] for i in items], self.tokenizer.pad_token_id or 0,
+                             left=not self.encoder_decoder)
+            sources, mask = inputs.pop("input_ids", None), inputs.pop("attention_mask", None)
+            self._prepared = adapter(self.model, sources, attention_mask=mask, eos_token_id=self.eos,
+                                     max_new_tokens=self.max_steps, **inputs)
+            return self._prepared.init_state
+        sources = [self._ids(i["source"]) for i in items]
         self._prepared = adapter(self.model, sources, eos_token_id=self.eos, max_new_tokens=self.max_steps)
         return self._prepared.init_state
 
@@ -97,6 +137,43 @@ class HFModel(CorpusModelBase):
 
     def text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+def _processor(directory: str | os.PathLike) -> Any:
+    """The folder's processor, when it has one (a saved image processor or feature extractor, with
+    its tokenizer or alone), else None."""
+    if not any(os.path.exists(os.path.join(directory, name)) for name in ("preprocessor_config.json",
+                                                                           "processor_config.json")):
+        return None
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(directory, local_files_only=True)
+    if media_kinds(processor):
+        return processor
+    for auto in (AutoImageProcessor, AutoFeatureExtractor):  # AutoProcessor gave the tokenizer: the bare one
+        try:
+            return auto.from_pretrained(directory, local_files_only=True)
+        except (ValueError, OSError):
+            continue
+    return None
+
+
+def _load(directory: str | os.PathLike, encoder_decoder: bool, multimodal: bool) -> Any:
+    """The folder's model: a text model by the auto class of its kind; with a processor, the
+    first auto class of the multimodal ones (image-text-to-text, speech, vision-to-text) that
+    knows its config, then the text ones."""
+    import transformers
+
+    text = ["AutoModelForSeq2SeqLM" if encoder_decoder else "AutoModelForCausalLM"]
+    names = ["AutoModelForImageTextToText", "AutoModelForSpeechSeq2Seq", "AutoModelForVision2Seq", *text] \
+        if multimodal else text
+    autos = [getattr(transformers, n) for n in names if hasattr(transformers, n)]
+    for auto in autos[:-1]:
+        try:
+            return auto.from_pretrained(directory, local_files_only=True)
+        except ValueError:  # "Unrecognized configuration class": the next one
+            continue
+    return autos[-1].from_pretrained(directory, local_files_only=True)
 
 
 def hf_model(directory: str | os.PathLike, *, max_steps: int = 64) -> CorpusModel:

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
 
-__all__ = ["MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "Line", "read_lines"]
+__all__ = ["MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "MEDIA", "Line", "read_lines"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Line:
         constraints: the line's own constraints (JSON Lines; mode ``constrained``), or None: a
             tuple whose items are a target text (a phrase the output must contain) or a tuple of
             texts (one of them must appear).
+        media: the files the line names beside its text (JSON Lines ``"image"`` / ``"audio"``:
+            a path, relative to the current directory), as ``((kind, path), ...)``, or None.
         extra: the JSON object's other keys (an ``"id"``, metadata) in its order, copied into the
             line's record; None when it has none (or is not a JSON line).
     """
@@ -40,6 +42,7 @@ class Line:
     max_steps: int | None = None
     prefix: str | None = None
     constraints: tuple[str | tuple[str, ...], ...] | None = None
+    media: tuple[tuple[str, str], ...] | None = None
     extra: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     OWN = ("constraints",)
@@ -52,6 +55,9 @@ class Line:
             raise KeyError(name)
         return self.constraints
 
+
+MEDIA = ("image", "audio")
+"""The JSON Lines keys naming a line's files beside its text, in the order a model reads them."""
 
 MAX_JSON_DEPTH = 100
 """The deepest nesting of arrays and objects a JSON line may have (deeper: that line's error record)."""
@@ -69,8 +75,10 @@ def read_lines(data: Iterable[bytes], *, jsonl: bool = False, field: str = "text
             byte order mark at the start of the first line is not part of it.
         jsonl: each line is a JSON object; its ``field`` is the text, and the optional
             ``max_steps`` (int >= 1), ``prefix`` (str) and ``constraints`` (a list of texts, or of
-            lists of texts for alternatives) are the line's own; its other keys (ids, metadata)
-            are the line's :attr:`Line.extra`, copied into its record.
+            lists of texts for alternatives) are the line's own, and so are the files ``image``
+            and ``audio`` (a path each, read by a model that takes them: :data:`MEDIA`; with one,
+            ``field`` may be absent: the text is then ``""``); its other keys (ids, metadata) are
+            the line's :attr:`Line.extra`, copied into its record.
         field: the JSON key of the text.
 
     Yields:
@@ -98,8 +106,13 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         return Line(index, text, error)
     if not isinstance(record, dict):
         return Line(index, text, f"a JSON line must be an object; got {type(record).__name__}")
-    value = record.get(field)
-    extra = {key: v for key, v in record.items() if key not in (field, "max_steps", "prefix", *Line.OWN)} or None
+    media = tuple((kind, record[kind]) for kind in MEDIA if kind in record) or None
+    extra = {key: v for key, v in record.items()
+             if key not in (field, "max_steps", "prefix", *Line.OWN, *MEDIA)} or None
+    for kind, path in media or ():
+        if not isinstance(path, str) or not path:
+            return Line(index, text, f"{kind} must be a file path (a non-empty string); got {shown(path)}", extra=extra)
+    value = record.get(field, "" if media and field not in record else None)
     if not isinstance(value, str):
         return Line(index, text, f"the JSON object has no string field {field!r}", extra=extra)
     max_steps, prefix = record.get("max_steps"), record.get("prefix")
@@ -113,12 +126,13 @@ def _parse_json(index: int, text: str, field: str) -> Line:
         constraints = _constraint_texts(constraints)
         error = constraints if isinstance(constraints, str) else None
     texts = () if error is not None else ((field, [value]), ("prefix", [prefix] if prefix else []),
-                                          ("constraints", _flat(constraints)))
+                                          ("constraints", _flat(constraints)),
+                                          *((kind, [path]) for kind, path in media or ()))
     for name, some in texts:
         error = error or _lone_surrogate(name, some)
     if error is not None:
         return Line(index, value, error, extra=extra)
-    return Line(index, value, None, max_steps, prefix, constraints, extra)
+    return Line(index, value, None, max_steps, prefix, constraints, media=media, extra=extra)
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

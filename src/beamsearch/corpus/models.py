@@ -32,6 +32,8 @@ class CorpusModel(Protocol):
         tokenizer: what a :class:`~beamsearch.processors.Grammar` reads the model's tokens with
             (``json_schema`` / ``grammar`` / ``regex``): a fast Hugging Face tokenizer, or the text
             of each token id (``""`` for a special one: never text); optional: None, no grammar.
+        media: the kinds of files a JSON line may name for the model (``"image"``, ``"audio"``),
+            read by ``media_item``; optional: none.
     """
 
     bos: int
@@ -64,6 +66,11 @@ class CorpusModel(Protocol):
     def prompt(self, text: str) -> list[int]:
         """The search's prompt for a line (optional: ``[bos]``; a causal LM's: the text's tokens)."""
 
+    def media_item(self, text: str, files: dict[str, str]) -> dict | str:
+        """A line naming ``files`` (kind -> path, the kinds in ``media``): its stream fields
+        (``"prompt"``, and the ``"source"`` that ``make_state`` reads), or why it cannot be decoded (optional:
+        only for a model with ``media``)."""
+
 
 class CorpusModelBase:
     """The optional members of a :class:`CorpusModel` at their defaults: no processors, refill
@@ -75,6 +82,7 @@ class CorpusModelBase:
     refill: bool = True
     verdicts: Callable[[list[str], list[list[Any]], list[int]], list[str | None]] | None = None
     tokenizer: Any = None
+    media: tuple[str, ...] = ()
 
     def source_length(self, text: str) -> int:
         return len(text)

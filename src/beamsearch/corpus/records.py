@@ -121,11 +121,16 @@ class _Feed:
     def item(self, line: Line) -> dict | str:
         """The stream item of ``line``, or why it cannot be decoded."""
         model = self.model
-        error = line.error or model.problem(line.text) or line_problem(model, line, model.max_steps, self.spec)
+        files = None if line.error is not None or line.media is None else _files(model, line)
+        if isinstance(files, str):
+            return files
+        error = line.error or (model.problem(line.text) if files is None else None) or \
+            line_problem(model, line, model.max_steps, self.spec)
         steps = None if error is not None else line_max_steps(model, line, self.max_steps)
         if error is not None or isinstance(steps, str):
             return error or steps
-        fields: dict[str, Any] = {"prompt": model.prompt(line.text), "source": line.text}
+        fields: dict[str, Any] = dict(files) if files is not None else \
+            {"prompt": model.prompt(line.text), "source": line.text}
         if steps != self.steps:
             fields["max_steps"] = steps
         if line.prefix is not None:
@@ -156,6 +161,16 @@ class _Feed:
     def take(self, results: list[Decoded]) -> list[tuple[Line, int]]:
         """The line and max_steps of each of ``results``, no longer kept."""
         return [(self.lines.pop(r.index), self.limits.pop(r.index)) for r in results]
+
+
+def _files(model: CorpusModel, line: Line) -> dict | str:
+    """The stream fields of a line naming files (``model.media_item``: its prompt and inputs), or
+    why it cannot be decoded: a kind of file the model does not read, a file it cannot read."""
+    kinds = getattr(model, "media", ())
+    for kind, _ in line.media or ():
+        if kind not in kinds:
+            return f"the model reads no {kind} files" + (f" (it reads {' and '.join(kinds)} files)" if kinds else "")
+    return model.media_item(line.text, dict(line.media or ()))
 
 
 def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,

@@ -83,8 +83,9 @@ def interrupts_held() -> Iterator[None]:
 
 class Fingerprint:
     """A running SHA-256 over the lines read so far: each line's index, text, error and JSON
-    fields (max_steps, prefix, constraints, and the other keys a record copies), everything a
-    record depends on."""
+    fields (max_steps, prefix, constraints, the files it names, and the other keys a record
+    copies), everything a record depends on (the files by their paths: a resume does not read
+    them again)."""
 
     def __init__(self) -> None:
         self.lines = 0
@@ -95,6 +96,8 @@ class Fingerprint:
         fields = (line.index, line.text, line.error, line.max_steps, line.prefix, line.constraints)
         if getattr(line, "extra", None):  # a line without other keys hashes as before they were copied
             fields += (json.dumps(line.extra, ensure_ascii=True),)
+        if getattr(line, "media", None) is not None:  # the files a line names (a text line's hash as before)
+            fields += (line.media,)
         self._hash.update(ascii(fields).encode("ascii") + b"\n")  # ints, texts, None, tuples: one spelling each
         self.lines += 1
 
