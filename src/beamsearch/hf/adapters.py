@@ -17,6 +17,9 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
+from beamsearch.hf.carried import carrier_for
+from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, cache_length,
+                                     held, restore)
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
                                   position_limit, right_padded, search_eos)
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
@@ -27,7 +30,7 @@ from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqSt
 def _unconsumed(cache: Any, columns: int) -> None:
     """Refuse a search from a :class:`Prepared` state that an earlier search has used: the model
     extended its cache in place (it holds more than the ``columns`` the state starts from)."""
-    if cache.get_seq_length() != columns:
+    if cache_length(cache) != columns:
         raise ValueError("this Prepared was used by a search already: the model extended its KV cache in place, "
                          "so it cannot start another; prepare the inputs again (hf.causal_lm / hf.seq2seq_lm)")
 
@@ -84,12 +87,15 @@ class AdapterStep:
         ready: the steps pass the model 4-D masks themselves (:func:`~beamsearch.hf.states.mask_ready`).
         limit: the model's positions (:func:`~beamsearch.hf.inputs.position_limit`), or None.
         cache_kw: the forward's name for the KV cache argument.
+        carrier: how a model whose state is not a ``Cache`` it returns takes and gives it back
+            (:func:`~beamsearch.hf.carried.carrier_for`), or None.
     """
 
     def __init__(self, prepared: Prepared, model: Any, extra_column: bool, ready: bool) -> None:
         self.prepared, self.model, self.extra_column, self.ready = prepared, model, extra_column, ready
         self.limit = position_limit(model)
         self.cache_kw = cache_keyword(model)
+        self.carrier = carrier_for(model)
 
 
 @inference
@@ -138,32 +144,55 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     capacity = _CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
     longest = max(len(r) for r in rows)
     check_positions(model, longest, "prompts", max_new_tokens, decoder_start=False)
+    prepared = Prepared(None, None, rows, eos)
+    carrier = carrier_for(model)
+    if share_prompt:
+        prepared.init_state = _prefill(prepared, model, rows, pad, capacity, extra, True)
+        prepared.step = SharedCausalStep(prepared, model, extra, True)
+        return prepared
+    if model.config.model_type in UNPADDED_TYPES and len({len(r) for r in rows}) > 1:
+        prepared.init_state = by_length(rows, lambda part: _prefill(prepared, model, part, pad, capacity, extra, False))
+    else:
+        prepared.init_state = _prefill(prepared, model, rows, pad, capacity, extra, False)
+    cache = prepared.init_state.cache
+    ready = model.config.model_type in FOUR_D_TYPES or (carrier is None and mask_ready(model, cache))
+    prepared.step = CausalStep(prepared, model, extra, ready)
+    return prepared
+
+
+def _prefill(prepared: Prepared, model: Any, rows: list[list[int]], pad: int, capacity: int, extra: bool,
+             share_prompt: bool) -> CausalState:
+    """Run the prompts ``rows`` (left-padded) through the model once, one row per input: the
+    state after them, its first logits the last position's. ``capacity``: generated columns
+    allocated; ``share_prompt``: the state of :class:`SharedCausalStep`."""
     device = next(model.parameters()).device
     ids, mask = left_padded(rows, pad, device)
-    prepared = Prepared(None, None, rows, eos)
+    longest = max(len(r) for r in rows)
     lengths = mask.sum(dim=1, keepdim=True)  # --> [N, 1]
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # --> [N, P]
-    cache_kw = cache_keyword(model)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     width = ids.shape[1]
     layer: Callable[[], DynamicLayer] = (lambda: PromptLayer(capacity)) if keeps_prompt(width, capacity) \
         else DeferredLayer
-    cache = DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
-    # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
-    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep,
-                 **{cache_kw: cache})
+    carrier = carrier_for(model)
     source = torch.arange(len(rows), device=device)
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=positions, **keep)
+    # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
+    if carrier is not None:  # a state outside a Cache (RWKV, xLSTM, RecurrentGemma)
+        carried = carrier.empty(model)
+        out = _timed(prepared, model, **inputs, **{carrier.keyword: carrier.give(model, carried)})
+        cache: Any = carrier.read(model, carried, out, width)
+    else:
+        fresh = None if model.config.model_type in OWN_CACHE_TYPES else \
+            DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
+        out = _timed(prepared, model, **inputs, **{cache_keyword(model): fresh})
+        cache = cache_of(out)
+    first = _logits(out, extra)
     if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
-        prepared.init_state = CausalState(shared_cache(model, cache_of(out), mask, capacity),
-                                          mask.new_ones(len(rows), capacity), lengths[:, 0], 0, longest,
-                                          _logits(out, extra), None, source)
-        prepared.step = SharedCausalStep(prepared, model, extra, True)
-        return prepared
+        return CausalState(shared_cache(model, cache, mask, capacity), mask.new_ones(len(rows), capacity),
+                           lengths[:, 0], 0, longest, first, None, source)
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
-    prepared.init_state = CausalState(cache_of(out), full, lengths[:, 0], width, longest, _logits(out, extra), None,
-                                      source)
-    prepared.step = CausalStep(prepared, model, extra, mask_ready(model, cache))
-    return prepared
+    return CausalState(cache, full, lengths[:, 0], width, longest, first, None, source)
 
 
 class CausalStep(AdapterStep):
@@ -210,19 +239,32 @@ class CausalStep(AdapterStep):
             at[order] = torch.arange(order.shape[0], device=order.device)  # the row in each cache row
             y_prev, fed_mask, positions = (x.index_select(0, at) for x in (y_prev, mask, positions))
         attend = as_4d(fed_mask[:, : t + 1]) if self.ready else fed_mask[:, : t + 1]
-        out = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
-                           position_ids=positions[:, None])
+        if not attends(state.cache):  # a recurrence alone reads no mask at a step (a masked token is undone below)
+            attend = None
+        dummy = None if state.pending is None else torch.nonzero(state.pending).flatten()
+        if dummy is not None and order is not None:
+            dummy = order.index_select(0, dummy)  # --> their cache rows
+        kept = held(state.cache, dummy) if dummy is not None else None
+        out, cache = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
+                                  position_ids=positions[:, None])
+        if kept is not None and dummy is not None:  # a row's recurrent state does not see its dummy token
+            restore(cache, dummy, kept)
         logits = _logits(out, self.extra_column)
         if order is not None:
             logits = logits.index_select(0, order)
         if state.pending is not None:
             logits = torch.where(state.pending[:, None], state.first, logits)
-        return logits, CausalState(cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
+        return logits, CausalState(cache, mask, state.positions + fed, t + 1, state.furthest + 1, None,
                                    None, state.source, order)
 
-    def forward(self, cache: Any, **inputs: Any) -> Any:
-        """The model's forward on ``inputs`` with ``cache`` (timed and counted)."""
-        return _timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
+    def forward(self, cache: Any, **inputs: Any) -> tuple[Any, Any]:
+        """The model's forward on ``inputs`` with ``cache`` (timed and counted): its output and the
+        cache after it (a state outside a ``Cache`` handed in and read back by its carrier)."""
+        carrier = self.carrier
+        if carrier is None:
+            out = _timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
+            return out, cache_of(out)
+        return carrier.forward(lambda **kw: _timed(self.prepared, self.model, **kw), self.model, cache, inputs)
 
 
 class SharedCausalStep(CausalStep):
@@ -231,10 +273,10 @@ class SharedCausalStep(CausalStep):
     covers them alone) and the model's attention reads the prompts through
     :func:`~beamsearch.hf.shared.shared_prompt_attention` (always given a ready 4-D mask)."""
 
-    def forward(self, cache: Any, **inputs: Any) -> Any:
+    def forward(self, cache: Any, **inputs: Any) -> tuple[Any, Any]:
         with shared_attention(self.model):
-            return _timed(self.prepared, self.model, **inputs, shared_prompt=cache.shared,
-                          **{self.cache_kw: cache})
+            out = _timed(self.prepared, self.model, **inputs, shared_prompt=cache.shared, **{self.cache_kw: cache})
+        return out, cache_of(out)
 
 
 @inference
