@@ -1,9 +1,10 @@
 """Recurrent and hybrid ``transformers`` models through the adapter (small random weights, one core).
 
-Nineteen causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
+Twenty-five causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
 state is outside a ``Cache`` (RWKV, xLSTM, RecurrentGemma), and hybrids of attention with
-state-space or linear-attention layers (Jamba, Bamba, Zamba, Zamba2, Falcon-H1, GraniteMoeHybrid,
-Nemotron-H, Qwen3-Next, Qwen3.5, Qwen3.5-MoE, LFM2, Kimi Linear, MiniMax). Oracles: ``generate``
+state-space, convolution or linear-attention layers (Jamba, Bamba, Zamba, Zamba2, Falcon-H1,
+GraniteMoeHybrid, Nemotron-H, Qwen3-Next, Qwen3.5, Qwen3.5-MoE, LFM2, LFM2-MoE, LFM3, Kimi Linear,
+MiniMax, Inkling, LaraMini, OLMo-Hybrid, Zaya). Oracles: ``generate``
 itself, and a teacher-forced rescoring (one row, the whole sequence at once, no cache).
 
 Where ``generate`` is not an oracle (transformers 5.25), it is run where it is right:
@@ -90,6 +91,28 @@ CONFIGS = {
         **_BASE, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
         layer_types=["linear_attention", "full_attention"], block_size=4)),
 }
+
+
+def _small(name: str, **extra):
+    """``{name}ForCausalLM`` from its config's defaults with the sizes of ``_BASE`` (those it has) and
+    two experts, one per token, where it has experts."""
+    cls = getattr(T, f"{name}ForCausalLM")
+    defaults = cls.config_class()
+    kw = {k: v for k, v in _BASE.items() if hasattr(defaults, k)}
+    kw.update({k: 16 for k in ("moe_intermediate_size", "shared_expert_intermediate_size") if hasattr(defaults, k)})
+    kw.update({k: 2 for k in ("num_experts", "n_routed_experts", "num_local_experts") if hasattr(defaults, k)})
+    kw.update({k: 1 for k in ("num_experts_per_tok",) if hasattr(defaults, k)})
+    return cls(cls.config_class(**kw, **({"head_dim": 8} if hasattr(defaults, "head_dim") else {}), **extra))
+
+
+CONFIGS.update({  # later families, built from their defaults made small
+    "inkling": lambda: _small("Inkling"),
+    "lara_mini": lambda: _small("LaraMini"),
+    "lfm2_moe": lambda: _small("Lfm2Moe", layer_types=["conv", "full_attention"], num_dense_layers=1),
+    "lfm3": lambda: _small("Lfm3"),
+    "olmo_hybrid": lambda: _small("OlmoHybrid"),
+    "zaya": lambda: _small("Zaya"),
+})
 NAMES = list(CONFIGS)
 NO_CACHED_BEAMS = {"rwkv", "xlstm", "minimax", "recurrent_gemma"}  # generate's beam search with a cache: see above
 _BUILT: dict = {}
