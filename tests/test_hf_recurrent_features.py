@@ -19,7 +19,7 @@ pytest.importorskip("tokenizers")
 from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam_search, step_search,  # noqa: E402
                         stochastic_beam_search)
 from beamsearch.cli import main  # noqa: E402
-from beamsearch.hf import causal_lm  # noqa: E402
+from beamsearch.hf import causal_lm, generate  # noqa: E402
 from test_corpus_hf import LINES, SPECIAL, WORDS, alone, save_tokenizer  # noqa: E402
 from test_hf_recurrent import EOS, PROMPTS, build  # noqa: E402
 from test_hf_step import Recompute  # noqa: E402
@@ -110,3 +110,11 @@ def test_decode_hf_dir_refills_and_equals_each_line_alone(kind, tmp_path):
         want = alone(folder, r["input"], beam_size=2, n_best=2, max_steps=5, length_penalty="power", alpha=1.0)
         assert [g[0] for g in got] == [w[1] for w in want]
         assert np.allclose([g[1] for g in got], [w[2] for w in want], atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_shared_prompt_cache_is_refused_with_the_reason(kind):
+    """A recurrent state per row has no prompt part every beam could read: refused, saying so."""
+    model = build(kind)
+    with pytest.raises(ValueError, match=r"share_prompt_cache=True .* holds a recurrent state per row"):
+        generate(model, PROMPTS, num_beams=2, max_new_tokens=2, share_prompt_cache=True)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
-                                      LinearAttentionAndFullAttentionLayer,
+                                      LinearAttentionAndFullAttentionLayer, LinearAttentionCacheLayerMixin,
                                       LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionLayer)
 
 from beamsearch.core.state import concat_state, pad_axis, select_state
@@ -278,6 +278,18 @@ UNPADDED_TYPES = frozenset({"minimax", "recurrent_gemma", "rwkv", "xlstm"})
 """Model types whose recurrence sees the padding of a batch of prompts (RWKV and xLSTM read no
 attention mask; RecurrentGemma's convolution and MiniMax's lightning attention run over the
 padding: measured against each prompt alone): the prompts of each length run together, unpadded."""
+
+
+STATE_OUTSIDE_TYPES = frozenset({"rwkv", "xlstm", "recurrent_gemma"})
+"""Model types that keep their recurrent state outside a ``Cache`` (:mod:`beamsearch.hf.carried`)."""
+
+
+def recurrent(model: Any) -> bool:
+    """Whether ``model`` holds a recurrent state per row (a linear-attention, state-space or
+    convolution layer of its cache, or a state outside a ``Cache``)."""
+    if model.config.model_type in STATE_OUTSIDE_TYPES:
+        return True
+    return any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in DynamicCache(config=model.config).layers)
 
 
 def cache_length(cache: Any) -> int:
