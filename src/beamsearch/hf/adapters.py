@@ -1,8 +1,8 @@
 """The two adapters: :func:`causal_lm` (decoder-only models) and :func:`seq2seq_lm`
 (encoder-decoders) run the prompt or the source through the model once and return a
 :class:`~beamsearch.hf.states.Prepared` whose ``step`` is a step object (:class:`CausalStep`,
-:class:`Seq2SeqStep`: one decoder token per row per call); with the model calls' helpers (the
-forward timed and counted, the cache keyword, the last position's logits, the adapter's cache).
+:class:`Seq2SeqStep`: one decoder token per row per call); what the step objects share and the
+model calls' helpers are in :mod:`beamsearch.hf.adapter_step`.
 """
 
 from __future__ import annotations
@@ -17,82 +17,19 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state, take_state
+from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, keeps_prompt, last_logits, timed,
+                                       unconsumed)
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
+from beamsearch.hf.carried import carrier_for
+from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held,
+                                     restore)
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
-                                  position_limit, right_padded, search_eos)
+                                  right_padded, search_eos)
 from beamsearch.hf.multimodal import (check_model_inputs, decoder_rows, encoded, inputs_count, prefill_positions,
                                       step_model)
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
 from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqState, as_4d, joinable, mask_ready,
                                   position_table)
-
-
-def _unconsumed(cache: Any, columns: int) -> None:
-    """Refuse a search from a :class:`Prepared` state that an earlier search has used: the model
-    extended its cache in place (it holds more than the ``columns`` the state starts from)."""
-    if cache.get_seq_length() != columns:
-        raise ValueError("this Prepared was used by a search already: the model extended its KV cache in place, "
-                         "so it cannot start another; prepare the inputs again (hf.causal_lm / hf.seq2seq_lm)")
-
-
-def _timed(prepared: Prepared, model: Any, **inputs: Any) -> Any:
-    start = time.perf_counter()
-    out = model(**inputs, use_cache=True, return_dict=True)
-    prepared.forward_seconds += time.perf_counter() - start
-    prepared.forward_calls += 1
-    return out
-
-
-def _logits(out: Any, extra_column: bool) -> torch.Tensor:
-    logits = out.logits[:, -1, :].to(dtype=torch.float32)  # --> [k, V], as generate scores them
-    if extra_column:  # an eos the model never produces: one -inf column at index V
-        logits = torch.cat([logits, logits.new_full((logits.shape[0], 1), float("-inf"))], dim=1)
-    return logits
-
-
-_CAPACITY = 64  # generated-token columns allocated at once when max_new_tokens is not given
-
-
-def keeps_prompt(width: int, room: int) -> bool:
-    """Whether a prefill of ``width`` prompt columns, with ``room`` generated columns to come,
-    keeps the prompt in place (:func:`adapter_cache`): when the prompt is at least the generated
-    part (either way the results are the same)."""
-    return width >= room
-
-
-def adapter_cache(model: Any, layer: Callable[[], DynamicLayer]) -> DynamicCache:
-    """A ``DynamicCache`` for ``model`` whose full-attention layers (exactly ``DynamicLayer``)
-    are ``layer()`` (sliding-window and other layers stay the model's own):
-
-    - :class:`~beamsearch.hf.caches.PromptLayer` when the prompt columns are at least the
-      generated ones (:func:`keeps_prompt`): gathering only the generated columns at each
-      reorder, and writing each step's column in place, saves more than the strided reads cost
-      (with short prompts it measured slower);
-    - :class:`~beamsearch.hf.caches.DeferredLayer` otherwise: each reorder is gathered into the
-      next step's write."""
-    cache = DynamicCache(config=model.config)
-    cache.layers = [layer() if type(existing) is DynamicLayer else existing for existing in cache.layers]
-    return cache
-
-
-class AdapterStep:
-    """What the adapters' step objects share: ``step(state, y_prev [k]) -> (logits [k, V'], new
-    state)`` is a subclass's ``__call__`` (:class:`CausalStep`, :class:`Seq2SeqStep`).
-
-    Attributes:
-        prepared: the :class:`~beamsearch.hf.states.Prepared` whose forward time and calls it counts.
-        model: the causal LM or the encoder-decoder.
-        extra_column: the search's eos is one the model never produces: the logits get one more
-            column, V, always -inf.
-        ready: the steps pass the model 4-D masks themselves (:func:`~beamsearch.hf.states.mask_ready`).
-        limit: the model's positions (:func:`~beamsearch.hf.inputs.position_limit`), or None.
-        cache_kw: the forward's name for the KV cache argument.
-    """
-
-    def __init__(self, prepared: Prepared, model: Any, extra_column: bool, ready: bool) -> None:
-        self.prepared, self.model, self.extra_column, self.ready = prepared, model, extra_column, ready
-        self.limit = position_limit(model)
-        self.cache_kw = cache_keyword(model)
 
 
 @inference
@@ -144,37 +81,60 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     check_model_inputs(model, model_inputs, len(rows), share_prompt)
     pad = pad_id(model, pad_token_id)
     eos, extra = search_eos(model, eos_token_id)
-    capacity = _CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
+    capacity = CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
     longest = max(len(r) for r in rows)
     check_positions(model, longest, "prompts", max_new_tokens, decoder_start=False)
+    prepared = Prepared(None, None, rows, eos)
+    stepped = step_model(model)
+    if share_prompt:
+        prepared.init_state = _prefill(prepared, model, rows, pad, capacity, extra, True, model_inputs)
+        prepared.step = SharedCausalStep(prepared, model, extra, True)
+        return prepared
+    if model.config.model_type in UNPADDED_TYPES and len({len(r) for r in rows}) > 1:  # text models: no model_inputs
+        prepared.init_state = by_length(rows, lambda part: _prefill(prepared, model, part, pad, capacity, extra, False))
+    else:
+        prepared.init_state = _prefill(prepared, model, rows, pad, capacity, extra, False, model_inputs)
+    cache = prepared.init_state.cache
+    ready = model.config.model_type in FOUR_D_TYPES or (carrier_for(model) is None and mask_ready(stepped, cache))
+    prepared.step = CausalStep(prepared, stepped, extra, ready)
+    return prepared
+
+
+def _prefill(prepared: Prepared, model: Any, rows: list[list[int]], pad: int, capacity: int, extra: bool,
+             share_prompt: bool, model_inputs: dict[str, Any] | None = None) -> CausalState:
+    """Run the prompts ``rows`` (left-padded) and ``model_inputs`` through the model once, one row
+    per input: the state after them, its first logits the last position's. ``capacity``: generated
+    columns allocated; ``share_prompt``: the state of :class:`SharedCausalStep`."""
+    model_inputs = model_inputs or {}
     device = next(model.parameters()).device
     ids, mask = left_padded(rows, pad, device)
-    prepared = Prepared(None, None, rows, eos)
+    longest = max(len(r) for r in rows)
     positions, following = prefill_positions(model, ids, mask, model_inputs)  # --> [N, P] (or [3, N, P]), [N]
-    stepped = step_model(model)
-    cache_kw = cache_keyword(stepped)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     width = ids.shape[1]
     layer: Callable[[], DynamicLayer] = (lambda: PromptLayer(capacity)) if keeps_prompt(width, capacity) \
         else DeferredLayer
-    cache = DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
-    # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
-    out = _timed(prepared, model, input_ids=ids, attention_mask=mask, position_ids=positions, **keep,
-                 **model_inputs, **{cache_kw: cache})
-    if getattr(out, "language_model_outputs", None) is not None:  # BLIP-2: its language model's output holds the cache
-        out = out.language_model_outputs
+    carrier = carrier_for(model)
     source = torch.arange(len(rows), device=device)
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=positions, **keep, **model_inputs)
+    # only the last position's logits are needed: [N, 1, V], not [N, P, V] (as generate does)
+    if carrier is not None:  # a state outside a Cache (RWKV, xLSTM, RecurrentGemma)
+        carried = carrier.empty(model)
+        out = timed(prepared, model, **inputs, **{carrier.keyword: carrier.give(model, carried)})
+        cache: Any = carrier.read(model, carried, out, width)
+    else:
+        fresh = None if model.config.model_type in OWN_CACHE_TYPES else \
+            DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
+        out = timed(prepared, model, **inputs, **{cache_keyword(step_model(model)): fresh})
+        if getattr(out, "language_model_outputs", None) is not None:  # BLIP-2: its language model's output holds it
+            out = out.language_model_outputs
+        cache = cache_of(out)
+    first = last_logits(out, extra)
     if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
-        prepared.init_state = CausalState(shared_cache(model, cache_of(out), mask, capacity),
-                                          mask.new_ones(len(rows), capacity), following, 0, longest,
-                                          _logits(out, extra), None, source)
-        prepared.step = SharedCausalStep(prepared, model, extra, True)
-        return prepared
+        return CausalState(shared_cache(model, cache, mask, capacity), mask.new_ones(len(rows), capacity),
+                           following, 0, longest, first, None, source)
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
-    prepared.init_state = CausalState(cache_of(out), full, following, width, longest, _logits(out, extra), None,
-                                      source)
-    prepared.step = CausalStep(prepared, stepped, extra, mask_ready(stepped, cache))
-    return prepared
+    return CausalState(cache, full, following, width, longest, first, None, source)
 
 
 class CausalStep(AdapterStep):
@@ -200,14 +160,14 @@ class CausalStep(AdapterStep):
         """
         limit = self.limit
         if state.first is not None and state.pending is None:  # every row's prompt was scored by the prefill
-            _unconsumed(state.cache, state.columns)
+            unconsumed(state.cache, state.columns)
             return state.first, state._replace(first=None)
         if limit is not None and state.furthest >= limit and int(state.positions.max()) >= limit:
             raise ValueError(f"the search asks for a token at position {int(state.positions.max())}, beyond the "
                              f"model's {limit} positions: lower max_steps")
         t = state.columns
         if t == state.mask.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
-            state = state._replace(mask=torch.cat([state.mask, state.mask.new_ones(len(y_prev), _CAPACITY)], dim=1))
+            state = state._replace(mask=torch.cat([state.mask, state.mask.new_ones(len(y_prev), CAPACITY)], dim=1))
         mask, fed = state.mask, torch.ones_like(state.positions)
         if state.pending is not None:
             # rows that joined at this call take their prefill logits; their token here is a dummy,
@@ -221,19 +181,32 @@ class CausalStep(AdapterStep):
             at[order] = torch.arange(order.shape[0], device=order.device)  # the row in each cache row
             y_prev, fed_mask, positions = (x.index_select(0, at) for x in (y_prev, mask, positions))
         attend = as_4d(fed_mask[:, : t + 1]) if self.ready else fed_mask[:, : t + 1]
-        out = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
-                           position_ids=positions[:, None])
-        logits = _logits(out, self.extra_column)
+        if not attends(state.cache):  # a recurrence alone reads no mask at a step (a masked token is undone below)
+            attend = None
+        dummy = None if state.pending is None else torch.nonzero(state.pending).flatten()
+        if dummy is not None and order is not None:
+            dummy = order.index_select(0, dummy)  # --> their cache rows
+        kept = held(state.cache, dummy) if dummy is not None else None
+        out, cache = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
+                                  position_ids=positions[:, None])
+        if kept is not None and dummy is not None:  # a row's recurrent state does not see its dummy token
+            restore(cache, dummy, kept)
+        logits = last_logits(out, self.extra_column)
         if order is not None:
             logits = logits.index_select(0, order)
         if state.pending is not None:
             logits = torch.where(state.pending[:, None], state.first, logits)
-        return logits, CausalState(cache_of(out), mask, state.positions + fed, t + 1, state.furthest + 1, None,
+        return logits, CausalState(cache, mask, state.positions + fed, t + 1, state.furthest + 1, None,
                                    None, state.source, order)
 
-    def forward(self, cache: Any, **inputs: Any) -> Any:
-        """The model's forward on ``inputs`` with ``cache`` (timed and counted)."""
-        return _timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
+    def forward(self, cache: Any, **inputs: Any) -> tuple[Any, Any]:
+        """The model's forward on ``inputs`` with ``cache`` (timed and counted): its output and the
+        cache after it (a state outside a ``Cache`` handed in and read back by its carrier)."""
+        carrier = self.carrier
+        if carrier is None:
+            out = timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
+            return out, cache_of(out)
+        return carrier.forward(lambda **kw: timed(self.prepared, self.model, **kw), self.model, cache, inputs)
 
 
 class SharedCausalStep(CausalStep):
@@ -242,10 +215,10 @@ class SharedCausalStep(CausalStep):
     covers them alone) and the model's attention reads the prompts through
     :func:`~beamsearch.hf.shared.shared_prompt_attention` (always given a ready 4-D mask)."""
 
-    def forward(self, cache: Any, **inputs: Any) -> Any:
+    def forward(self, cache: Any, **inputs: Any) -> tuple[Any, Any]:
         with shared_attention(self.model):
-            return _timed(self.prepared, self.model, **inputs, shared_prompt=cache.shared,
-                          **{self.cache_kw: cache})
+            out = timed(self.prepared, self.model, **inputs, shared_prompt=cache.shared, **{self.cache_kw: cache})
+        return out, cache_of(out)
 
 
 @inference
@@ -333,7 +306,7 @@ class Seq2SeqStep(AdapterStep):
     def prefill(self, state: Seq2SeqState, prefix: torch.Tensor) -> Seq2SeqState:
         """``state`` with the decoder prompts' tokens ``prefix`` (int64 ``[k, D-1]``, the same
         length in every row) fed in one call."""
-        out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+        out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
                      attention_mask=state.encoder_mask if self.pass_mask else None, decoder_input_ids=prefix,
                      **{self.cache_kw: state.cache})
         return state._replace(cache=cache_of(out), fed=state.fed + prefix.shape[1])
@@ -370,25 +343,25 @@ class Seq2SeqStep(AdapterStep):
                              f"{limit} positions: lower max_steps")
         encoder_mask = (as_4d(state.encoder_mask) if ready else state.encoder_mask) if self.pass_mask else None
         if state.fed == 0:
-            _unconsumed(state.cache, 0)
+            unconsumed(state.cache, 0)
         if state.mask is None or state.positions is None:  # every row has fed the same tokens
             own = {"decoder_attention_mask": self.every.expand(len(y_prev), 1, 1, state.fed + 1)} if ready else {}
-            out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+            out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None], **own,
                          **{self.cache_kw: state.cache})
-            return _logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=state.fed + 1)
+            return last_logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=state.fed + 1)
         if not self.can_join:
             raise TypeError(f"rows of {type(self.model).__name__} at different steps cannot share a call: its "
                             "decoder positions cannot be given per row (decode it in fixed batches)")
         t, mask = state.fed, state.mask
         if t == mask.shape[1]:  # out of allocated columns: grow once per C
-            mask = torch.cat([mask, mask.new_ones(mask.shape[0], _CAPACITY)], dim=1)
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], CAPACITY)], dim=1)
         with RowPositions(self.table, state.positions):
             attend = as_4d(mask[:, : t + 1]) if ready else mask[:, : t + 1]
-            out = _timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+            out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None],
                          decoder_attention_mask=attend, **{self.cache_kw: state.cache})
-        return _logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=t + 1, mask=mask,
+        return last_logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=t + 1, mask=mask,
                                                                positions=state.positions + 1)
 
 

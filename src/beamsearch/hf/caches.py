@@ -17,6 +17,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from beamsearch.core.state import select_state
+from beamsearch.hf.recurrent import dropped, layer_rule, reorder_extras
 
 
 def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -213,24 +214,20 @@ def plain_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
     return layer
 
 
-def _with_keys(layer: Any) -> Any:
-    """``layer``, a cache layer holding ``keys`` and ``values``; a TypeError naming its type
-    otherwise (a layer kind a reorder here does not know)."""
-    if not hasattr(layer, "keys"):
-        raise TypeError(f"select_state: cache layers of type {type(layer).__name__} (no keys/values) are "
-                        "not supported; register a function for them with select_state.register")
-    return layer
-
-
 @select_state.register(DynamicCache)
 def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
     """A new cache whose every layer holds rows ``idx`` of the old one's keys and values (a
     reorder waiting in a :class:`DeferredLayer` is composed with ``idx``, not applied to the
-    old cache: only the rows taken are copied)."""
+    old cache: only the rows taken are copied); other kinds of layer, and row tensors the cache
+    holds beside them, by their rules (:mod:`beamsearch.hf.recurrent`)."""
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
-        layer_: Any = _with_keys(layer)
+        layer_: Any = layer
+        rule = layer_rule(layer)
+        if rule is not None:
+            out.layers.append(rule.take(layer, torch.as_tensor(idx)))
+            continue
         if isinstance(layer_, (PromptLayer, DeferredLayer)):
             rows = idx
             if isinstance(layer_, DeferredLayer) and layer_.pending is not None and layer_.keys is not None:
@@ -242,6 +239,7 @@ def _select_dynamic_cache(cache: DynamicCache, idx: Any) -> DynamicCache:
             new.keys = select_state(layer_.keys, idx)
             new.values = select_state(layer_.values, idx)
         out.layers.append(new)
+    reorder_extras(out, torch.as_tensor(idx))
     return out
 
 
@@ -258,9 +256,14 @@ def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool =
     """Every layer's keys and values replaced by their rows ``idx`` (``index_select``); a layer
     that keeps the prompt in place gathers only its generated columns when ``same_inputs``.
     (Writing only the rows whose parent is another row, with ``index_copy_``, measured slower
-    here: most rows move, and it is three operations where this is one.)"""
+    here: most rows move, and it is three operations where this is one.) Other kinds of layer,
+    and row tensors the cache holds beside them, by their rules (:mod:`beamsearch.hf.recurrent`)."""
     for layer in cache.layers:
-        layer_: Any = _with_keys(layer)
+        layer_: Any = layer
+        rule = layer_rule(layer)
+        if rule is not None:
+            rule.reorder(layer, idx)
+            continue
         if isinstance(layer_, PromptLayer):
             layer_.take(idx, same_inputs)
             continue
@@ -270,3 +273,26 @@ def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool =
         if layer_.keys is not None and layer_.keys.dim() > 0:
             layer_.keys = layer_.keys.index_select(0, idx)
             layer_.values = layer_.values.index_select(0, idx)
+    reorder_extras(cache, idx)
+
+
+def drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple[torch.Tensor, int]:
+    """Drop the leading cache columns that are padding for every row left (rows that joined a
+    refill search later were left-padded to the oldest row's length), so the cache does not keep
+    growing with the length of the whole run (full-attention caches only: a sliding-window layer
+    keeps its own window; a reorder waiting in a layer is not applied: it indexes rows, this
+    drops columns; recurrent layers hold no columns, and count the columns dropped off their
+    tokens). Returns the mask ``[k, M]`` and the columns left."""
+    held = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]  # not a recurrent state alone
+    full = bool(held) and all(layer.keys.dim() == 4 and layer.keys.shape[2] == columns
+                              and not getattr(layer, "is_sliding", False) for layer in held)
+    lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
+    if lead:
+        for layer in held:
+            layer_: Any = layer
+            if isinstance(layer_, PromptLayer):
+                layer_.drop_leading(lead)
+            else:
+                layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
+        dropped(cache, lead)
+    return mask[:, lead:], columns - lead

@@ -21,6 +21,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from beamsearch.core.state import pad_axis, select_state
 from beamsearch.hf.caches import PromptLayer
+from beamsearch.hf.recurrent import recurrent
 
 ATTENTION = "beamsearch_shared_prompt"
 """The name :func:`shared_prompt_attention` is registered under (``transformers.AttentionInterface``)."""
@@ -126,6 +127,11 @@ class SharedPromptCache(DynamicCache):
 def check_shared(model: Any, parameter: str) -> None:
     """Refuse a model the shared prompt does not read exactly: a ValueError naming ``parameter``."""
     cfg = model.config
+    if not cfg.is_encoder_decoder and recurrent(model):
+        raise ValueError(f"{parameter}=True shares the prompt's keys and values between beams; a {cfg.model_type} "
+                         "model holds a recurrent state per row, which every beam changes from its first token, so "
+                         "there is no prompt part to share (its prompt already runs once per input, the state "
+                         "copied to the beams)")
     if cfg.model_type not in SHARED_TYPES or cfg.is_encoder_decoder:
         raise ValueError(f"{parameter}=True is implemented for decoder-only models of types "
                          f"{sorted(SHARED_TYPES)}; got model type {cfg.model_type!r}")

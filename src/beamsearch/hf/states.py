@@ -17,7 +17,9 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from beamsearch.core.state import concat_state, pad_axis, select_state, take_state
-from beamsearch.hf.caches import DeferredLayer, PromptLayer, inference, plain_layer, reorder_in_place, settled
+from beamsearch.hf.caches import (DeferredLayer, PromptLayer, drop_leading, inference, plain_layer, reorder_in_place,
+                                  settled)
+from beamsearch.hf.recurrent import extras_of, joined_extras, joined_layer
 from beamsearch.hf.shared import SharedPromptCache, joined_shared
 
 
@@ -117,7 +119,7 @@ def _select_causal_state(state: CausalState, idx: Any) -> CausalState:
         return state._replace(order=order)
     if isinstance(state.cache, SharedPromptCache):
         source = state.cache.shared.regroup(source)
-    mask, columns = _drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
+    mask, columns = drop_leading(state.cache, state.mask.index_select(0, idx), state.columns)
     return CausalState(state.cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
                        None if state.pending is None else state.pending.index_select(0, idx), source, order)
@@ -128,7 +130,8 @@ def _compacted(cache: DynamicCache, rows: torch.Tensor) -> torch.Tensor | None:
     places of the rows that leave, when every layer holds its rows in place
     (:class:`~beamsearch.hf.caches.PromptLayer`) and no row is kept twice. Returns int64 ``[k']``,
     the cache row of each kept row, or None (nothing done: the caller gathers)."""
-    if isinstance(cache, SharedPromptCache) or not all(isinstance(layer, PromptLayer) for layer in cache.layers):
+    if isinstance(cache, SharedPromptCache) or not cache.layers or extras_of(cache) is not None or \
+            not all(isinstance(layer, PromptLayer) for layer in cache.layers):
         return None
     k = rows.shape[0]
     present = torch.zeros(max(k, int(rows.max()) + 1 if k else 0), dtype=torch.bool, device=rows.device)
@@ -154,30 +157,11 @@ def _take_causal_state(state: CausalState, idx: Any) -> CausalState:
     idx = torch.as_tensor(idx, device=state.mask.device)
     rows = idx if state.order is None else state.order.index_select(0, idx)
     cache = select_state(state.cache, rows)  # a DynamicCache's selection builds a new cache
-    mask, columns = _drop_leading(cache, state.mask.index_select(0, idx), state.columns)
+    mask, columns = drop_leading(cache, state.mask.index_select(0, idx), state.columns)
     return CausalState(cache, mask, state.positions.index_select(0, idx), columns, state.furthest,
                        None if state.first is None else state.first.index_select(0, idx),
                        None if state.pending is None else state.pending.index_select(0, idx),
                        state.source.index_select(0, idx))
-
-
-def _drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple[torch.Tensor, int]:
-    """Drop the leading cache columns that are padding for every row left (rows that joined a
-    refill search later were left-padded to the oldest row's length), so the cache does not keep
-    growing with the length of the whole run (full-attention caches only: a sliding-window layer
-    keeps its own window; a reorder waiting in a layer is not applied: it indexes rows, this
-    drops columns). Returns the mask ``[k, M]`` and the columns left."""
-    full = all(getattr(layer, "keys", None) is not None and layer.keys.dim() == 4 and layer.keys.shape[2] == columns
-               for layer in cache.layers)
-    lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
-    if lead:
-        for layer in cache.layers:
-            layer_: Any = layer
-            if isinstance(layer_, PromptLayer):
-                layer_.drop_leading(lead)
-            else:
-                layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
-    return mask[:, lead:], columns - lead
 
 
 @concat_state.register(CausalState)
@@ -216,12 +200,19 @@ JOIN_ROOM = 16  # columns allocated for the tokens to come in a joined layer who
 def _joined_cache(states: list[CausalState]) -> DynamicCache:
     """The states' caches in one: every layer's keys and values (each state's rows in its own
     order) left-padded with zeros to the longest and stacked; a full-attention layer into a
-    :class:`~beamsearch.hf.caches.PromptLayer` with room for the tokens to come."""
+    :class:`~beamsearch.hf.caches.PromptLayer` with room for the tokens to come; other kinds
+    of layer, and the row tensors a cache holds beside them, joined by their rules
+    (:mod:`beamsearch.hf.recurrent`)."""
     for s in states:
         settled(s.cache)
     cache = copy.copy(states[0].cache)
     cache.layers = []
+    t = max(s.columns for s in states)
     for i, layer in enumerate(states[0].cache.layers):
+        other = joined_layer([s.cache.layers[i] for s in states], [s.order for s in states], t)
+        if other is not None:  # a layer holding more than (or no) keys and values
+            cache.layers.append(other)
+            continue
         parts = [(s.cache.layers[i].keys, s.cache.layers[i].values) if s.order is None else
                  (s.cache.layers[i].keys.index_select(0, s.order), s.cache.layers[i].values.index_select(0, s.order))
                  for s in states]
@@ -231,7 +222,10 @@ def _joined_cache(states: list[CausalState]) -> DynamicCache:
         new = copy.copy(layer)
         new.keys = torch.cat(pad_axis([k for k, _ in parts], 2, 0.0, side="left"))
         new.values = torch.cat(pad_axis([v for _, v in parts], 2, 0.0, side="left"))
+        if hasattr(new, "cumulative_length"):  # a sliding window's count of the tokens seen: the joined columns
+            new.cumulative_length = t
         cache.layers.append(new)
+    joined_extras(cache, [s.cache for s in states], t)  # no order: a cache with extras keeps none (_compacted)
     return cache
 
 
@@ -270,7 +264,7 @@ def _select_seq2seq_state(state: Seq2SeqState, idx: Any) -> Seq2SeqState:
     reorder_in_place(state.cache.cross_attention_cache, idx)
     mask, positions, fed = state.mask, state.positions, state.fed
     if mask is not None and positions is not None:
-        mask, fed = _drop_leading(state.cache.self_attention_cache, mask.index_select(0, idx), fed)
+        mask, fed = drop_leading(state.cache.self_attention_cache, mask.index_select(0, idx), fed)
         positions = positions.index_select(0, idx)
     return Seq2SeqState(state.cache, state.encoder_hidden.index_select(0, idx),
                         state.encoder_mask.index_select(0, idx), fed, source, mask, positions)
