@@ -291,6 +291,11 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (inputs/s, tokens/s, ETA): redrawn in place on a terminal (on by default "
                         "there), one line per update to a file or pipe")
+    _add_ray_and_trace(p)
+
+
+def _add_ray_and_trace(p: Any) -> None:
+    """decode's ``--ray`` and ``--trace`` flags."""
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="decode with Ray Data (the ray extra) on the cluster at ADDRESS (`ray start --head` prints "
                         "it), or on a local one started for the run when no ADDRESS is given")
