@@ -262,9 +262,9 @@ def rescored(folder, text, image_path, tokens, entries=None):
 
 
 ENTRIES = [[6, 7], [9], [10, 11, 12]]
-MODES = {"greedy": [], "constrained": ["--constraints", "cat"],
+MODES = {"greedy": [], "constrained": ["--beam-size", "2", "--constraints", "cat"],
          "diverse": ["--beam-size", "4", "--num-groups", "2", "--diversity-penalty", "0.5"],
-         "exact": ["--node-budget", "200"], "transformers": [],
+         "exact": ["--node-budget", "200"], "transformers": ["--beam-size", "2"],
          "catalogue": ["--beam-size", "3", "--catalogue", "entries.txt"]}
 
 
@@ -272,8 +272,9 @@ MODES = {"greedy": [], "constrained": ["--constraints", "cat"],
 def test_every_mode_decodes_image_lines(mode, llava_dir, tmp_path, monkeypatch):
     """Each search mode on lines with images of other sizes: every output's logprob is its
     teacher-forced rescoring after its own line and image; a constrained output holds its
-    phrase, a catalogue's outputs are its entries. (Not stochastic: decode refuses it for any
-    hf: folder whose generation config sets a length penalty, as save_pretrained's does.)"""
+    phrase, a catalogue's outputs are its entries. The folder sets no num_beams: beam modes are
+    given a width, as generate would need. (Not stochastic: through decode its image features
+    do not meet their image tokens, an open defect.)"""
     images(tmp_path)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "entries.txt").write_text("".join(" ".join(map(str, e)) + "\n" for e in ENTRIES))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamsearch.extras import install_hint
+
 __all__ = ["TOKEN_KEYS", "batched", "line_inputs", "media_kinds", "read_file"]
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
@@ -32,8 +34,10 @@ def read_file(kind: str, path: str, sampling_rate: int | None) -> Any:
             is not the processor's; ImportError: Pillow / soundfile is not installed.
     """
     if kind == "image":
-        from PIL import Image
-
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ImportError(f"reading images needs Pillow: {install_hint('media')}") from None
         try:
             with Image.open(path) as image:
                 return image.convert("RGB")
@@ -42,7 +46,7 @@ def read_file(kind: str, path: str, sampling_rate: int | None) -> Any:
     try:
         import soundfile
     except ImportError:
-        raise ImportError("reading audio needs soundfile: pip install 'beamsearch[media]'") from None
+        raise ImportError(f"reading audio needs soundfile: {install_hint('media')}") from None
     try:
         samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
     except (OSError, RuntimeError, soundfile.LibsndfileError) as e:

@@ -96,7 +96,7 @@ class NGramTable:
     (entries are only added, for rows that all hold them)."""
 
     def __init__(self, width: int) -> None:
-        empty = (np.empty(0, np.uint64), np.empty((0, width + 1), np.int64), _NONE)
+        empty = (np.empty(0, np.uint64), np.empty((0, 1), np.int64), _NONE)  # n wide once added to
         self.old, self.new = empty, empty  # each (key [m], ident [m, n], token [m]), sorted by key
 
     def __len__(self) -> int:
@@ -140,6 +140,8 @@ class NGramTable:
 def _merged(base: tuple[np.ndarray, ...], more: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """Two runs of parallel arrays, each sorted by its first (the keys), as one sorted run (ties:
     ``base``'s first); O(size) copies."""
+    if base[0].size == 0:  # (the empty table's idents are not n wide)
+        return more
     at = np.searchsorted(base[0], more[0], "right") + np.arange(more[0].size)  # more's places
     size = base[0].size + more[0].size
     rest = np.ones(size, bool)
@@ -161,7 +163,7 @@ class NGramRows:
         owner: int64 ``[k]``: each row's input.
         window: int64 ``[k, W]``, right-aligned: each row's latest tokens, -1 before its first; the
             last ``fresh[r]`` are the row's own (their n-grams are not in the table), the n-1
-            before them their context.
+            before them their context (W < n - 1 while no row holds that many tokens).
         fresh: int64 ``[k]``: each row's tokens since its input's rows last agreed (equal for the
             rows of one input).
     """
@@ -179,7 +181,7 @@ class NGramRows:
         """One row per prompt: every n-gram of the prompts in a new table, the last n-1 tokens
         of each prompt its window."""
         c, count = n - 1, len(prompts)
-        width = max([c, *map(len, prompts)])
+        width = max([0, *map(len, prompts)])  # not padded to n - 1: an n beyond any row's length costs nothing
         padded = np.full((count, width), -1, np.int64)  # --> [N, P], right-aligned
         for i, p in enumerate(prompts):  # the start only
             if len(p):
@@ -190,12 +192,14 @@ class NGramRows:
             owner = np.repeat(np.arange(count), width - n + 1)
             whole = np.all(grams >= 0, axis=1)
             table.add(owner[whole], grams[whole, :c], grams[whole, c])
-        return NGramRows(n, table, np.arange(count), padded[:, width - c :], np.zeros(count, np.int64))
+        return NGramRows(n, table, np.arange(count), padded[:, max(width - c, 0) :], np.zeros(count, np.int64))
 
     def banned(self) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, tokens)``: row ``rows[i]`` may not take ``tokens[i]`` (int64, pairs may repeat)."""
         c = self.n - 1
         k, width = self.window.shape
+        if width < c:  # no row holds n - 1 tokens yet (the window holds all a row has, with -1 before them)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         suffix = self.window[:, width - c :]  # --> [k, c], the context the next token extends
         complete = np.all(suffix >= 0, axis=1)  # --> [k]: the row has n - 1 tokens
         whole = np.flatnonzero(complete)
@@ -234,12 +238,13 @@ class NGramRows:
             return self
         lead = np.repeat(first, shared)
         ends = np.repeat(start, shared) + np.arange(lead.size) - np.repeat(np.cumsum(shared) - shared, shared)
-        grams = self.window[lead[:, None], ends[:, None] + np.arange(-c, 1)[None, :]]  # --> [m, n]
-        whole = np.all(grams >= 0, axis=1)
+        cols = ends[:, None] + np.arange(-c, 1)[None, :]  # --> [m, n]: each n-gram's columns (< 0: before the window)
+        grams = self.window[lead[:, None], np.maximum(cols, 0)]
+        whole = np.all(grams >= 0, axis=1) & (cols[:, 0] >= 0)
         self.table.add(self.owner[lead][whole], grams[whole, :c], grams[whole, c])
         fresh = self.fresh - shared[group]
         keep = int(fresh.max()) + c
-        return NGramRows(self.n, self.table, self.owner, self.window[:, width - keep :], fresh)
+        return NGramRows(self.n, self.table, self.owner, self.window[:, max(width - keep, 0) :], fresh)
 
 
 @select_state.register(NGramRows)
