@@ -237,6 +237,25 @@ def test_blip_captions_an_image_without_a_prompt_as_generate_does():
         generate(model, input_ids=torch.tensor([[2], [2]]), pixel_values=pixels, max_new_tokens=2)
 
 
+def test_blip_stops_on_its_sep_token_as_generate_does():
+    """BLIP's generate stops on its text config's sep_token_id whatever its generation config's
+    eos (here 40): the sep made the second token of input 0's greedy caption, which then ends
+    there; an eos given to the call is kept (the caption goes on past that token)."""
+    model, case = build("blip")
+    torch.manual_seed(1)
+    batch = case.batch([case.item(0), case.item(1)])
+    width = batch["input_ids"].shape[1] - 1
+    sep = model.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)[0, width + 1].item()
+    model.generation_config.eos_token_id = 40
+    model.config.text_config.sep_token_id = sep
+    want = model.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)
+    got = generate(model, **batch, max_new_tokens=8, num_beams=1)
+    rows = [r[: r.index(sep) + 1] if sep in r else r for r in want[:, width:].tolist()]
+    assert [h[0].tokens for h in got.hypotheses] == rows and len(rows[0]) == 2
+    own = generate(model, **batch, max_new_tokens=8, num_beams=1, eos_token_id=EOS)
+    assert own.hypotheses[0][0].tokens[:2] == rows[0] and len(own.hypotheses[0][0].tokens) > 2
+
+
 def test_blip_question_answering_is_refused_by_name():
     """Its steps need what no adapter holds (module docstring): a clear error, not a wrong search."""
     blip = transformers.BlipForQuestionAnswering(transformers.BlipConfig(

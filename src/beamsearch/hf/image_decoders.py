@@ -6,7 +6,8 @@
   cache beside its layers (:class:`ImageCache`, ``[k, I, d]``), so they follow their rows
   through beams, batches and refill like its keys and values; the steps call the text decoder
   with them (:class:`BlipDecoding`). Its prompt follows BLIP's ``generate``
-  (:func:`blip_prompts`).
+  (:func:`blip_prompts`), and so do its eos (the text config's ``sep_token_id``) and pad ids
+  (:func:`~beamsearch.hf.multimodal.call_model_inputs`).
 - GIT (``GitForCausalLM``): its forward prepends the image embeddings, with a mask of its own,
   to the text. The prefill's cache holds the image's columns before the prompt's
   (:func:`image_columns` counts them into the mask), and the steps pass a ready 4-D additive

@@ -270,6 +270,9 @@ def call_model_inputs(model: Any, inputs: Any, input_ids: Any, attention_mask: A
         inputs, attention_mask = blip_prompts(model, inputs if input_ids is None else input_ids, attention_mask,
                                               media.count() or 0)
         input_ids = None
+        text = model.config.text_config  # and stops on its [SEP], pads with its pad: the call's own kept
+        overrides.setdefault("eos_token_id", text.sep_token_id)
+        overrides.setdefault("pad_token_id", text.pad_token_id)
     inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
     return media, inputs, attention_mask
 
