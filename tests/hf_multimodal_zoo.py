@@ -64,6 +64,7 @@ class Case:
     causal: bool = True
     varied: bool = False  # the inputs' images / audio differ in size
     suffix_type: bool = False  # generated tokens have token_type_ids 1 (PaliGemma's causal suffix), else 0
+    drops_last: bool = False  # the model's generate drops the prompt's last token (BLIP's [SEP])
 
 
 def llava(vocab: int = VOCAB, image: int = IMAGE, **text: Any) -> Any:
@@ -170,6 +171,33 @@ def _blip2() -> Case:
     return Case(build, item, lambda items: {**_left(items), "pixel_values": _stack(items, "pixel_values")})
 
 
+def _blip() -> Case:
+    def build():
+        return T.BlipForConditionalGeneration(T.BlipConfig(
+            vision_config=_vision(), text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, encoder_hidden_size=16, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=64, bos_token_id=BOS, sep_token_id=EOS,
+                eos_token_id=EOS, pad_token_id=PAD)))
+
+    def item(i):  # the processor's [CLS] text [SEP]: BLIP's generate makes the first its bos, drops the last
+        ids = torch.tensor([[START, *_TEXT[i][-3:], EOS]])  # one length: its rule reads column 0, padding or not
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": torch.randn(1, 3, 16, 16)}
+    return Case(build, item, lambda items: {**_left(items), "pixel_values": _stack(items, "pixel_values")},
+                drops_last=True)
+
+
+def _git() -> Case:
+    def build():
+        return T.GitForCausalLM(T.GitConfig(
+            vision_config=_vision(), vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=64, bos_token_id=BOS, eos_token_id=EOS,
+            pad_token_id=PAD))
+
+    def item(i):  # GIT prepends the image's 5 embeddings itself: no placeholders in the text
+        return {**_causal_item(_TEXT[i], 0, before=[BOS]), "pixel_values": torch.randn(1, 3, 16, 16)}
+    return Case(build, item, lambda items: {**_left(items), "pixel_values": _stack(items, "pixel_values")})
+
+
 def _right(items: list[dict], name: str, fill: float = 0) -> torch.Tensor:
     """The items' ``name`` tensors right-padded along axis 1 (a feature extractor pads so)."""
     width = max(i[name].shape[1] for i in items)
@@ -260,6 +288,7 @@ def _florence2() -> Case:
 CASES: dict[str, Callable[[], Case]] = {
     "llava": _llava, "qwen2_vl": lambda: _qwen("2"), "qwen2_5_vl": lambda: _qwen("2.5"), "paligemma": _paligemma,
     "idefics3": lambda: _idefics(False), "smolvlm": lambda: _idefics(True), "gemma3": _gemma3, "blip2": _blip2,
+    "blip": _blip, "git": _git,
     "florence2": _florence2, "pix2struct": _pix2struct, "vision_encoder_decoder": _vision_encoder_decoder,
     "whisper": _whisper, "speech2text": _speech2text,
 }
@@ -273,5 +302,6 @@ def build(name: str, seed: int = 0) -> tuple[Any, Case]:
     model = case.build().eval()
     model.generation_config.eos_token_id = EOS
     model.generation_config.pad_token_id = PAD
-    model.get_output_embeddings().register_forward_hook(lambda module, args, out: out * 8)
+    head = model.get_output_embeddings() or model.text_decoder.get_output_embeddings()  # BLIP: its decoder's
+    head.register_forward_hook(lambda module, args, out: out * 8)
     return model, case

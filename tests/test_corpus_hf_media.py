@@ -39,8 +39,12 @@ def tokenizer(words):
 
 @pytest.fixture(scope="module")
 def llava_dir(tmp_path_factory):
-    """LLaVA (CLIP 16x16 images, 4 image tokens) and its processor: images resized and cropped to 16x16."""
-    folder = tmp_path_factory.mktemp("llava")
+    return save_llava(tmp_path_factory.mktemp("llava"))
+
+
+def save_llava(folder):
+    """LLaVA (CLIP 16x16 images, 4 image tokens) and its processor saved in ``folder``: images
+    resized and cropped to 16x16."""
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil  # Pillow's, no torchvision
 
     image = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})

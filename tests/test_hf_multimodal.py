@@ -7,11 +7,10 @@ model's plain forward on the prompt and the hypothesis's tokens); each input dec
 (batch independence, with images or audio of different sizes); forward hooks counting the
 vision tower's and the encoder's calls.
 
-Classes not built here: BLIP (``BlipForConditionalGeneration``: its text decoder reads the image
-embeddings through cross-attention at every step, a causal decoder with encoder states, which
-neither adapter's state holds) and GIT (``GitForCausalLM``: its forward prepends the image
-embeddings to the text with its own mask, and its steps must be told the image's length), both
-refused by name (test_blip_and_git_are_refused_by_name).
+BLIP (``BlipForConditionalGeneration``: its text decoder cross-attends the image embeddings at
+every step) and GIT (``GitForCausalLM``: its forward prepends the image embeddings with its own
+mask) are among them (beamsearch.hf.image_decoders). Not built: ``BlipForQuestionAnswering``,
+refused by name (its answer decoder cross-attends the question's encoding at every step).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def zoo(name: str):
 def new_tokens(model, case, out: torch.Tensor, batch: dict, *, whole: bool = False) -> list[list[int]]:
     """``generate``'s sequences without the prompt (decoder start token) and the padding after eos
     (``whole``: a ``return_dict_in_generate`` output, whose Whisper sequences keep the start token)."""
-    width = batch["input_ids"].shape[1] if case.causal else 1
+    width = batch["input_ids"].shape[1] - case.drops_last if case.causal else 1
     if isinstance(model, transformers.WhisperForConditionalGeneration) and not whole:
         width = 0  # Whisper's generate returns the new tokens alone
     rows = []
@@ -83,12 +82,15 @@ def rescored(model, case, item: dict, tokens: list[int], renormalized: bool = Tr
     t = torch.tensor([tokens])
     with torch.no_grad():
         if case.causal:
-            ids = torch.cat([item["input_ids"], t], dim=1)
+            prompt = item["input_ids"]
+            if case.drops_last:  # BLIP's generate: its bos first, the processor's [SEP] dropped
+                prompt = torch.cat([torch.tensor([[model.config.text_config.bos_token_id]]), prompt[:, 1:-1]], 1)
+            ids = torch.cat([prompt, t], dim=1)
             extra = {k: torch.cat([v, v.new_full(t.shape, int(k == "token_type_ids" and case.suffix_type))], dim=1)
                      for k, v in item.items() if k in ("token_type_ids", "mm_token_type_ids")}
             rest = {k: v for k, v in item.items() if k not in ("input_ids", "attention_mask", *extra)}
             logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra, **rest).logits[0]
-            logits = logits[item["input_ids"].shape[1] - 1: -1]
+            logits = logits[-t.shape[1] - 1: -1]  # GIT's logits begin with its image's positions
         else:
             start = model.generation_config.decoder_start_token_id
             decoder = torch.tensor([[start] + tokens[:-1]])
@@ -112,7 +114,8 @@ def test_every_hypothesis_logprob_is_its_teacher_forced_rescoring(name):
             assert h.logprob == pytest.approx(rescored(model, case, item, list(h.tokens)), abs=1e-4)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if CASES[n]().varied and n != "speech2text"] + ["llava", "whisper"])
+@pytest.mark.parametrize("name", [n for n in NAMES if CASES[n]().varied and n != "speech2text"] +
+                         ["llava", "whisper", "blip", "git"])
 def test_each_input_decodes_as_alone_in_a_batch_of_other_sizes(name):
     """Images (Qwen2-VL 16x16 and 16x32, Idefics3 a padded half image, Pix2Struct 16 and 8
     patches) of different sizes in one batch. Not Speech2Text: its convolutional subsampling
@@ -144,15 +147,16 @@ def test_the_vision_tower_runs_once_per_input_whatever_the_beam(beams):
     assert sizes == [2]  # one call, one row per input
 
 
-@pytest.mark.parametrize("name, encoder", [("whisper", "encoder"), ("vision_encoder_decoder", "encoder"),
-                                           ("florence2", "vision_tower")])
-def test_an_encoder_runs_once_per_input_whatever_the_beam(name, encoder):
+@pytest.mark.parametrize("name, encoder", [("whisper", "model.encoder"), ("vision_encoder_decoder", "encoder"),
+                                           ("florence2", "model.vision_tower"), ("blip", "vision_model"),
+                                           ("git", "git.image_encoder")])
+@pytest.mark.parametrize("beams", [1, 4])
+def test_an_encoder_runs_once_per_input_whatever_the_beam(name, encoder, beams):
     model, case = build(name)
     torch.manual_seed(1)
     batch = case.batch([case.item(0), case.item(1)])
-    owner = model.model if name == "florence2" else (model.model if name == "whisper" else model)
-    sizes = _counted(getattr(owner, encoder))
-    generate(model, **batch, max_new_tokens=NEW, num_beams=4)
+    sizes = _counted(functools.reduce(getattr, encoder.split("."), model))
+    generate(model, **batch, max_new_tokens=NEW, num_beams=beams)
     assert sizes == [2]
 
 
@@ -221,14 +225,45 @@ def test_model_inputs_with_another_row_count_are_refused_before_the_model_runs()
         generate(whisper, **batch, decoder_input_ids=[[2], [2, 5]], max_new_tokens=2)
 
 
-def test_blip_and_git_are_refused_by_name():
-    """Their steps need what neither adapter holds (module docstring): a clear error, not a wrong search."""
-    blip = transformers.BlipForConditionalGeneration(transformers.BlipConfig(
+def test_blip_captions_an_image_without_a_prompt_as_generate_does():
+    """No input_ids: BLIP's generate starts each caption with its bos token alone; a prompt too
+    short for its rule (it drops the last token) is refused by name."""
+    model, case, _, batch = zoo("blip")
+    pixels = batch["pixel_values"]
+    want = model.generate(pixel_values=pixels, max_new_tokens=NEW, do_sample=False, num_beams=1)
+    got = generate(model, pixel_values=pixels, max_new_tokens=NEW, num_beams=1)
+    assert [h[0].tokens for h in got.hypotheses] == new_tokens(model, case, want, {"input_ids": torch.ones(2, 2)})
+    with pytest.raises(ValueError, match="input_ids of BlipForConditionalGeneration"):
+        generate(model, input_ids=torch.tensor([[2], [2]]), pixel_values=pixels, max_new_tokens=2)
+
+
+def test_blip_stops_on_its_sep_token_as_generate_does():
+    """BLIP's generate stops on its text config's sep_token_id whatever its generation config's
+    eos (here 40): the sep made the second token of input 0's greedy caption, which then ends
+    there; an eos given to the call is kept (the caption goes on past that token)."""
+    model, case = build("blip")
+    torch.manual_seed(1)
+    batch = case.batch([case.item(0), case.item(1)])
+    width = batch["input_ids"].shape[1] - 1
+    sep = model.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)[0, width + 1].item()
+    model.generation_config.eos_token_id = 40
+    model.config.text_config.sep_token_id = sep
+    want = model.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)
+    got = generate(model, **batch, max_new_tokens=8, num_beams=1)
+    rows = [r[: r.index(sep) + 1] if sep in r else r for r in want[:, width:].tolist()]
+    assert [h[0].tokens for h in got.hypotheses] == rows and len(rows[0]) == 2
+    own = generate(model, **batch, max_new_tokens=8, num_beams=1, eos_token_id=EOS)
+    assert own.hypotheses[0][0].tokens[:2] == rows[0] and len(own.hypotheses[0][0].tokens) > 2
+
+
+def test_blip_question_answering_is_refused_by_name():
+    """Its steps need what no adapter holds (module docstring): a clear error, not a wrong search."""
+    blip = transformers.BlipForQuestionAnswering(transformers.BlipConfig(
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                            image_size=16, patch_size=8),
         text_config=dict(vocab_size=64, hidden_size=32, encoder_hidden_size=16, intermediate_size=64,
                          num_hidden_layers=1, num_attention_heads=4))).eval()
-    with pytest.raises(TypeError, match="BlipForConditionalGeneration"):
+    with pytest.raises(TypeError, match="BlipForQuestionAnswering"):
         generate(blip, input_ids=torch.tensor([[1, 7]]), pixel_values=torch.zeros(1, 3, 16, 16), max_new_tokens=2)
 
 
@@ -248,7 +283,7 @@ SMOKE = {"beam": {"num_beams": 3}, "greedy": {}, "constrained": {"num_beams": 3,
                   "sample_seed": 0}}
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "whisper"])
+@pytest.mark.parametrize("name", ["qwen2_vl", "whisper", "blip", "git"])
 @pytest.mark.parametrize("mode", list(SMOKE))
 def test_every_mode_s_outputs_on_a_vlm_and_a_speech_model_are_their_rescoring(name, mode):
     """Each mode's outputs (rows reordered by its own rule: groups, samples, an exact search's
@@ -313,7 +348,7 @@ def _text_and_media(batch: dict) -> tuple[dict, dict]:
     return text, {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "idefics3"])
+@pytest.mark.parametrize("name", ["qwen2_vl", "idefics3", "blip", "git"])
 def test_refill_rows_keep_their_inputs_images(name):
     """decode_stream joins cohorts prepared apart (images of other sizes, Qwen2-VL's rope deltas
     per row) into searches in flight: each input's hypotheses are those of the input alone."""

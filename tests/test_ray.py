@@ -171,6 +171,42 @@ def test_hf_gpt2_on_two_workers_equals_the_single_process_run(cluster, gpt2_dir)
                                        atol=1e-4)
 
 
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_decode_ray_with_image_lines_writes_what_the_single_process_command_writes(cluster, tmp_path):
+    """`beamsearch decode --jsonl --ray` on lines naming image files (absolute paths: each worker
+    opens them itself), one unreadable and one without an image among them: the records of the
+    single-process command, errors included, in input order; each worker's batches have other
+    companions (left padding moves float sums' last bits), so scores agree to 1e-4."""
+    for name in ("transformers", "tokenizers", "PIL.Image"):
+        pytest.importorskip(name)
+    from beamsearch.cli import main
+    from test_corpus_hf_media import FLAGS, images, save_llava
+
+    model_dir = tmp_path / "llava"
+    model_dir.mkdir()
+    save_llava(model_dir)
+    images(tmp_path)
+    lines = [{"text": "<image> the cat", "image": str(tmp_path / "img0.png")}, {"text": "the cat sat"},
+             {"text": "<image> a dog ran far", "image": str(tmp_path / "img1.png")},
+             {"text": "<image> a", "image": str(tmp_path / "bad.png")},
+             {"text": "<image> on a mat", "image": str(tmp_path / "img2.png")}]
+    src, alone, spread = tmp_path / "in.jsonl", tmp_path / "alone.jsonl", tmp_path / "ray.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    common = ["decode", "--model", f"hf:{model_dir}", "--input", str(src), "--jsonl", *FLAGS]
+    assert main([*common, "--output", str(alone)]) == 1  # the unreadable file's line
+    assert main([*common, "--output", str(spread), "--ray", "--ray-workers", "2", "--ray-batch", "2"]) == 1
+    got, want = ([json.loads(x) for x in f.read_text(encoding="utf-8").splitlines()] for f in (spread, alone))
+    assert [r["index"] for r in got] == list(range(len(lines)))
+    assert [r.get("error") for r in got] == [r.get("error") for r in want]
+    assert got[3]["error"].startswith("cannot read image") and sum("nbest" in r for r in got) == 4
+    for g, w in zip(got, want):
+        if "error" not in g:
+            assert [(h["tokens"], h["text"], h["finished"]) for h in g["nbest"]] == \
+                [(h["tokens"], h["text"], h["finished"]) for h in w["nbest"]]
+            np.testing.assert_allclose([h["logprob"] for h in g["nbest"]], [h["logprob"] for h in w["nbest"]],
+                                       atol=1e-4)
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(num_workers=0), ValueError, "num_workers must be >= 1; got 0"),
     (dict(batch_size=1.5), TypeError, "batch_size"),

@@ -13,9 +13,10 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from beamsearch.hf.caches import cache_keyword
 from beamsearch.hf.carried import carrier_for
+from beamsearch.hf.image_decoders import ADDITIVE_TYPES, additive_mask
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.recurrent import cache_length
-from beamsearch.hf.states import Prepared
+from beamsearch.hf.states import Prepared, as_4d
 
 __all__ = ["CAPACITY", "AdapterStep", "adapter_cache", "keeps_prompt", "last_logits", "timed", "unconsumed"]
 
@@ -85,6 +86,8 @@ class AdapterStep:
         cache_kw: the forward's name for the KV cache argument.
         carrier: how a model whose state is not a ``Cache`` it returns takes and gives it back
             (:func:`~beamsearch.hf.carried.carrier_for`), or None.
+        additive: the steps pass a 4-D additive mask (GIT, whose forward would widen a 2-D one
+            over its image columns: :mod:`beamsearch.hf.image_decoders`).
     """
 
     def __init__(self, prepared: Prepared, model: Any, extra_column: bool, ready: bool) -> None:
@@ -92,3 +95,11 @@ class AdapterStep:
         self.limit = position_limit(model)
         self.cache_kw = cache_keyword(model)
         self.carrier = carrier_for(model)
+        self.additive = model.config.model_type in ADDITIVE_TYPES
+
+    def attend(self, mask: torch.Tensor) -> torch.Tensor:
+        """A step's attention mask from the rows' int64 ``[k, L]`` (1 on attended columns): the
+        mask itself, a ready 4-D boolean one (``ready``) or a 4-D additive one (``additive``)."""
+        if self.additive:
+            return additive_mask(mask, next(self.model.parameters()).dtype)
+        return as_4d(mask) if self.ready else mask

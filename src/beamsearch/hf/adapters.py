@@ -21,6 +21,7 @@ from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, ke
                                        unconsumed)
 from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
 from beamsearch.hf.carried import carrier_for
+from beamsearch.hf.image_decoders import image_columns, is_blip
 from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held,
                                      restore)
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
@@ -93,7 +94,8 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     if model.config.model_type in UNPADDED_TYPES and len({len(r) for r in rows}) > 1:  # text models: no model_inputs
         prepared.init_state = by_length(rows, lambda part: _prefill(prepared, model, part, pad, capacity, extra, False))
     else:
-        prepared.init_state = _prefill(prepared, model, rows, pad, capacity, extra, False, model_inputs)
+        runner = stepped if is_blip(model) else model  # BLIP: its decoding embeds the image once, in the prefill
+        prepared.init_state = _prefill(prepared, runner, rows, pad, capacity, extra, False, model_inputs)
     cache = prepared.init_state.cache
     ready = model.config.model_type in FOUR_D_TYPES or (carrier_for(model) is None and mask_ready(stepped, cache))
     prepared.step = CausalStep(prepared, stepped, extra, ready)
@@ -133,6 +135,7 @@ def _prefill(prepared: Prepared, model: Any, rows: list[list[int]], pad: int, ca
     if share_prompt:  # the prompts' columns held once per input; the rows' own start empty
         return CausalState(shared_cache(model, cache, mask, capacity), mask.new_ones(len(rows), capacity),
                            following, 0, longest, first, None, source)
+    mask, width = image_columns(model, cache, mask, width)  # GIT: its image's columns before the prompt's
     full = torch.cat([mask, mask.new_ones(len(rows), capacity)], dim=1)  # --> [N, P + C]
     return CausalState(cache, full, following, width, longest, first, None, source)
 
@@ -180,7 +183,7 @@ class CausalStep(AdapterStep):
             at = torch.empty_like(order)
             at[order] = torch.arange(order.shape[0], device=order.device)  # the row in each cache row
             y_prev, fed_mask, positions = (x.index_select(0, at) for x in (y_prev, mask, positions))
-        attend = as_4d(fed_mask[:, : t + 1]) if self.ready else fed_mask[:, : t + 1]
+        attend = self.attend(fed_mask[:, : t + 1])
         if not attends(state.cache):  # a recurrence alone reads no mask at a step (a masked token is undone below)
             attend = None
         dummy = None if state.pending is None else torch.nonzero(state.pending).flatten()

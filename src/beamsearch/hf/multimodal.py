@@ -5,8 +5,8 @@
 ``model.generate`` passes them:
 
 - a causal vision-language model (LLaVA, Qwen2-VL, PaliGemma, Idefics3, SmolVLM, Gemma 3,
-  BLIP-2) gets them in its prefill, one row per input, so its vision tower runs once per input
-  whatever the beam; the steps feed the text model one token per row (:func:`step_model`), the
+  BLIP-2; BLIP and GIT by :mod:`beamsearch.hf.image_decoders`) gets them in its prefill, one
+  row per input, so its vision tower runs once per input whatever the beam; the steps feed the text model one token per row (:func:`step_model`), the
   image's keys and values held in the cache's rows, which follow their inputs like any prompt's;
 - an encoder-decoder (Whisper, Speech2Text, Pix2Struct, Florence-2, ``VisionEncoderDecoderModel``)
   gets them in its encoder, once per input (:func:`encoded`), as ``generate`` runs it.
@@ -27,6 +27,7 @@ import torch
 
 from beamsearch.core import validate as check
 from beamsearch.hf.calls import call_inputs
+from beamsearch.hf.image_decoders import blip_prompts, decoding_model, is_blip
 
 __all__ = ["NOT_SUPPORTED", "ModelInputs", "call_model_inputs", "check_model_inputs", "decoder_rows", "encoded", "inputs_count", "is_multimodal", "media_rows",
            "prefill_positions", "step_model", "take_model_inputs"]
@@ -39,10 +40,7 @@ _OWN = frozenset({"self", "input_ids", "attention_mask", "position_ids", "cache"
 
 # model classes whose steps need what neither adapter's state holds: refused with the reason
 NOT_SUPPORTED = {
-    "BlipForConditionalGeneration": "its text decoder cross-attends the image embeddings at every step (a causal "
-                                    "decoder with encoder states)",
     "BlipForQuestionAnswering": "its answer decoder cross-attends the question's encoding at every step",
-    "GitForCausalLM": "its forward prepends the image embeddings with its own mask, which its steps must be told",
 }
 
 # position offsets of models whose text positions do not start at 0 (PaliGemma's are 1-indexed)
@@ -177,10 +175,12 @@ def inputs_count(model: Any, rows: list[list[int]] | None, model_inputs: dict[st
 
 def step_model(model: Any) -> Any:
     """The module the decoding steps call: the model itself, or its language model where the
-    model's own forward always reruns the vision part (BLIP-2, whose ``generate`` does likewise)."""
+    model's own forward always reruns the vision part (BLIP-2, whose ``generate`` does likewise), or
+    BLIP's decoding (:class:`~beamsearch.hf.image_decoders.BlipDecoding`, its image embeddings
+    held by the cache)."""
     if type(model).__name__.startswith("Blip2") and not model.config.is_encoder_decoder:
         return model.language_model
-    return model
+    return decoding_model(model) or model
 
 
 def prefill_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]
@@ -266,6 +266,13 @@ def call_model_inputs(model: Any, inputs: Any, input_ids: Any, attention_mask: A
             media.tensors["attention_mask"] = attention_mask
         call_inputs([[0]], None, None, overrides)  # its refusal of the model inputs not passed
         return media, None, None
+    if is_blip(model):  # BLIP's generate makes its prompt from the processor's ids (or its bos alone)
+        inputs, attention_mask = blip_prompts(model, inputs if input_ids is None else input_ids, attention_mask,
+                                              media.count() or 0)
+        input_ids = None
+        text = model.config.text_config  # and stops on its [SEP], pads with its pad: the call's own kept
+        overrides.setdefault("eos_token_id", text.sep_token_id)
+        overrides.setdefault("pad_token_id", text.pad_token_id)
     inputs, attention_mask = call_inputs(inputs, input_ids, attention_mask, overrides)
     return media, inputs, attention_mask
 
