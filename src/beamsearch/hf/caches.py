@@ -14,10 +14,10 @@ import inspect
 from typing import Any, Callable
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
 
-from beamsearch.core.state import select_state
-from beamsearch.hf.recurrent import dropped, layer_rule, reorder_extras
+from beamsearch.core.state import concat_state, select_state
+from beamsearch.hf.recurrent import STATIC_REASON, dropped, layer_rule, reorder_extras
 
 
 def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -250,6 +250,27 @@ def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> Encod
     out.cross_attention_cache = select_state(cache.cross_attention_cache, idx)
     out.is_updated = dict(cache.is_updated)
     return out
+
+
+def _refused(cache: Cache) -> TypeError:
+    kind = type(cache).__name__
+    if isinstance(cache, StaticCache):
+        return TypeError(f"a {kind} cannot be a search state: {STATIC_REASON}")
+    return TypeError(f"a {kind} cannot be a search state: the search moves the rows of a DynamicCache or an "
+                     f"EncoderDecoderCache (and of the layer kinds registered for them); register how to move a "
+                     f"{kind}'s rows with @select_state.register({kind}) and @concat_state.register({kind})")
+
+
+@select_state.register(Cache)
+def _select_other_cache(cache: Cache, idx: Any) -> Cache:
+    """Any other ``Cache`` (static, quantized, offloaded, ...): refused, never passed through as
+    if it held no rows (its rows would silently stay where they were)."""
+    raise _refused(cache)
+
+
+@concat_state.register(Cache)
+def _concat_other_cache(caches: list[Cache]) -> Cache:
+    raise _refused(caches[0])
 
 
 def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool = False) -> None:
