@@ -53,8 +53,8 @@ CONFIGS = {
         context_length=64)),
     "xlstm": lambda: T.xLSTMForCausalLM(T.xLSTMConfig(  # the smallest: head sizes are rounded up to 64 in all
         **_IDS, hidden_size=128, embedding_dim=128, num_hidden_layers=1, num_blocks=1, num_heads=2, chunk_size=4)),
-    # its attention window longer than any sequence here: a refill's masked dummy column takes a
-    # place in a sliding window, so a joined row would see one token fewer once the window is full
+    # its attention window longer than any sequence here (a window shorter than the sequences:
+    # test_hf_sliding_refill.py)
     "recurrent_gemma": lambda: T.RecurrentGemmaForCausalLM(T.RecurrentGemmaConfig(
         **_IDS, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
         num_key_value_heads=1, head_dim=8, lru_width=16, attention_window_size=32, conv1d_width=4,
@@ -201,6 +201,23 @@ def test_every_hypothesis_scores_its_rescoring_and_decodes_alike_alone(name):
     assert [h.score for h in batch.hypotheses[1]] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
+def refilled(model, items, max_rows, max_steps):
+    """``decode_stream`` of ``items`` (dicts of ``prompt`` and ``max_steps``) through the adapter,
+    ``max_rows`` rows at a time (beam 2, two best): each input's result by index, and the stats."""
+    latest = {}
+
+    def make_state(batch):
+        latest["dec"] = causal_lm(model, [i["prompt"] for i in batch], max_new_tokens=max_steps)
+        return latest["dec"].init_state
+
+    def step(state, y_prev):
+        return latest["dec"].step(state, y_prev)
+
+    stream = decode_stream(step, make_state, items, max_rows=max_rows, eos_token_id=EOS, beam_size=2, n_best=2,
+                           max_steps=max_steps)
+    return {d.index: d for d in stream}, stream.stats
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_refill_joins_mid_search_and_equals_the_inputs_decoded_together(name):
     """decode_stream: inputs join a search in flight (their states joined by ``concat_state``;
@@ -209,23 +226,9 @@ def test_refill_joins_mid_search_and_equals_the_inputs_decoded_together(name):
     input's batch result equals its result alone: the test above)."""
     model = build(name, eos_bias=-20.0)  # eos unlikely: inputs run to their max_steps, so they join mid-search
     items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31]], [2, 5, 3, 3])]
-    latest = {}
-
-    def make_state(batch):
-        latest["dec"] = causal_lm(model, [i["prompt"] for i in batch], max_new_tokens=5)
-        return latest["dec"].init_state
-
-    def step(state, y_prev):
-        return latest["dec"].step(state, y_prev)
-
-    def run(max_rows):
-        stream = decode_stream(step, make_state, items, max_rows=max_rows, eos_token_id=EOS, beam_size=2, n_best=2,
-                               max_steps=5)
-        return {d.index: d for d in stream}, stream.stats
-
-    got, stats = run(4)
+    got, stats = refilled(model, items, 4, 5)
     assert stats.mixed_calls > 0  # inputs did join a search in flight
-    want, stats = run(8)
+    want, stats = refilled(model, items, 8, 5)
     assert stats.cohorts == 1
     for i in range(len(items)):
         assert got[i].error is None and want[i].error is None

@@ -1,6 +1,6 @@
 """Every search mode, step search and ``beamsearch decode --model hf:DIR`` over recurrent and
-hybrid models (tiny random-weight configs of :mod:`test_hf_recurrent`; exact search is left out:
-its enumeration over the reference's recomputation is too slow here): a state-space model
+hybrid models (tiny random-weight configs of :mod:`test_hf_recurrent`; grammars, catalogues and
+exact search: :mod:`test_hf_recurrent_constraints`): a state-space model
 (Mamba), a hybrid of linear and full attention (Qwen3.5) and a model whose state is outside a
 ``Cache`` (RWKV). Oracle: the same search over a step that runs each row's whole prefix through
 the model at every call, no cache (so nothing is carried, reordered or joined)."""

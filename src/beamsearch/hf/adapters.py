@@ -19,7 +19,8 @@ from beamsearch.core import validate as check
 from beamsearch.core.state import select_state, take_state
 from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, keeps_prompt, last_logits, timed,
                                        unconsumed)
-from beamsearch.hf.caches import DeferredLayer, PromptLayer, cache_keyword, cache_of, inference
+from beamsearch.hf.caches import (DeferredLayer, PromptLayer, cache_keyword, cache_of, inference, skip_dummy_column,
+                                  windows_held)
 from beamsearch.hf.carried import carrier_for
 from beamsearch.hf.image_decoders import image_columns, is_blip
 from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held,
@@ -153,7 +154,8 @@ class CausalStep(AdapterStep):
             y_prev: int64 ``[k]``, each row's last token, fed at the row's own position into cache
                 column ``state.columns``. The first call, whose every row's prompt the prefill
                 scored, feeds nothing and returns the prefill's logits; rows that joined at this
-                call (``state.pending``) take their prefill logits, their token a masked dummy.
+                call (``state.pending``) take their prefill logits, their token a masked dummy
+                (kept out of their recurrent states and sliding windows).
 
         Returns:
             (float32 logits ``[k, V']``, the new state): the model extended the cache in place.
@@ -189,11 +191,14 @@ class CausalStep(AdapterStep):
         dummy = None if state.pending is None else torch.nonzero(state.pending).flatten()
         if dummy is not None and order is not None:
             dummy = order.index_select(0, dummy)  # --> their cache rows
-        kept = held(state.cache, dummy) if dummy is not None else None
+        kept, windows = (None, None) if dummy is None else (held(state.cache, dummy), windows_held(state.cache, dummy))
         out, cache = self.forward(state.cache, input_ids=y_prev[:, None], attention_mask=attend,
                                   position_ids=positions[:, None])
         if kept is not None and dummy is not None:  # a row's recurrent state does not see its dummy token
             restore(cache, dummy, kept)
+        if windows is not None and dummy is not None and state.pending is not None:  # nor do its windows
+            skip_dummy_column(cache, dummy, windows, t + 1)
+            mask[state.pending, : t + 1] = mask[state.pending, : t + 1].roll(1, dims=1)
         logits = last_logits(out, self.extra_column)
         if order is not None:
             logits = logits.index_select(0, order)

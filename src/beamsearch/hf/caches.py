@@ -14,10 +14,10 @@ import inspect
 from typing import Any, Callable
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
 
-from beamsearch.core.state import select_state
-from beamsearch.hf.recurrent import dropped, layer_rule, reorder_extras
+from beamsearch.core.state import concat_state, select_state
+from beamsearch.hf.recurrent import STATIC_REASON, dropped, layer_rule, reorder_extras
 
 
 def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -250,6 +250,65 @@ def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> Encod
     out.cross_attention_cache = select_state(cache.cross_attention_cache, idx)
     out.is_updated = dict(cache.is_updated)
     return out
+
+
+def _refused(cache: Cache) -> TypeError:
+    kind = type(cache).__name__
+    if isinstance(cache, StaticCache):
+        return TypeError(f"a {kind} cannot be a search state: {STATIC_REASON}")
+    return TypeError(f"a {kind} cannot be a search state: the search moves the rows of a DynamicCache or an "
+                     f"EncoderDecoderCache (and of the layer kinds registered for them); register how to move a "
+                     f"{kind}'s rows with @select_state.register({kind}) and @concat_state.register({kind})")
+
+
+@select_state.register(Cache)
+def _select_other_cache(cache: Cache, idx: Any) -> Cache:
+    """Any other ``Cache`` (static, quantized, offloaded, ...): refused, never passed through as
+    if it held no rows (its rows would silently stay where they were)."""
+    raise _refused(cache)
+
+
+@concat_state.register(Cache)
+def _concat_other_cache(caches: list[Cache]) -> Cache:
+    raise _refused(caches[0])
+
+
+def _windows(cache: Any) -> list[Any]:
+    return [layer for layer in getattr(cache, "layers", ()) if getattr(layer, "is_sliding", False)
+            and getattr(layer, "keys", None) is not None and layer.keys.dim() == 4]
+
+
+def windows_held(cache: Any, rows: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Before a forward that feeds cache rows ``rows`` ``[j]`` a masked dummy token (rows that
+    join a search): copies of those rows' keys and values ``[j, heads, w, dh]`` in each
+    sliding-window layer, for :func:`skip_dummy_column`; None when no layer has a sliding window
+    (a masked column is never read by full attention)."""
+    return [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in _windows(cache)] or None
+
+
+def skip_dummy_column(cache: Any, rows: torch.Tensor, kept: list[tuple[torch.Tensor, torch.Tensor]],
+                      columns: int) -> None:
+    """After that forward: the dummy column of rows ``rows`` moved before their first column, out
+    of their sliding windows (it would take a place in a window, so a joined row would see a token
+    fewer than alone until it slid out). Each full-attention layer (``columns`` columns) has those
+    rows' columns rolled right by one (the dummy's to column 0); each sliding-window layer those
+    rows' windows set to the ``kept`` ones shifted by one column (the dummy's key filling the
+    first place when the window grew). The caller rolls the rows' mask columns alike."""
+    settled(cache)
+    windows = _windows(cache)
+    if len(windows) != len(kept):
+        raise RuntimeError(f"the model changed its sliding-window layers during a step ({len(kept)} before, "
+                           f"{len(windows)} after)")
+    for layer, old in zip(windows, kept):
+        width = layer.keys.shape[2]
+        for name, before in zip(("keys", "values"), old):
+            now = getattr(layer, name)
+            now[rows] = torch.cat([now.index_select(0, rows)[:, :, -1:], before], dim=2)[:, :, -width:]
+    for layer in getattr(cache, "layers", ()):
+        keys = getattr(layer, "keys", None)
+        if keys is not None and keys.dim() == 4 and keys.shape[2] == columns and all(layer is not w for w in windows):
+            for now in (layer.keys, layer.values):
+                now[rows] = now.index_select(0, rows).roll(1, dims=2)
 
 
 def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool = False) -> None:
