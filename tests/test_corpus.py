@@ -614,3 +614,27 @@ def test_transformer_left_padded_cache_gives_the_same_logits():
         first, _ = model.step(a, y[:1])
         second, _ = model.step(b, y[1:])
     torch.testing.assert_close(both, torch.cat([first, second]), atol=1e-5, rtol=1e-5)
+
+
+def test_a_verdicts_hook_of_two_parameters_is_called_without_max_steps():
+    """A model written for ``verdicts(texts, hypotheses)`` (before the hook took ``max_steps``)
+    still decodes: its hook gets the two arguments; one of three gets the lines' max_steps."""
+    from beamsearch import corpus
+
+    seen = []
+
+    class Two(type(corpus.toy_model())):
+        def verdicts(self, texts, hypotheses):
+            seen.append(list(texts))
+            return ["no" if t == "ab" else None for t in texts]
+
+    class Three(type(corpus.toy_model())):
+        def verdicts(self, texts, hypotheses, max_steps):
+            seen.append(list(max_steps))
+            return [None] * len(texts)
+
+    records = list(corpus.decode_records(Two(), corpus.read_lines([b"abc", b"ab"]), max_steps=3))
+    assert [r.get("error") for r in records] == [None, "no"] and sorted(sum(seen, [])) == ["ab", "abc"]
+    seen.clear()
+    list(corpus.decode_records(Three(), corpus.read_lines([b"abc", b"ab"]), max_steps=3))
+    assert sum(seen, []) == [3, 3]

@@ -199,3 +199,25 @@ def test_reward_scorer_refuses_a_row_longer_than_its_positions():
     with pytest.raises(ValueError, match=r"^prompts\[\d+\] \+ partial_solutions\[\d+\] is 1[23]\d tokens \(126 \+ "):
         step_search(dec.step, dec.init_state, dec.prompts, scorer=RewardScorer(reward_model()),
                     **common(max_steps=8, min_new_tokens=3, stop_sequences=[]))
+
+
+def test_step_search_on_bart_does_not_force_eos_at_every_segments_end():
+    """BART's generation config forces eos at max_new_tokens: step search, whose max_new_tokens is
+    per segment, would end every solution in round 1 (and forced_bos would start every segment);
+    the config's setting is dropped with a warning, one the call gives is refused by name."""
+    import torch
+
+    from beamsearch import hf
+    from test_hf_models import EOS, build
+
+    model = build("bart", 3)
+    model.generation_config.forced_eos_token_id = EOS[0]
+    model.generation_config.forced_bos_token_id = None
+    scorer = lambda prompts, solutions: [float(len(s)) for s in solutions]  # noqa: E731  longer is better
+    step = dict(mode="step", scorer=scorer, n=2, m=1, rounds=3, max_new_tokens=3, sample_seed=0, num_beams=1)
+    with pytest.warns(UserWarning, match="forced_eos_token_id"):
+        out = hf.generate(model, torch.tensor([[5, 6, 7, EOS[0]]]), **step)
+    segments = [len(s.segments) for s in out.hypotheses[0]]
+    assert max(segments) > 1  # with the forced eos every solution ended in its first segment
+    with pytest.raises(ValueError, match="mode 'step' does not take forced_eos_token_id"):
+        hf.generate(model, torch.tensor([[5, 6, 7, EOS[0]]]), forced_eos_token_id=EOS[0], **step)

@@ -26,7 +26,8 @@ class CorpusModel(Protocol):
         verdicts: None (optional: the default), or ``verdicts(texts, hypotheses, max_steps) ->
             list[str | None]``: per decoded line (its text, its hypotheses, best first, and the
             ``max_steps`` it was searched with), None to keep its outputs or why it gets none (its
-            record is then ``{"index", "input", "error": why}``); called on up to
+            record is then ``{"index", "input", "error": why}``; a hook of two parameters,
+            ``verdicts(texts, hypotheses)``, is called without ``max_steps``); called on up to
             ``max_rows // rows`` finished lines at a time (the zoo models: ``Translator.verdicts``,
             what ``beamsearch translate`` prints).
         tokenizer: what a :class:`~beamsearch.processors.Grammar` reads the model's tokens with

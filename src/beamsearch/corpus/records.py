@@ -4,6 +4,7 @@ the order lines finish; :func:`trace_line` draws one line's search."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any, Callable, Iterable, Iterator
 
@@ -199,9 +200,9 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[Line,
     decoded = [i for i, r in enumerate(results) if r.error is None and r.hypotheses]
     reasons = {}
     if model.verdicts is not None and decoded:
+        steps = [[lines[i][1] for i in decoded]] if _takes_max_steps(model.verdicts) else []  # (an older hook: two)
         reasons = dict(zip(decoded, model.verdicts([lines[i][0].text for i in decoded],
-                                                   [results[i].hypotheses for i in decoded],
-                                                   [lines[i][1] for i in decoded])))
+                                                   [results[i].hypotheses for i in decoded], *steps)))
     records = []
     for i, ((line, _), result) in enumerate(zip(lines, results)):
         error = str(result.error) if result.error is not None else reasons.get(i)
@@ -279,3 +280,14 @@ def trace_line(model: CorpusModel, text: str, *, max_steps: int | None = None, t
                           beam_size=width, n_best=min(n_best, width), trace=tree, trace_width=trace_width, **search)
         trees.append(tree)
     return trees[0], trees[1]
+
+
+def _takes_max_steps(verdicts: Callable[..., Any]) -> bool:
+    """Whether a ``verdicts`` hook takes the third argument, ``max_steps`` (one written for
+    ``verdicts(texts, hypotheses)`` is called so)."""
+    try:
+        params = inspect.signature(verdicts).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: as documented
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)

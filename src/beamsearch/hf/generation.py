@@ -30,7 +30,7 @@ from beamsearch.hf.multimodal import call_model_inputs, media_rows
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
 from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
-from beamsearch.hf.modes import choose_mode, generate_rule, mode_keywords, own_options
+from beamsearch.hf.modes import choose_mode, generate_rule, mode_keywords, once_per_solution, own_options
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
 
 
@@ -331,6 +331,7 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     rows = media_rows(model, media) if inputs is None else input_rows(inputs, attention_mask, tokenizer, "inputs")
     in_vocab(model, rows, "inputs")
     spec = choose_mode(mode, cfg, defaults, given)
+    once_per_solution(spec, cfg, explicit)
     rule = spec.name == "transformers"  # generate's values: forced tokens at 0, greedy scores the processed logits
     settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides), rule)
     spec = generate_rule(spec, settings["beam_size"])

@@ -26,7 +26,7 @@ from beamsearch.core.mode import Mode
 from beamsearch.modes.constrained import AnyOf
 from beamsearch.modes.registry import MODES, mode as registered
 
-__all__ = ["choose_mode", "config_keywords", "generate_rule", "mode_keywords", "own_options"]
+__all__ = ["choose_mode", "config_keywords", "generate_rule", "mode_keywords", "once_per_solution", "own_options"]
 
 # the GenerationConfig setting each shared control is read from (num_beams for beam_size, ...)
 _SETTING = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
@@ -176,3 +176,28 @@ def mode_keywords(spec: Mode, settings: Mapping[str, Any], cfg: Any, defaults: M
         also = f" (or generate's {c.hf})" if c is not None and c.hf else ""
         raise ValueError(f"mode {spec.name!r} needs {needed[0]}={also}")
     return out
+
+
+_SEGMENT_START_OR_END = ("forced_bos_token_id", "forced_eos_token_id", "begin_suppress_tokens")
+"""Settings that act at a step counted from the start of the output: step search counts each
+segment's steps from 1 (and its ``max_new_tokens`` is per segment), so they would act in every
+segment instead of once per solution."""
+
+
+def once_per_solution(spec: Mode, cfg: Any, explicit: set[str]) -> None:
+    """For step search: refuse a setting of :data:`_SEGMENT_START_OR_END` the call gave
+    (``explicit``), and unset (with a warning) one the model's generation config sets (BART's
+    ``forced_eos_token_id``), in ``cfg``, the call's own copy."""
+    if spec.name != "step":
+        return
+    why = ("step search counts each segment's steps from 1, so it would act in every segment, not once per "
+           "solution")
+    for setting in _SEGMENT_START_OR_END:
+        value = getattr(cfg, setting, None)
+        if value is None or value == []:
+            continue
+        if setting in explicit:
+            raise ValueError(f"mode 'step' does not take {setting}={value!r}: {why}")
+        warnings.warn(f"mode 'step' does not take the model's generation setting {setting}={value!r} ({why}); "
+                      "it is not used", stacklevel=3)
+        setattr(cfg, setting, None)
