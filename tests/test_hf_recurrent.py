@@ -1,10 +1,10 @@
 """Recurrent and hybrid ``transformers`` models through the adapter (small random weights, one core).
 
-Twenty-five causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
+Twenty-six causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
 state is outside a ``Cache`` (RWKV, xLSTM, RecurrentGemma), and hybrids of attention with
 state-space, convolution or linear-attention layers (Jamba, Bamba, Zamba, Zamba2, Falcon-H1,
 GraniteMoeHybrid, Nemotron-H, Qwen3-Next, Qwen3.5, Qwen3.5-MoE, LFM2, LFM2-MoE, LFM3, Kimi Linear,
-MiniMax, Inkling, LaraMini, OLMo-Hybrid, Zaya). Oracles: ``generate``
+MiniMax, Qwen4-Exp (indexed attention), Inkling, LaraMini, OLMo-Hybrid, Zaya). Oracles: ``generate``
 itself, and a teacher-forced rescoring (one row, the whole sequence at once, no cache).
 
 Where ``generate`` is not an oracle (transformers 5.25), it is run where it is right:
@@ -90,6 +90,11 @@ CONFIGS = {
     "minimax": lambda: T.MiniMaxForCausalLM(T.MiniMaxConfig(
         **_BASE, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
         layer_types=["linear_attention", "full_attention"], block_size=4)),
+    # linear attention and indexed attention: each query attends to the 2 columns its indexer
+    # scores best among those the mask shows, and the last (a budget of 2 blocks of 1 column)
+    "qwen4_exp": lambda: T.Qwen4ExpForCausalLM(T.Qwen4ExpTextConfig(
+        **_BASE, **dict(_LINEAR, layer_types=["linear_attention", "indexed_attention"]), **_MOE, indexer_n_heads=2,
+        indexer_kv_heads=1, indexer_head_dim=8, indexer_budget=2, indexer_compress_ratio=1)),
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
-from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicLayer,  # noqa: E402
+from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,  # noqa: E402
                                       LinearAttentionAndFullAttentionLayer, LinearAttentionLayer)
 
 from beamsearch.core.state import concat_state, select_state, take_state  # noqa: E402
@@ -104,6 +104,58 @@ def test_concat_state_joins_fixed_size_states_and_left_pads_keys_and_take_state_
     for name, t in tensors(taken.cache).items():
         assert torch.equal(t, got[name][rows]), name  # row 0 is padded: no column dropped
     assert torch.equal(tensors(joined.cache)["rec0"], got["rec0"])  # take_state left the joined state as it was
+
+
+def indexed(k, seed, t, positions=True):
+    """A cache of one indexed-attention layer (``k`` rows, ``t`` columns): keys and values ``[k, 2,
+    t, 2]``, indexer keys ``[k, t, 3]`` and (``positions``: a model's first indexed layer) column
+    positions ``[3, k, t]``; and its tensors by name (copies: the oracle's inputs)."""
+    g = torch.Generator().manual_seed(seed)
+    layer = DynamicIndexedLayer()
+    layer.update(torch.randn(k, 2, t, 2, generator=g), torch.randn(k, 2, t, 2, generator=g))
+    layer.update_indexer(torch.randn(k, t, 3, generator=g))
+    layer.indexer_position_ids = torch.randint(0, 99, (3, k, t), generator=g) if positions else None
+    cache = DynamicCache()
+    cache.layers = [layer]
+    return cache
+
+
+def indexed_tensors(cache):
+    (layer,) = cache.layers
+    names = ("keys", "values", "indexer_keys") + (("indexer_position_ids",) if layer.indexer_position_ids is not None
+                                                  else ())
+    return {name: getattr(layer, name).clone() for name in names}
+
+
+@pytest.mark.parametrize("positions", [True, False])
+def test_an_indexed_attention_layer_moves_its_indexer_keys_and_positions_with_its_rows(positions):
+    """Rows: axis 0 of keys, values and indexer keys, axis 1 of the positions ``[3, k, t]``;
+    columns: axis 2, 1 and 2. Each checked against plain indexing / zero-padding and concatenation."""
+    rows_axis = {"keys": 0, "values": 0, "indexer_keys": 0, "indexer_position_ids": 1}
+    cache, idx = indexed(3, 0, 5, positions), torch.tensor([2, 0, 2, 1])
+    before = indexed_tensors(cache)
+    new = select_state(cache, idx)
+    for name, t in indexed_tensors(new).items():
+        assert torch.equal(t, before[name].index_select(rows_axis[name], idx)), name
+    assert all(torch.equal(t, before[name]) for name, t in indexed_tensors(cache).items())  # a copy
+    reorder_in_place(cache, idx)
+    for name, t in indexed_tensors(cache).items():
+        assert torch.equal(t, before[name].index_select(rows_axis[name], idx)), name
+    small, big = indexed(2, 1, 5, positions), indexed(3, 2, 7, positions)
+    a, b = indexed_tensors(small), indexed_tensors(big)
+    joined = concat_state([state(small, 2, 5), state(big, 3, 7)])
+    for name, t in indexed_tensors(joined.cache).items():
+        columns = 1 if name == "indexer_keys" else 2
+        pad = list(a[name].shape)
+        pad[columns] = 2  # two zero columns on the left of the shorter search's rows
+        padded = torch.cat([torch.zeros(pad, dtype=a[name].dtype), a[name]], dim=columns)
+        assert torch.equal(t, torch.cat([padded, b[name]], dim=rows_axis[name])), name
+    got, first = indexed_tensors(joined.cache), torch.tensor([0, 1])
+    taken = take_state(joined, first)  # the first two columns: padding for both rows kept, dropped
+    assert taken.columns == 5
+    for name, t in indexed_tensors(taken.cache).items():
+        axis = 1 if name == "indexer_keys" else 2
+        assert torch.equal(t, got[name].index_select(rows_axis[name], first).narrow(axis, 2, 5)), name
 
 
 def test_held_and_restore_put_rows_back_as_they_were():

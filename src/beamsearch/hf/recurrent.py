@@ -1,8 +1,8 @@
 """The cache layers of recurrent and hybrid models (Mamba, Mamba2, Jamba, Bamba, Zamba, Falcon-H1,
-Granite 4, Nemotron-H, Qwen3-Next, Qwen3.5, LFM2, Kimi Linear, MiniMax, ...) as rows the search
-moves: for each kind of layer a :class:`LayerRule` (keep rows in place, copy rows out, join the
-layers of several caches), registered by exact type with :func:`register_layer`, and the row
-tensors some caches hold beside their layers (MiniMax's ``linear_cache``; the state of models that
+Granite 4, Nemotron-H, Qwen3-Next, Qwen3.5, LFM2, Kimi Linear, MiniMax, Qwen4-Exp, ...) as rows
+the search moves: for each kind of layer a :class:`LayerRule` (keep rows in place, copy rows out,
+join the layers of several caches), registered by exact type with :func:`register_layer`, and the
+row tensors some caches hold beside their layers (MiniMax's ``linear_cache``; the state of models that
 keep it outside a ``Cache``: :class:`CarriedCache`), registered with :func:`register_extras`.
 
 A linear-attention or state-space layer holds, per row, a convolution state ``[k, channels,
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
-                                      LinearAttentionAndFullAttentionLayer, LinearAttentionCacheLayerMixin,
-                                      LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionLayer, StaticLayer)
+from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,
+                                      DynamicSlidingWindowLayer, LinearAttentionAndFullAttentionLayer,
+                                      LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionCacheLayerMixin,
+                                      LinearAttentionLayer, StaticLayer)
 
 from beamsearch.core.state import concat_state, pad_axis, select_state
 
@@ -167,6 +168,38 @@ def _join_hybrid(layers: list[Any], columns: int) -> Any:
     return new
 
 
+def _indexer(layer: Any) -> list[tuple[str, int, int]]:
+    """The indexer tensors a ``DynamicIndexedLayer`` holds, by name, with their rows' axis and their
+    columns' axis: its indexer keys ``[k, t, d]`` and (on a model's first indexed layer) the
+    positions of its columns ``[dims, k, t]``."""
+    return [(name, rows, columns) for name, rows, columns in (("indexer_keys", 0, 1), ("indexer_position_ids", 1, 2))
+            if isinstance(getattr(layer, name), torch.Tensor) and getattr(layer, name).dim() > 1]
+
+
+def _reorder_indexed(layer: Any, idx: torch.Tensor) -> None:
+    _reorder_keys(layer, idx)
+    for name, axis, _ in _indexer(layer):
+        x = getattr(layer, name)
+        setattr(layer, name, x.index_select(axis, idx.to(x.device)))
+
+
+def _take_indexed(layer: Any, idx: torch.Tensor) -> Any:
+    new = copy.copy(layer)  # index_select makes new tensors: none shared with ``layer``
+    _reorder_indexed(new, idx)
+    return new
+
+
+def _join_indexed(layers: list[Any], columns: int) -> Any:
+    """Keys, values, indexer keys and column positions of ``layers``, left-padded with zeros to the
+    longest (a padding column is masked: the indexer picks among the columns the mask shows)."""
+    new = copy.copy(layers[0])
+    _join_keys(new, layers, columns)
+    for name, axis, columns_axis in _indexer(layers[0]):
+        parts = pad_axis([getattr(layer, name) for layer in layers], columns_axis, 0, side="left")
+        setattr(new, name, torch.cat(parts, dim=axis))
+    return new
+
+
 def joined_layer(layers: list[Any], orders: list[torch.Tensor | None], columns: int) -> Any | None:
     """The layers of several caches at one index (same kind) joined by their rule, each cache's
     rows in its ``order`` (None: as they are); a fresh layer of the kind for layers holding
@@ -185,6 +218,10 @@ def dropped(cache: Any, lead: int) -> None:
     for layer in cache.layers:
         if isinstance(getattr(layer, "cumulative_length_linear", None), torch.Tensor):
             layer.cumulative_length_linear = layer.cumulative_length_linear - lead
+        if type(layer) is DynamicIndexedLayer:  # its indexer's columns too
+            for name, _, axis in _indexer(layer):
+                x = getattr(layer, name)
+                setattr(layer, name, x.narrow(axis, lead, x.shape[axis] - lead))
 
 
 def _take_dummy(layer: Any, idx: torch.Tensor) -> Any:
@@ -194,6 +231,7 @@ def _take_dummy(layer: Any, idx: torch.Tensor) -> Any:
 register_layer(LinearAttentionLayer, LayerRule(_reorder_linear, _take_linear, _join_linear))
 register_layer(LinearAttentionAndFullAttentionLayer, LayerRule(_reorder_hybrid, _take_hybrid, _join_hybrid))
 register_layer(LinearAttentionAndSlidingWindowAttentionLayer, LayerRule(_reorder_hybrid, _take_hybrid, _join_hybrid))
+register_layer(DynamicIndexedLayer, LayerRule(_reorder_indexed, _take_indexed, _join_indexed))
 register_layer(DummyLayer, LayerRule(lambda layer, idx: None, _take_dummy, lambda layers, columns: layers[0]))
 
 
