@@ -26,6 +26,9 @@ The package's modules, by concern (each importing only those above it):
 
 - :mod:`beamsearch.hf.caches`: the adapters' KV cache layers (the prompt kept in place, or a
   reorder deferred into the next write), a cache's rows reordered, and ``inference``;
+- :mod:`beamsearch.hf.recurrent`: the rules moving the rows of each other kind of cache layer
+  (recurrent, hybrid, indexed attention); :mod:`beamsearch.hf.static_layers`: those of static
+  key/value layers;
 - :mod:`beamsearch.hf.shared`: the prompt cache shared by every beam (``causal_lm(...,
   share_prompt=True)``): the prompts once per input, the rows' own columns, and the attention
   function that reads both;
@@ -72,6 +75,8 @@ from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_genera
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.states import Prepared, joinable
 from beamsearch.hf.reward import RewardScorer
+
+importlib.import_module("beamsearch.hf.static_layers")  # registers the static key/value layers' rules
 
 __all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer", "causal_lm", "generate", "joinable", "other_settings",
            "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]
