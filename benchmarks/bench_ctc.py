@@ -14,8 +14,13 @@ same. Each time is the best of ``--repeats`` runs. The last column counts the ut
 pyctcdecode's text equals ours with the same pruning (our text from the same token strings, with
 the space or ``▁`` word conventions of docs/speech.md).
 
+A second table times hotwords: 0, 100 and 1,000 random phrases (seeded; 3 to 8 characters at
+V = 32, 1 to 4 pieces at V = 1024) for the whole batch, weight 10 (the default) and 2, ours exact; the ratio is each
+time over the time without hotwords, measured in the same run (compiling the phrases included).
+
     python benchmarks/bench_ctc.py
     python benchmarks/bench_ctc.py --quick      # 8 utterances of 200 frames
+    python benchmarks/bench_ctc.py --table hotwords
 """
 
 from __future__ import annotations
@@ -83,16 +88,52 @@ def peer(x: np.ndarray, vocab: int, beam: int) -> tuple[float, list[str]] | None
     return (time.perf_counter() - start) / x.shape[0], texts
 
 
+def phrases(vocab: int, count: int, seed: int = 1) -> list[list[int]]:
+    """``count`` random phrases: 3 to 8 characters (V <= 32) or 1 to 4 pieces (V = 1024)."""
+    rng = np.random.default_rng(seed)
+    low, high = (3, 8) if vocab <= 32 else (1, 4)
+    return [rng.integers(1, vocab, size=int(rng.integers(low, high + 1))).tolist() for _ in range(count)]
+
+
+def hotword_table(n: int, frames: int, repeats: int, weight: float) -> None:
+    """Utterances per second with 0 / 100 / 1,000 hotwords, and each over none."""
+    print(f"\nhotword_weight={weight}\n\n| V | beam | hotwords | utt/s | RTF | time / no hotwords |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    audio = n * frames * FRAME
+    for vocab in (32, 1024):
+        x = emissions(n, frames, vocab)
+        for beam in (16, 64):
+            base = None
+            for count in (0, 100, 1000):
+                words = phrases(vocab, count) or None
+                secs = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam, hotwords=words,
+                                                            hotword_weight=weight), repeats)
+                base = secs if base is None else base
+                print(f"| {vocab} | {beam} | {count:,} | {n / secs:,.1f} | {secs / audio:.5f} | {secs / base:.2f}x |",
+                      flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--peer-utterances", type=int, default=4)
+    ap.add_argument("--table", choices=("all", "peers", "hotwords"), default="all")
+    ap.add_argument("--hotword-weight", type=float, nargs="+", default=[10.0, 2.0])
     args = ap.parse_args()
     n, frames = (8, 200) if args.quick else (32, 500)
     audio = n * frames * FRAME
     print(f"# {platform.processor() or platform.machine()}, numpy {np.__version__}, one thread; "
           f"{n} utterances x {frames} frames ({audio:.0f} s of audio at {FRAME * 1000:.0f} ms/frame)")
+    if args.table != "hotwords":
+        peer_table(args, n, frames, audio)
+    if args.table != "peers":
+        for weight in args.hotword_weight:
+            hotword_table(n, frames, args.repeats, weight)
+
+
+def peer_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> None:
+    """Ours exact and pruned against pyctcdecode, per V and beam."""
     print("| V | beam | ours exact: utt/s | RTF | ours, pyctcdecode's pruning: utt/s | RTF "
           "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

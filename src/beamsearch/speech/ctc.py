@@ -13,6 +13,7 @@ import numpy as np
 from beamsearch.backends import backend_of
 from beamsearch.speech.align import label_frames
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
+from beamsearch.speech.hotwords import Hotwords, hotwords_of
 from beamsearch.speech.prefix import Beams, History, advance
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.tokens import start_mask
@@ -21,7 +22,8 @@ from beamsearch.speech.tokens import start_mask
 def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_size: int, n_best: int = 1,
                     token_min_logp: float | None = None, token_top_k: int | None = None,
                     beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
-                    vocabulary: Any = None, frame_duration: float | None = None) -> list[list[CTCHypothesis]]:
+                    vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
+                    hotword_weight: float = 10.0) -> list[list[CTCHypothesis]]:
     """CTC prefix beam search: the most probable label sequences of each utterance.
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
@@ -42,6 +44,11 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
         vocabulary: a :class:`~beamsearch.speech.Vocabulary` or V token strings: the results
             then have ``text`` and ``words``.
         frame_duration: seconds per frame (e.g. 0.02): words then have times in seconds.
+        hotwords: phrases to favour, each a sequence of label ids (or, with a character
+            ``vocabulary``, a string): one list for the whole batch, or one list per utterance.
+        hotword_weight: the bonus (>= 0, in natural-log units) per label position inside a
+            phrase (docs/speech.md states the rule); a hypothesis's score is its acoustic score
+            plus its bonus, and the results are ranked by that.
 
     Returns:
         per utterance, up to ``n_best`` :class:`~beamsearch.speech.CTCHypothesis`, best first
@@ -51,9 +58,10 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
     opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
                        blank_skip_threshold, vocabulary, frame_duration)
     lens = lengths_of(lengths, n, frames)
+    hw = hotwords_of(hotwords, hotword_weight, n, vocab, opts.blank, opts.vocabulary)
     lp = normalized(emissions, lens)
-    beams, history = search(lp, lens, opts)
-    return results(lp, lens, beams, history, opts)
+    beams, history = search(lp, lens, opts, hw)
+    return results(lp, lens, beams, history, opts, hw)
 
 
 def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
@@ -73,19 +81,20 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
     return lp
 
 
-def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions) -> tuple[Beams, History]:
+def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions,
+           hw: Hotwords | None = None) -> tuple[Beams, History]:
     """The frame loop: every live utterance advanced one frame at a time (an utterance stops at
     its length). Returns the final beams ``[N, B]`` and the history of their prefixes."""
     n, longest = lp.shape[0], int(lengths.max(initial=0))
     width = min(opts.beam_size, prefix_count(longest, lp.shape[2] - 1, opts.beam_size))
-    beams, history = Beams.start(n, width), History()
+    beams, history = Beams.start(n, width, None if hw is None else hw.starts), History()
     for t in range(longest):
         live = lengths > t
         rows = None if live.all() else np.flatnonzero(live)
         part = beams if rows is None else beams.rows(rows)
         frame = (lp[:, t] if rows is None else lp[rows, t]).astype(np.float64)  # --> [n, V]
         allowed = start_mask(frame, opts.blank, opts.token_min_logp, opts.token_top_k, opts.blank_skip_threshold)
-        part = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold)
+        part = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold, hw)
         beams = part if rows is None else beams.put(rows, part)
     return beams, history
 
@@ -104,9 +113,12 @@ def prefix_count(frames: int, labels: int, cap: int) -> int:
 
 
 def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
-            opts: CTCOptions) -> list[list[CTCHypothesis]]:
-    """Up to n_best hypotheses per utterance, best first, with their frames and words."""
-    scores = beams.score()  # --> [N, B]
+            opts: CTCOptions, hw: Hotwords | None = None) -> list[list[CTCHypothesis]]:
+    """Up to n_best hypotheses per utterance, best first, with their frames and words; ranked
+    by acoustic score plus final hotword bonus (an unfinished match earns nothing)."""
+    acoustic = beams.score()  # --> [N, B]
+    bonus = np.zeros_like(acoustic) if hw is None else hw.weight * beams.hot_done
+    scores = acoustic + bonus
     order = np.argsort(-scores, axis=1, kind="stable")[:, : opts.n_best]
     utt, slot = np.nonzero(np.take_along_axis(scores, order, 1) > -np.inf)
     slot = order[utt, slot]
@@ -117,12 +129,12 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
         frames = [np.zeros((0, 2), np.int64) for _ in labels]
     out: list[list[CTCHypothesis]] = [[] for _ in range(lp.shape[0])]
     for i, (u, s) in enumerate(zip(utt.tolist(), slot.tolist())):
-        score = float(scores[u, s])
         text, words = None, None
         if opts.vocabulary is not None:
             words = words_of(opts, labels[i], frames[i])
             text = " ".join(w.text for w in words)
-        out[u].append(CTCHypothesis(labels[i], score, score, frames[i], text, words))
+        out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, words,
+                                    float(bonus[u, s])))
     return out
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
+from beamsearch.speech.hotwords import HotTerm, Hotwords
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokens import candidates, most_probable, startable
 
@@ -61,17 +62,23 @@ class Beams:
     key: np.ndarray  # int64 [n, B]: its hash (>= 0); a dead slot -1 - slot (unique in its row)
     parent_key: np.ndarray  # int64 [n, B]: the hash of the prefix less its last label, or NO_PARENT
     node: np.ndarray  # int64 [n, B]: its node in the History; -1 the empty prefix
+    hot: np.ndarray  # int64 [n, B]: its hotword node (the match in progress; 0 without hotwords)
+    hot_mask: np.ndarray  # int64 [n, B]: which of its last positions lie in completed hotwords
+    hot_done: np.ndarray  # int64 [n, B]: how many of its positions do
 
     @staticmethod
-    def start(n: int, width: int) -> "Beams":
-        """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0."""
+    def start(n: int, width: int, hot: np.ndarray | None = None) -> "Beams":
+        """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0; ``hot`` int64
+        ``[n]``: each utterance's hotword root (None: no hotwords)."""
         pb = np.full((n, width), NEG_INF)
         pb[:, 0] = 0.0
         dead_key = np.broadcast_to(-1 - np.arange(width), (n, width)).copy()
         dead_key[:, 0] = 0
         minus = np.full((n, width), -1, dtype=np.int64)
+        zero = np.zeros((n, width), dtype=np.int64)
+        root = zero.copy() if hot is None else np.broadcast_to(hot[:, None], (n, width)).copy()
         return Beams(pb, np.full((n, width), NEG_INF), minus, dead_key,
-                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy())
+                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy())
 
     def score(self) -> np.ndarray:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
@@ -91,7 +98,7 @@ class Beams:
         return Beams(*out)
 
 
-FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node")
+FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done")
 
 
 class History:
@@ -163,30 +170,33 @@ def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
 
 
 def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
-            threshold: float | None) -> Beams:
+            threshold: float | None, hw: Hotwords | None = None) -> Beams:
     """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
     ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
-    ``threshold`` drops slots more than that below their utterance's best."""
+    ``threshold`` drops slots more than that below their utterance's best; ``hw``: hotwords, whose
+    bonus (while decoding) adds to every candidate's score."""
     parent, found = parent_slots(beams)
     pb, pnb = stays(beams, lp, blank, allowed, parent, found)
-    stay = np.logaddexp(pb, pnb)
+    hot = None if hw is None else HotTerm.of(hw, beams.hot, beams.hot_mask, beams.hot_done)
+    stay = np.logaddexp(pb, pnb) + (0.0 if hot is None else hot.now())
     lse = np.logaddexp(beams.pb, beams.pnb)
     masked = startable(lp, blank, allowed)
     children = child_codes(beams.last, parent, found, lp.shape[1])
     head_tok, head_lp = most_probable(masked)
-    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1]))
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], hot))
     with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
-        floor = slack(bound - lse.max(1))
-    tok, tok_lp = candidates(masked, beams.last.shape[1], np.where(np.isnan(floor), NEG_INF, floor))
-    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1])
+        floor = slack(bound - (lse + (0.0 if hot is None else hot.up)).max(1))
+    cap = beams.last.shape[1] if hot is None else lp.shape[1]  # a bonus can lift a less probable label
+    tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor))
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], hot)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
-    return select(beams, idx, val, pb, pnb, tok, history, threshold)
+    return select(beams, idx, val, pb, pnb, tok, history, threshold, hot)
 
 
 def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,
-           tok: np.ndarray, history: History, threshold: float | None) -> Beams:
+           tok: np.ndarray, history: History, threshold: float | None, hot: HotTerm | None = None) -> Beams:
     """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
-    extension ``B + b * M + m``) and their scores ``val``."""
+    extension ``B + b * M + m``) and their scores ``val`` (with the hotword bonus, if ``hot``)."""
     width = beams.last.shape[1]
     m = max(tok.shape[1], 1)
     stay = idx < width
@@ -198,9 +208,15 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
     grow = np.nonzero(~stay & (val > NEG_INF))
     new_node = node.copy()
     new_node[grow] = history.add(node[grow], label[grow])
-    nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), val),
+    state = take(beams.hot), take(beams.hot_mask), take(beams.hot_done)
+    acoustic = val
+    if hot is not None:
+        grown = hot.hw.step(*state, np.where(stay, 0, label))  # a stay's label may be no label id
+        acoustic = np.where(stay, val, val - hot.hw.weight * hot.hw.count(*grown))
+        state = tuple(np.where(stay, a, b) for a, b in zip(state, grown))
+    nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), acoustic),
                 np.where(stay, take(beams.last), label), np.where(stay, key, extend_key(key, label)),
-                np.where(stay, take(beams.parent_key), key), new_node)
+                np.where(stay, take(beams.parent_key), key), new_node, *state)
     dead = val == NEG_INF
     if threshold is not None:
         dead |= val < val[:, :1] - threshold
@@ -215,4 +231,5 @@ def bury(beams: Beams, dead: np.ndarray) -> Beams:
     dead_key = np.broadcast_to(-1 - np.arange(width), dead.shape)
     return Beams(np.where(dead, NEG_INF, beams.pb), np.where(dead, NEG_INF, beams.pnb),
                  np.where(dead, -1, beams.last), np.where(dead, dead_key, beams.key),
-                 np.where(dead, NO_PARENT, beams.parent_key), np.where(dead, -1, beams.node))
+                 np.where(dead, NO_PARENT, beams.parent_key), np.where(dead, -1, beams.node),
+                 beams.hot, beams.hot_mask, beams.hot_done)

@@ -26,6 +26,7 @@ extension of slot ``b`` can add, so it still leaves out only extensions that can
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,11 @@ class Extensions:
     tok_lp: np.ndarray  # float64 [n, M]: their log-probs (-inf: padding)
     children: np.ndarray  # int64 [c], sorted: codes (utt * B + slot) * V + label of prefixes already slots
     vocab: int
+    extra: Any = None  # a further term: .term(utt, slot, label) -> float64 [K]; .up float64 [n, B] its bound
+
+    def upper(self) -> np.ndarray | float:
+        """``D``: an upper bound of the further term of any extension of each slot (0: none)."""
+        return 0.0 if self.extra is None else self.extra.up
 
     def scores(self, utt: np.ndarray, slot: np.ndarray, col: np.ndarray) -> np.ndarray:
         """float64 ``[K]``: slot ``slot[k]`` of utterance ``utt[k]`` extended by ``tok[utt, col]``."""
@@ -53,6 +59,8 @@ class Extensions:
             code = (utt * self.lse.shape[1] + slot) * self.vocab + label
             pos = np.minimum(np.searchsorted(self.children, code), self.children.size - 1)
             val = np.where(self.children[pos] == code, NEG_INF, val)
+        if self.extra is not None:
+            val = val + self.extra.term(utt, slot, label)
         return val
 
 
@@ -89,7 +97,7 @@ def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarr
     utt, score = np.repeat(np.arange(n), width), stay.ravel()
     if m:
         with np.errstate(invalid="ignore"):  # a dead slot: -inf - -inf; it gets no extension
-            need = slack(bound[:, None] - ext.lse)  # --> [n, B]
+            need = slack(bound[:, None] - ext.lse - ext.upper())  # --> [n, B]
             count = (ext.tok_lp[:, None, :] >= need[:, :, None]).sum(2)  # labels sorted: a prefix of them
         rows = np.repeat(np.arange(n * width), count.ravel())
         col = np.arange(rows.size) - np.repeat(np.cumsum(count.ravel()) - count.ravel(), count.ravel())

@@ -29,7 +29,7 @@ class CTCHypothesis:
 
     Fields:
         tokens: the label ids, collapsed and without blanks (Python ints).
-        score: what the results are ranked by; without fusion terms it is ``acoustic_score``.
+        score: what the results are ranked by: ``acoustic_score + hotword_bonus``.
         acoustic_score: the natural-log CTC probability of ``tokens`` summed over the alignments
             the search kept (every alignment when nothing on their way was pruned: then it equals
             ``-ctc_loss`` of ``tokens``).
@@ -37,6 +37,8 @@ class CTCHypothesis:
             its run on the best alignment of ``tokens`` (Viterbi over all its alignments).
         text: the words joined by single spaces; None without a vocabulary.
         words: the words with their frames and times; None without a vocabulary.
+        hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
+            occurrences (0.0 without hotwords; docs/speech.md).
     """
 
     tokens: list[int]
@@ -45,3 +47,4 @@ class CTCHypothesis:
     token_frames: np.ndarray
     text: str | None = None
     words: list[Word] | None = None
+    hotword_bonus: float = 0.0
