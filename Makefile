@@ -3,7 +3,7 @@ PY ?= python3
 .PHONY: install test demo mutation bench
 
 install:
-	$(PY) -m pip install -q -e '.[test,zoo,hf,ray]'
+	$(PY) -m pip install -q -e '.[test,zoo,hf,ray,docs]'
 
 test: install
 	$(PY) -m pytest -q tests

@@ -1,4 +1,4 @@
-"""README's table "From generate() in one line" against the code: the table is
+"""The table of docs/from_generate.md, "From generate() in one line", against the code: the table is
 ``beamsearch.hf.keywords.KEYWORDS`` row for row, it lists every parameter of ``model.generate``
 and every field of ``GenerationConfig`` of the installed transformers, every keyword it calls
 refused is refused by ``hf.generate`` (an error naming it, before the model runs), and every other
@@ -25,13 +25,13 @@ from beamsearch.hf.keywords import HONOURED, KEYWORDS, MAPPED, REFUSED  # noqa: 
 from test_hf_generate import tokenizer  # noqa: E402
 from test_hf_models import build  # noqa: E402
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+TABLE_PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "from_generate.md"
 PROMPT = [[5, 17, 33]]
 
 
 def table() -> dict[str, str]:
-    """README's table: keyword -> status (a row may name several keywords)."""
-    text = README.read_text()
+    """The page's table: keyword -> status (a row may name several keywords)."""
+    text = TABLE_PAGE.read_text()
     body = text[text.index("<!-- generate-keywords -->"):text.index("<!-- /generate-keywords -->")]
     rows = {}
     for line in body.splitlines():
