@@ -6,6 +6,9 @@
   BENCHMARKS.md), its title dropped and its headings one level down.
 - Links that are right on GitHub but leave the site (``../BENCHMARKS.md``, ``docs/x.md`` in an
   included root file) are pointed at the site's own pages.
+- In the pages generated from the code (the API and command-line reference), the docstrings' short
+  names for the contract ("SPEC section 6", "seed 000") and for the README's former sections become
+  what they name on the site: the contract's sections, linked, and the guide.
 """
 
 from __future__ import annotations
@@ -56,6 +59,27 @@ def site_links(markdown: str) -> str:
     for name, page in SITE_PAGES.items():
         markdown = re.sub(rf"\]\((?:\.\./)?{re.escape(name)}(#[^)]*)?\)", rf"]({page}\1)", markdown)
     return re.sub(r"\]\(docs/([^)]+)\)", r"](\1)", markdown)
+
+
+def code_terms(html: str, page_url: str) -> str:
+    """The docstrings' names for the contract and the guide, in the text (never in tags) of a generated page."""
+    up = "../" * page_url.count("/")
+    contract, guide = f'<a href="{up}CONTRACT/">the contract</a>', f'<a href="{up}">the guide</a>'
+    terms = [(r"\bSPEC (sections?)\b", contract + r"'s \1"), (r"\bSPEC\b", contract),
+             (r"\bseed 000\b", "the contract's step-function tutorial"),
+             (r"\bseed 001\b", "the contract's batched-search specification"), (r"\bREADME\b", guide)]
+    parts = re.split(r"(<[^>]+>)", html)
+    for i in range(0, len(parts), 2):  # the text between tags
+        for pattern, replacement in terms:
+            parts[i] = re.sub(pattern, replacement, parts[i])
+    return "".join(parts)
+
+
+def on_page_content(html, page, config, files):  # noqa: ARG001 (mkdocs' hook signature)
+    """Generated pages: the code's short names made into what they name on the site."""
+    if page.file.src_uri.startswith("reference/") or page.file.src_uri == "cli.md":
+        return code_terms(html, page.url)
+    return html
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (mkdocs' hook signature)

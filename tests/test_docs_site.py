@@ -60,7 +60,7 @@ def test_the_api_reference_is_generated_from_the_docstrings(site):
     from beamsearch import beam_search_batch
     from beamsearch.processors import TopP
 
-    first = lambda doc: " ".join(doc.split("\n\n")[0].split())[:60]  # noqa: E731
+    first = lambda doc: " ".join(doc.split("\n\n")[0].split())[:30]  # noqa: E731 (the words before any term the site links)
     assert first(beam_search_batch.__doc__) in " ".join(page(site, "reference/search").split())
     assert first(TopP.__doc__) in " ".join(page(site, "reference/processors").split())
 
@@ -70,3 +70,17 @@ def test_results_and_history_are_pages_and_nothing_is_fetched(site):
     assert "Architecture v3" in page(site, "changelog")
     for html in site.rglob("*.html"):
         assert "fonts.googleapis" not in html.read_text(encoding="utf-8"), html
+
+
+def test_no_page_names_what_a_reader_cannot_look_up(site):
+    """The rendered pages, the API reference's docstrings included, name the contract by its page,
+    never by a short name of the project's own (SPEC, seeds, course chapter, issue numbers)."""
+    words = re.compile(r"\bSPEC\b|(?i:\bissue \d+|\(issue|\bcourse chapter|\bseed 00\d)")
+    found = []
+    for html in sorted(site.rglob("index.html")):
+        name = html.parent.relative_to(site).as_posix()
+        if name == "CONTRACT":  # the contract says what its source documents are
+            continue
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html.read_text(encoding="utf-8")))
+        found += [f"{name}: ...{text[max(0, m.start() - 40):m.end() + 20]}..." for m in words.finditer(text)]
+    assert found == []

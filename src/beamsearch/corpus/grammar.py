@@ -3,7 +3,7 @@
 :class:`beamsearch.processors.Grammar` over the model's own tokenizer (``model.tokenizer``: an
 ``hf:`` folder's, or the text of each token of a zoo or toy model), and a
 :class:`beamsearch.processors.Catalogue` read from a file, appended to the model's processors for
-every line (docs/grammar.md, README "Generative retrieval")."""
+every line (docs/grammar.md, docs/retrieval.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class GrammarOptions:
     catalogue: str | None = control(
         None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
         "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
-        "(README: Generative retrieval); a regular file of at most 1 GiB", metavar="FILE")
+        "(docs/retrieval.md); a regular file of at most 1 GiB", metavar="FILE")
 
 
 GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
