@@ -260,6 +260,57 @@ def test_a_package_whose_name_starts_like_the_owner_is_another_package(monkeypat
     assert found == ["src/beamsearch/pkgx/user.py: imports beamsearch.pkg._inner, a private module of another package"]
 
 
+def layer_breaches(monkeypatch, tmp_path, files):
+    tree(tmp_path, files)
+    monkeypatch.setattr(structure, "PACKAGE", tmp_path / "src" / "beamsearch")
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    return list(structure.layers(structure.modules()))
+
+
+def test_structure_finds_an_import_from_a_layer_above_also_inside_a_function(monkeypatch, tmp_path):
+    """core sits below modes and controls above processors (LAYERS): an upward import is a breach
+    wherever it is written; a downward one, one inside a layer and one for annotations only are not."""
+    found = layer_breaches(monkeypatch, tmp_path, {
+        "__init__.py": "from beamsearch.modes.beam import x\n",
+        "core/__init__.py": "", "core/select.py": "y = 1\n",
+        "core/engine.py": "from beamsearch.core.select import y\ndef f():\n    from beamsearch.modes.beam import x\n",
+        "core/trace.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from beamsearch.modes.beam import x\n",
+        "modes/__init__.py": "", "modes/beam.py": "from beamsearch.core.select import y\nfrom beamsearch.controls import z\nx = 1\n",
+        "controls/__init__.py": "from beamsearch.processors import p\nz = 1\n",
+        "processors/__init__.py": "from beamsearch.controls import z\np = 1\n",
+        "strategies/__init__.py": "import beamsearch.processors\n"})
+    assert found == [
+        "src/beamsearch/core/engine.py: imports beamsearch.modes.beam, a layer above its own (core below modes)",
+        "src/beamsearch/processors/__init__.py: imports beamsearch.controls, a layer above its own "
+        "(processors/strategies below controls)"]
+
+
+def test_structure_names_a_module_outside_every_layer(monkeypatch, tmp_path):
+    found = layer_breaches(monkeypatch, tmp_path, {"__init__.py": "", "newpkg/__init__.py": "", "newpkg/m.py": "x = 1\n",
+                                                   "corpusx.py": "x = 1\n"})
+    assert found == [
+        "src/beamsearch/corpusx.py: beamsearch.corpusx is in no layer of LAYERS (tools/check_structure.py)",
+        "src/beamsearch/newpkg/__init__.py: beamsearch.newpkg is in no layer of LAYERS (tools/check_structure.py)",
+        "src/beamsearch/newpkg/m.py: beamsearch.newpkg.m is in no layer of LAYERS (tools/check_structure.py)"]
+
+
+def test_the_layers_of_the_source_tree_point_one_way():
+    """Every module of src/beamsearch is in a layer and none imports from a layer above its own:
+    core imports nothing above it."""
+    mods = structure.modules()
+    assert list(structure.layers(mods)) == []
+    assert {structure.layer_of(name) for name in mods if name.startswith("beamsearch.core")} == {
+        structure.layer_of("beamsearch.core")}
+
+
+def test_docs_architecture_lists_the_layers_in_order():
+    """docs/architecture.md names every layer of LAYERS, bottom to top, in the checked order."""
+    text = (TOOLS.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
+    assert [row.split("|")[2].strip() for row in rows] == [
+        ", ".join(f"`{name}`" for name in names) for names in structure.LAYERS]
+
+
 def test_contributing_names_the_tests_of_every_module_and_every_test_file():
     """CONTRIBUTING.md's table of where a module's tests are covers every module of
     src/beamsearch (a path or a folder's ``*``) and every tests/test_*.py, and names only files

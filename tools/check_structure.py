@@ -18,7 +18,10 @@ The rules (CONTRIBUTING.md):
 * no private name crosses a module line: ``from M import _x`` and ``M._x`` of another module of the
   package are refused (a name shared inside a package is that package's, without the underscore),
   and no module imports a private module (``_m``) of another package;
-* the zoo uses the public API only: it imports ``beamsearch`` (its top-level names) and its own modules.
+* the zoo uses the public API only: it imports ``beamsearch`` (its top-level names) and its own modules;
+* the layers point one way: every module belongs to one layer of :data:`LAYERS` (bottom to top)
+  and imports only modules of its own layer or of layers below it (every ``import`` counts, also
+  one inside a function); docs/architecture.md says what each layer is.
 """
 
 from __future__ import annotations
@@ -212,6 +215,55 @@ def privacy(mods: dict[str, Module]) -> Iterator[str]:
                     yield f"{rel(m.path)}:{node.lineno}: uses the private name {node.attr} of {alias}"
 
 
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("beamsearch.extras",),
+    ("beamsearch.backends",),
+    ("beamsearch.core",),
+    ("beamsearch.processors", "beamsearch.strategies"),
+    ("beamsearch.controls",),
+    ("beamsearch.modes",),
+    ("beamsearch.speech", "beamsearch.viz", "beamsearch.toy"),
+    ("beamsearch.refill", "beamsearch.hf"),
+    ("beamsearch",),
+    ("beamsearch.zoo", "beamsearch.corpus"),
+    ("beamsearch.distributed",),
+    ("beamsearch.cli", "beamsearch.__main__"),
+)
+"""The layers of the package, bottom to top: a module or package named here and everything under
+it, by the longest name that holds it (``beamsearch`` alone is the package's ``__init__``, the
+public API). A module imports only its own layer and the layers below it (docs/architecture.md)."""
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module``'s layer (None: no layer names it)."""
+    best, found = -1, None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            holds = module == name or (name != "beamsearch" and module.startswith(name + "."))
+            if holds and len(name) > best:
+                best, found = len(name), i
+    return found
+
+
+def layers(mods: dict[str, Module]) -> Iterator[str]:
+    """A module outside every layer, and every import of a module from a layer above its own."""
+    for m in sorted(mods.values(), key=lambda m: m.path):
+        own = layer_of(m.name)
+        if own is None:
+            yield f"{rel(m.path)}: {m.name} is in no layer of LAYERS (tools/check_structure.py)"
+            continue
+        for owner in sorted({target_module(t, mods) for t in m.imports} - {None, m.name}):
+            above = layer_of(owner)
+            if above is not None and above > own:
+                yield (f"{rel(m.path)}: imports {owner}, a layer above its own "
+                       f"({layer_name(own)} below {layer_name(above)})")
+
+
+def layer_name(index: int) -> str:
+    """``processors/strategies``: a layer's names without the package's."""
+    return "/".join(name.partition(".")[2] or name for name in LAYERS[index])
+
+
 PUBLIC_MODULES = {"beamsearch.processors", "beamsearch.hf", "beamsearch.viz", "beamsearch.corpus",
                   "beamsearch.config", "beamsearch.toy"}
 
@@ -240,7 +292,7 @@ DEBTS = ROOT / "tools" / "structure_debts.txt"
 def breaches() -> list[str]:
     """Every breach of the rules in the package, one line each (path order)."""
     mods = modules()
-    return [*sizes(mods), *cycles(mods), *privacy(mods)]
+    return [*sizes(mods), *cycles(mods), *privacy(mods), *layers(mods)]
 
 
 def debts() -> list[str]:

@@ -8,7 +8,7 @@ from beamsearch.modes.diverse import diverse_beam_search
 from beamsearch.modes.exact import ExactResults, exact_search
 from beamsearch.core.hypothesis import BatchArrays, BatchResults, Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.penalties import length_power, length_wu
-from beamsearch.core.score import score_sequences
+from beamsearch.modes.score import score_sequences
 from beamsearch.modes.beam import beam_search, beam_search_batch, beam_search_each, greedy_decode
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search

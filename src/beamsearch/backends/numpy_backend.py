@@ -133,7 +133,7 @@ class NumpyBackend:
         part = np.argpartition(x, (width - m - 1, width - m), 1)  # ascending
         idx = part[:, width - m :]  # the m largest, unordered
         edge = np.take_along_axis(x, part[:, width - m - 1 : width - m + 1], 1)  # --> [G, 2]
-        tied = (edge[:, 0] == edge[:, 1]) & (edge[:, 1] > -np.inf)  # equal m-th and (m+1)-th; -inf ties never kept
+        tied = (edge[:, 0] == edge[:, 1]) & (edge[:, 1] > NEG_INF)  # equal m-th and (m+1)-th; -inf ties never kept
         if tied.any():
             idx = idx.copy()
             idx[tied] = take_with_lowest_ties(x[tied], edge[tied, 1], m)

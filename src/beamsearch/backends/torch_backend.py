@@ -164,7 +164,7 @@ class TorchBackend:
             return idx_s.cpu().numpy(), val_s.cpu().numpy()
         val_t, idx_t = torch.topk(x, m + 1)  # sorted; topk alone does not order ties
         val, idx = val_t.cpu().numpy(), idx_t.cpu().numpy()
-        tied = (val[:, m - 1] == val[:, m]) & (val[:, m - 1] > -np.inf)  # -inf ties: never kept
+        tied = (val[:, m - 1] == val[:, m]) & (val[:, m - 1] > NEG_INF)  # -inf ties: never kept
         idx, val = idx[:, :m], val[:, :m]
         if tied.any():  # the m-th and (m+1)-th largest are equal: take the lowest-index ties
             rows = self.index(np.flatnonzero(tied), x)

@@ -3,7 +3,7 @@
 :class:`DecodingConfig` is a frozen dataclass whose fields are the shared controls of every
 search mode, by the names and with the defaults of :func:`beamsearch.beam_search_batch`'s
 keywords. Every layer reads its names from here: the search modes take them as ``**controls``
-(:func:`beamsearch.core.plan.mode_options` checks a mode's keywords against
+(:func:`beamsearch.controls.shared.mode_options` checks a mode's keywords against
 :data:`SHARED_CONTROLS`), refill and corpus decoding pass them through by these names, and the
 command line's ``decode`` flags, their help and their defaults are generated from the fields
 (``beam_size`` is ``--beam-size``, :func:`flag`); :func:`beamsearch.hf.search_settings` maps a

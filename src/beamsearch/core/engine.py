@@ -8,7 +8,7 @@ for one batch or by the refill runner (:mod:`beamsearch.refill`) for a stream. P
 1. :func:`score_step`: one model call for all live rows of all inputs, then on the logits' own
    backend the processors, log_softmax, and the masks after it -> ``[k, V]`` log-probabilities;
 2. ``strategy.select``: which extensions live on, which end, which inputs stop;
-3. :func:`advance`: extend the kept rows, record what ended, retire inputs that stopped or reached
+3. :func:`apply_selection`: extend the kept rows, record what ended, retire inputs that stopped or reached
    their ``max_steps``; then the model state is reordered by the kept rows' parents.
 
 An optional observer (:class:`beamsearch.core.trace.Tracer`: a step callback, a search trace) looks
@@ -30,11 +30,9 @@ import numpy as np
 from beamsearch.core import model_checks
 from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
-from beamsearch.controls import Controls
+from beamsearch.core.protocols import Controls, RowCarrier, Selection, StepContext, Strategy
 from beamsearch.core.select import StepScores, Terminals
 from beamsearch.core.state import select_state, take_state
-from beamsearch.strategies import Selection, Strategy
-from beamsearch.processors import RowCarrier, StepContext
 
 StepFn = Callable[[Any, Any], tuple[Any, Any]]
 
@@ -167,8 +165,8 @@ class Search:
         if observer is not None:
             selection = observer.after_select(seen, scores, selection, self.controls, self.trail)
         self._scratch = scores.logp  # the strategy is done with it: next step's buffer (no new allocation)
-        self.beam, parent, done, carried = advance(self.beam, selection, self.step, self.controls, self.trail,
-                                                   self._keep_carried)
+        self.beam, parent, done, carried = apply_selection(self.beam, selection, self.step, self.controls,
+                                                           self.trail, self._keep_carried)
         if carried is not None:
             self._carried.append(carried)
         self._ended.extend(done)
@@ -291,9 +289,10 @@ def _active(pieces: tuple[Any, ...], step: int) -> tuple[Any, ...] | list[Any]:
     return [p for p in pieces if p.last_step is None or step <= p.last_step]
 
 
-def advance(beam: Beam, selection: Selection, step: int, controls: Controls, trail: Trail,
-            keep_carried: bool = False) -> tuple[Beam, np.ndarray, list[tuple[Beam, Candidates, int, bool | np.ndarray]],
-                                                  dict[int, Any] | None]:
+def apply_selection(beam: Beam, selection: Selection, step: int, controls: Controls, trail: Trail,
+                    keep_carried: bool = False
+                    ) -> tuple[Beam, np.ndarray, list[tuple[Beam, Candidates, int, bool | np.ndarray]],
+                               dict[int, Any] | None]:
     """Extend the kept rows and record what ended.
 
     Returns:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from beamsearch.backends import NEG_INF
+
 __all__ = ["BatchArrays", "BatchResults", "Hypothesis", "TokenLogprobHypothesis"]
 
 
@@ -83,7 +85,7 @@ class BatchResults(list[list[Hypothesis]]):
         width = max((len(h.tokens) for r in self for h in r), default=0)
         shape = (len(self), slots)
         out = BatchArrays(np.full(shape + (width,), self.pad_token_id, np.int64),
-                          np.zeros(shape, np.int64), np.full(shape, -np.inf), np.full(shape, -np.inf),
+                          np.zeros(shape, np.int64), np.full(shape, NEG_INF), np.full(shape, NEG_INF),
                           np.zeros(shape, bool), None)
         with_lp = any(isinstance(h, TokenLogprobHypothesis) for r in self for h in r)
         if with_lp:

@@ -222,7 +222,7 @@ def _merge(scores: StepScores, idx: np.ndarray, val: np.ndarray, start: np.ndarr
     else:  # pad each input to r rows of -inf
         group = np.repeat(np.arange(g), counts)
         slot = group * r + (np.arange(k) - start[group])
-        tot = np.full((g * r, per_row), -np.inf)
+        tot = np.full((g * r, per_row), NEG_INF)
         tok = np.zeros((g * r, per_row), np.int64)
         tot[slot], tok[slot] = total, idx
     tot = tot.reshape(g, r * per_row)  # --> [G, r*m']: row b's candidates at b*m' ... b*m' + m' - 1

@@ -26,11 +26,10 @@ import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.beam import Candidates, Trail
-from beamsearch.controls import Controls
 from beamsearch.core.engine import retiring
 from beamsearch.core.penalties import PenaltyFn, score
+from beamsearch.core.protocols import Controls, Selection
 from beamsearch.core.select import StepScores, accumulate
-from beamsearch.strategies import Selection
 
 __all__ = ["STATUS", "STOP_REASONS", "LogprobsCallback", "StepRecord", "SearchTree", "Tracer", "stop_mask", "tracer"]
 

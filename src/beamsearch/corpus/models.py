@@ -10,6 +10,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from beamsearch.backends import NEG_INF
+
 __all__ = ["CorpusModel", "CorpusModelBase", "TokenLabels", "ToyModel", "check_model", "toy_model"]
 
 
@@ -141,7 +143,7 @@ class ToyModel(CorpusModelBase):
         self.delay = delay
         rng = np.random.default_rng(12)
         self.table = rng.normal(0.0, 1.5, size=(997, 3 + len(self.LETTERS)))
-        self.table[:, :2] = -np.inf  # never pad or bos
+        self.table[:, :2] = NEG_INF  # never pad or bos
 
     def problem(self, text: str) -> str | None:
         if not text.strip():

@@ -20,7 +20,8 @@ from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
 from beamsearch.core.penalties import length_power
-from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
+from beamsearch.controls.shared import mode_options
+from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, tracer
 from beamsearch.processors import LogitsProcessor

@@ -23,7 +23,8 @@ from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.config import control
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Options, Plan, StepCallback, mode_options, pad_id, run_plan
+from beamsearch.controls.shared import Options, mode_options
+from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,

@@ -52,7 +52,8 @@ from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import mode_options, pad_id
+from beamsearch.controls.shared import mode_options
+from beamsearch.core.plan import pad_id
 from beamsearch.modes.beam import beam_plan
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import copy_if_shared

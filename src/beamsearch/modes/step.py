@@ -23,7 +23,8 @@ from beamsearch.core import validate as check
 from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn, carriers, run
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import mode_options, pad_id
+from beamsearch.controls.shared import mode_options
+from beamsearch.core.plan import pad_id
 from beamsearch.core.results import ranking
 from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.state import select_state

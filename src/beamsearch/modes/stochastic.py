@@ -14,7 +14,8 @@ from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.config import control
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Plan, StepCallback, mode_options, pad_id, run_plan
+from beamsearch.controls.shared import mode_options
+from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.stochastic import StochasticBeam, StochasticState
 

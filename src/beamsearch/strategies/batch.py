@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from beamsearch.backends import NEG_INF
 from beamsearch.core.beam import Candidates
 from beamsearch.core.penalties import PenaltyFn, score
 from beamsearch.core.select import StepScores, best_per_input, runs, split_terminals
@@ -46,7 +47,7 @@ class BatchBeam:
     early_stop: bool
 
     def start(self, n_inputs: int) -> BatchState:
-        return BatchState(np.full((n_inputs, 1), -np.inf), np.zeros(n_inputs, np.int64))
+        return BatchState(np.full((n_inputs, 1), NEG_INF), np.zeros(n_inputs, np.int64))
 
     def select(self, state: BatchState, scores: StepScores) -> tuple[Selection, BatchState]:
         finished, logp = split_terminals(scores)
@@ -65,12 +66,12 @@ class BatchBeam:
         inputs = scores.beam.input[finished.parent]
         count = np.bincount(inputs, minlength=state.top.shape[0])
         if self.n_best == 1:  # each input's best: one maximum per input, no sort
-            best = np.full(state.top.shape[0], -np.inf)
+            best = np.full(state.top.shape[0], NEG_INF)
             np.maximum.at(best, inputs, score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha))
             return BatchState(np.maximum(state.top, best[:, None]), state.n_finished + count)
         start, length = runs(inputs)
         slot = np.arange(inputs.shape[0]) - np.repeat(start, length)  # position within its input
-        new = np.full((state.top.shape[0], int(length.max())), -np.inf)  # --> [N, most finished]
+        new = np.full((state.top.shape[0], int(length.max())), NEG_INF)  # --> [N, most finished]
         new[inputs, slot] = score(finished.logprob, np.asarray(scores.step), self.penalty, self.alpha)
         merged = np.concatenate([state.top, new], axis=1)  # --> [N, w + most finished]
         top = -np.sort(-merged)[:, : self.n_best]  # --> [N, min(n_best, w + most finished)]
@@ -82,7 +83,7 @@ class BatchBeam:
         if state.top.shape[1] < self.n_best:  # no input has n_best finished yet
             return np.zeros(n, bool)
         inputs = scores.beam.input[live.parent]
-        reach = np.full(n, -np.inf)  # the best score any live row of each input can still reach
+        reach = np.full(n, NEG_INF)  # the best score any live row of each input can still reach
         if live.size:
             start, _ = runs(inputs)
             reach[inputs[start]] = np.maximum.reduceat(live.logprob, start) / self.bound_divisor[inputs[start]]

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from beamsearch.backends import first_foreign_leaf
+from beamsearch.backends import NEG_INF, first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
 from beamsearch.core.engine import Outcome, StepFn, extend, indexer, reorder, score_step, start_beam
 from beamsearch.core.hypothesis import Hypothesis
@@ -188,7 +188,7 @@ class BranchAndBound:
     def _nth_finished(self, best: Ended) -> np.ndarray:
         """float64 ``[N]``: the ``n_best``-th finished score of each input in ``best`` (ranked as
         :func:`~beamsearch.core.results.ranking` leaves it), -inf where it has fewer finished."""
-        out = np.full(self.limit.shape[0], -np.inf)
+        out = np.full(self.limit.shape[0], NEG_INF)
         last = np.flatnonzero((positions(best.input) == self.n_best - 1) & best.finished)  # finished sort first
         out[best.input[last]] = score(best.logprob[last], best.step[last], self.penalty, self.alpha)
         return out

@@ -70,7 +70,7 @@ class StochasticBeam:
         return self.k
 
     def start(self, n_inputs: int) -> StochasticState:
-        return StochasticState(np.full((n_inputs, 0), -np.inf), np.full(n_inputs, -np.inf), ())
+        return StochasticState(np.full((n_inputs, 0), NEG_INF), np.full(n_inputs, NEG_INF), ())
 
     def select(self, state: StochasticState, scores: StepScores) -> tuple[Selection, StochasticState]:
         beam, n = scores.beam, state.kappa.shape[0]
@@ -136,24 +136,24 @@ def _merge(state: StochasticState, inputs: np.ndarray, g: np.ndarray, k: int, n:
     """
     slot = _rank_within(inputs)
     h = state.held.shape[1]
-    kids = np.full((n, int(slot.max(initial=-1)) + 1), -np.inf)  # --> [N, c'], c' <= k + 1: the most children
+    kids = np.full((n, int(slot.max(initial=-1)) + 1), NEG_INF)  # --> [N, c'], c' <= k + 1: the most children
     kids[inputs, slot] = g
     pool = np.concatenate([state.held, kids], axis=1)  # --> [N, h + c']: held first (ties: held wins)
     order = np.argsort(-pool, axis=1, kind="stable")
     kept = np.zeros(pool.shape, dtype=bool)
     np.put_along_axis(kept, order[:, :k], True, axis=1)
     kept &= np.isfinite(pool)
-    left_out = np.full(n, -np.inf)  # the (k+1)-th largest (none in a pool of at most k)
+    left_out = np.full(n, NEG_INF)  # the (k+1)-th largest (none in a pool of at most k)
     if pool.shape[1] > k:
         left_out = np.take_along_axis(pool, order[:, k : k + 1], axis=1)[:, 0]
-    return kept[inputs, h + slot], np.where(kept[:, :h], state.held, -np.inf), np.maximum(state.kappa, left_out)
+    return kept[inputs, h + slot], np.where(kept[:, :h], state.held, NEG_INF), np.maximum(state.kappa, left_out)
 
 
 def _hold(held: np.ndarray, inputs: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
     """``held`` ``[N, h]`` with the samples ``(inputs, g)`` ``[e]`` (input-major) added, highest
     first: ``[N, min(k, h + most new)]`` (they fit: held and new samples are all in the top k)."""
     slot = _rank_within(inputs)
-    new = np.full((held.shape[0], int(slot.max(initial=-1)) + 1), -np.inf)  # --> [N, most new]
+    new = np.full((held.shape[0], int(slot.max(initial=-1)) + 1), NEG_INF)  # --> [N, most new]
     new[inputs, slot] = g
     return -np.sort(-np.concatenate([held, new], axis=1), axis=1)[:, :k]
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from beamsearch.backends import NEG_INF
 from beamsearch.core.beam import Candidates
 from beamsearch.core.select import StepScores, best_per_input, positions, split_terminals
 from beamsearch.strategies import Selection
@@ -65,7 +66,7 @@ class TransformersBeam:
     early_stopping: bool | str
 
     def start(self, n_inputs: int) -> TransformersState:
-        return TransformersState(np.full((n_inputs, self.beam_size), -np.inf, np.float32),
+        return TransformersState(np.full((n_inputs, self.beam_size), NEG_INF, np.float32),
                                  np.zeros(n_inputs, np.int64))
 
     def select(self, state: TransformersState, scores: StepScores) -> tuple[Selection, TransformersState]:
@@ -98,7 +99,7 @@ class TransformersBeam:
             return state
         score = logprob.astype(np.float32) / np.float32(t ** self.alpha)  # generate's float32 division
         slot = positions(inputs)
-        new = np.full((state.top.shape[0], int(slot.max()) + 1), -np.inf, np.float32)
+        new = np.full((state.top.shape[0], int(slot.max()) + 1), NEG_INF, np.float32)
         new[inputs, slot] = score
         top = -np.sort(-np.concatenate([state.top, new], axis=1), axis=1)[:, : self.beam_size]
         return TransformersState(top, state.n_finished + np.bincount(inputs, minlength=top.shape[0]))
@@ -110,7 +111,7 @@ class TransformersBeam:
             return full
         length = self.max_steps if self.early_stopping == "never" and self.alpha > 0 else np.full_like(
             self.max_steps, t)
-        best = np.full(full.shape[0], -np.inf, np.float32)
+        best = np.full(full.shape[0], NEG_INF, np.float32)
         if live.size:
             inputs = row_input[live.parent]
             first = np.flatnonzero(np.r_[True, inputs[1:] != inputs[:-1]])  # each input's best live row

@@ -7,14 +7,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from beamsearch.controls.shared import options
 from beamsearch.core import validate as check
+from beamsearch.core.config import DecodingConfig
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.results import build
-from beamsearch.core.config import DecodingConfig
-from beamsearch.core.plan import options
-from beamsearch.strategies.forced import Forced
 from beamsearch.processors import LogitsProcessor
+from beamsearch.strategies.forced import Forced
 
 __all__ = ["score_sequences"]
 
