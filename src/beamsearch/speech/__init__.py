@@ -7,7 +7,8 @@ enough, torch emissions are taken as they are.
 """
 
 from beamsearch.speech.ctc import ctc_beam_search
+from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.vocabulary import Vocabulary
 
-__all__ = ["CTCHypothesis", "Vocabulary", "Word", "ctc_beam_search"]
+__all__ = ["CTCHypothesis", "NgramLM", "Vocabulary", "Word", "ctc_beam_search"]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
+from beamsearch.speech.fusion import LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokens import candidates, most_probable, startable
@@ -65,11 +66,16 @@ class Beams:
     hot: np.ndarray  # int64 [n, B]: its hotword node (the match in progress; 0 without hotwords)
     hot_mask: np.ndarray  # int64 [n, B]: which of its last positions lie in completed hotwords
     hot_done: np.ndarray  # int64 [n, B]: how many of its positions do
+    lm_ctx: np.ndarray  # int64 [n, B]: its word LM state (speech.fusion; 0 without an LM)
+    word_key: np.ndarray  # int64 [n, B]: the hash of its unfinished word's text
+    word_size: np.ndarray  # int64 [n, B]: that word's length in characters (0: none)
+    lm: np.ndarray  # float64 [n, B]: the natural-log LM probability of its completed words
+    words: np.ndarray  # int64 [n, B]: how many words it has completed
 
     @staticmethod
-    def start(n: int, width: int, hot: np.ndarray | None = None) -> "Beams":
+    def start(n: int, width: int, hot: np.ndarray | None = None, fusion: WordFusion | None = None) -> "Beams":
         """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0; ``hot`` int64
-        ``[n]``: each utterance's hotword root (None: no hotwords)."""
+        ``[n]``: each utterance's hotword root (None: no hotwords); ``fusion``: the word LM."""
         pb = np.full((n, width), NEG_INF)
         pb[:, 0] = 0.0
         dead_key = np.broadcast_to(-1 - np.arange(width), (n, width)).copy()
@@ -77,8 +83,10 @@ class Beams:
         minus = np.full((n, width), -1, dtype=np.int64)
         zero = np.zeros((n, width), dtype=np.int64)
         root = zero.copy() if hot is None else np.broadcast_to(hot[:, None], (n, width)).copy()
+        lm = (zero.copy(), zero.copy(), zero.copy(), np.zeros((n, width)), zero.copy()) if fusion is None \
+            else fusion.start((n, width))
         return Beams(pb, np.full((n, width), NEG_INF), minus, dead_key,
-                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy())
+                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy(), *lm)
 
     def score(self) -> np.ndarray:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
@@ -98,7 +106,13 @@ class Beams:
         return Beams(*out)
 
 
-FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done")
+    def lm_state(self) -> tuple[np.ndarray, ...]:
+        """``(lm_ctx, word_key, word_size, lm, words)``: the word LM fields."""
+        return self.lm_ctx, self.word_key, self.word_size, self.lm, self.words
+
+
+FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done",
+          "lm_ctx", "word_key", "word_size", "lm", "words")
 
 
 class History:
@@ -170,33 +184,39 @@ def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
 
 
 def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
-            threshold: float | None, hw: Hotwords | None = None) -> Beams:
+            threshold: float | None, hw: Hotwords | None = None, fusion: WordFusion | None = None) -> Beams:
     """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
     ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
     ``threshold`` drops slots more than that below their utterance's best; ``hw``: hotwords, whose
-    bonus (while decoding) adds to every candidate's score."""
+    bonus (while decoding) adds to every candidate's score; ``fusion``: the word LM, whose fused
+    term of the completed words (:mod:`beamsearch.speech.fusion`) does too."""
     parent, found = parent_slots(beams)
     pb, pnb = stays(beams, lp, blank, allowed, parent, found)
     hot = None if hw is None else HotTerm.of(hw, beams.hot, beams.hot_mask, beams.hot_done)
-    stay = np.logaddexp(pb, pnb) + (0.0 if hot is None else hot.now())
+    word = None if fusion is None else LMTerm.of(fusion, *beams.lm_state())
+    extra = Terms.of(hot, word)
+    stay = np.logaddexp(pb, pnb) + (0.0 if extra is None else extra.now())
     lse = np.logaddexp(beams.pb, beams.pnb)
     masked = startable(lp, blank, allowed)
     children = child_codes(beams.last, parent, found, lp.shape[1])
     head_tok, head_lp = most_probable(masked)
-    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], hot))
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
     with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
-        floor = slack(bound - (lse + (0.0 if hot is None else hot.up)).max(1))
+        floor = slack(bound - (lse + (0.0 if extra is None else extra.up)).max(1))
     cap = beams.last.shape[1] if hot is None else lp.shape[1]  # a bonus can lift a less probable label
-    tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor))
-    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], hot)
+    split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
+    tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor), split)
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
-    return select(beams, idx, val, pb, pnb, tok, history, threshold, hot)
+    return select(beams, idx, val, pb, pnb, tok, history, threshold, hot, fusion)
 
 
 def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,
-           tok: np.ndarray, history: History, threshold: float | None, hot: HotTerm | None = None) -> Beams:
+           tok: np.ndarray, history: History, threshold: float | None, hot: HotTerm | None = None,
+           fusion: WordFusion | None = None) -> Beams:
     """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
-    extension ``B + b * M + m``) and their scores ``val`` (with the hotword bonus, if ``hot``)."""
+    extension ``B + b * M + m``) and their scores ``val`` (with the hotword bonus, if ``hot``, and
+    the word LM's term, if ``fusion``)."""
     width = beams.last.shape[1]
     m = max(tok.shape[1], 1)
     stay = idx < width
@@ -214,9 +234,14 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
         grown = hot.hw.step(*state, np.where(stay, 0, label))  # a stay's label may be no label id
         acoustic = np.where(stay, val, val - hot.hw.weight * hot.hw.count(*grown))
         state = tuple(np.where(stay, a, b) for a, b in zip(state, grown))
+    words = tuple(take(a) for a in beams.lm_state())
+    if fusion is not None:
+        grown = fusion.step(*words, np.where(stay, -1, label))
+        acoustic = np.where(stay, val, acoustic - fusion.fused(grown[3], grown[4]))
+        words = tuple(np.where(stay, a, b) for a, b in zip(words, grown))
     nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), acoustic),
                 np.where(stay, take(beams.last), label), np.where(stay, key, extend_key(key, label)),
-                np.where(stay, take(beams.parent_key), key), new_node, *state)
+                np.where(stay, take(beams.parent_key), key), new_node, *state, *words)
     dead = val == NEG_INF
     if threshold is not None:
         dead |= val < val[:, :1] - threshold
@@ -232,4 +257,4 @@ def bury(beams: Beams, dead: np.ndarray) -> Beams:
     return Beams(np.where(dead, NEG_INF, beams.pb), np.where(dead, NEG_INF, beams.pnb),
                  np.where(dead, -1, beams.last), np.where(dead, dead_key, beams.key),
                  np.where(dead, NO_PARENT, beams.parent_key), np.where(dead, -1, beams.node),
-                 beams.hot, beams.hot_mask, beams.hot_done)
+                 beams.hot, beams.hot_mask, beams.hot_done, *beams.lm_state())

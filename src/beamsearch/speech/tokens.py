@@ -65,7 +65,22 @@ def most_probable(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, np.take_along_axis(masked, best, 1)
 
 
-def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray,
+               split: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_candidates`, or with ``split`` (bool ``[V]``: the labels that end a word, whose
+    LM term differs from the others') the ``2 * beam_size`` best of each side, merged most probable
+    first (ties to the lower id): within a side a slot's term is one value, so the cut is lossless."""
+    if split is None:
+        return top_candidates(masked, beam_size, floor)
+    a_tok, a_lp = top_candidates(np.where(split, NEG_INF, masked), beam_size, floor)
+    b_tok, b_lp = top_candidates(np.where(split, masked, NEG_INF), beam_size, floor)
+    tok, val = np.concatenate([a_tok, b_tok], 1), np.concatenate([a_lp, b_lp], 1)
+    order = np.lexsort((tok, -val), axis=1)
+    width = int((val > NEG_INF).sum(1).max(initial=0))
+    return np.take_along_axis(tok, order, 1)[:, :width], np.take_along_axis(val, order, 1)[:, :width]
+
+
+def top_candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
     int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
     padding. ``masked`` is :func:`startable`'s; ``M`` is at most ``2 * beam_size``; a label below
