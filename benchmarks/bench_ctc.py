@@ -87,7 +87,7 @@ def peer(x: np.ndarray, vocab: int, beam: int, arpa: str | None = None) -> tuple
             warnings.simplefilter("ignore")
             from pyctcdecode import build_ctcdecoder
             if arpa is not None:
-                import kenlm  # noqa: F401
+                __import__("kenlm")  # pyctcdecode's LM needs it
     except ImportError:
         return None
     import logging

@@ -256,3 +256,102 @@ def test_an_lm_without_a_vocabulary_is_refused():
     lm = NgramLM.from_lines(HAND.splitlines())
     with pytest.raises(ValueError, match="vocabulary"):
         ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, lm=lm)
+
+
+# ---- token-level LMs as step functions ----
+
+def rnn_lm(seed, vocab=4, hidden=3, torch=None):
+    """A tiny recurrent LM: ``h' = tanh(W h + E[y])``, logits ``U h'``; numpy, or torch if given."""
+    rng = np.random.default_rng(seed)
+    w, e, u = rng.normal(size=(hidden, hidden)), rng.normal(size=(vocab, hidden)) * 2, rng.normal(size=(hidden, vocab)) * 2
+    if torch is not None:
+        w, e, u = (torch.tensor(a) for a in (w, e, u))
+
+        def step(state, y):
+            assert isinstance(y, torch.Tensor)
+            h = torch.tanh(state["h"] @ w + e[y])
+            return h @ u, {"h": h}
+        return step, {"h": torch.zeros(1, hidden, dtype=torch.float64)}
+
+    def step(state, y):
+        h = np.tanh(state["h"] @ w + e[y])
+        return h @ u, {"h": h}
+    return step, {"h": np.zeros((1, hidden))}
+
+
+def token_lm_logprob(step, init, bos, labels, blank, eos=None):
+    """The LM's natural-log probability of ``labels`` (and eos), one row at a time, over the
+    non-blank labels."""
+    state, y, total = init, bos, 0.0
+    for lab in list(labels) + ([eos] if eos is not None else []):
+        logits, state = step(state, np.array([y]))
+        x = np.asarray(logits, dtype=np.float64)[0].copy()
+        x[blank] = -np.inf
+        total += x[lab] - np.logaddexp.reduce(x[np.isfinite(x)])
+        y = lab
+    return total
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_token_lm_n_best_equals_brute_force(seed):
+    from beamsearch.speech import TokenLM
+
+    rng = np.random.default_rng(500 + seed)
+    t = int(rng.integers(1, 7))
+    lp = log_softmax(rng.normal(size=(t, 4)) * rng.uniform(0.5, 3))
+    step, init = rnn_lm(seed)
+    alpha = float(rng.uniform(0, 2))
+    eos = None if seed % 2 else 3
+    hyps = ctc_beam_search(lp[None], blank=0, beam_size=4096, n_best=5,
+                           lm=TokenLM(step, init, bos=1, eos=eos), alpha=alpha)[0]
+    ranked = sorted(((labels, a + alpha * token_lm_logprob(step, init, 1, labels, 0, eos))
+                     for labels, a in brute_force(lp, 0)), key=lambda p: -p[1])
+    check_n_best(hyps, ranked, 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_token_lm_with_hotwords_equals_brute_force(seed):
+    from beamsearch.speech import TokenLM
+    from test_speech_hotwords import final_positions
+
+    rng = np.random.default_rng(seed)
+    lp = log_softmax(rng.normal(size=(int(rng.integers(1, 6)), 4)) * 2)
+    step, init = rnn_lm(seed % 1000)
+    hot = [list(rng.integers(1, 4, size=int(rng.integers(1, 3))))]
+    hyps = ctc_beam_search(lp[None], blank=0, beam_size=4096, n_best=3, lm=TokenLM(step, init, bos=2),
+                           alpha=0.7, hotwords=hot, hotword_weight=1.5)[0]
+    ranked = sorted(((labels, a + 0.7 * token_lm_logprob(step, init, 2, labels, 0)
+                      + 1.5 * final_positions(list(labels), hot)) for labels, a in brute_force(lp, 0)),
+                    key=lambda p: -p[1])
+    check_n_best(hyps, ranked, 3)
+
+
+def test_token_lm_torch_equals_numpy_and_batch_independence():
+    torch = pytest.importorskip("torch")
+    from beamsearch.speech import TokenLM
+
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(4, 10, 4)) * 2
+    lengths = np.array([10, 4, 0, 7])
+    step_np, init_np = rnn_lm(3)
+    step_t, init_t = rnn_lm(3, torch=torch)
+    kw = dict(blank=0, beam_size=6, n_best=3, alpha=0.9)
+    ours = ctc_beam_search(x, lengths, lm=TokenLM(step_np, init_np, bos=1, eos=2), **kw)
+    theirs = ctc_beam_search(torch.tensor(x), torch.tensor(lengths), lm=TokenLM(step_t, init_t, bos=1, eos=2), **kw)
+    for i in range(4):
+        alone = ctc_beam_search(x[i : i + 1, : lengths[i]], lm=TokenLM(step_np, init_np, bos=1, eos=2), **kw)[0]
+        for a, b, c in zip(ours[i], theirs[i], alone, strict=True):
+            assert a.tokens == b.tokens == c.tokens
+            assert np.isclose(a.score, b.score, rtol=1e-9) and np.isclose(a.score, c.score, rtol=1e-9)
+            assert np.isclose(a.lm_score, 0.9 * token_lm_logprob(step_np, init_np, 1, a.tokens, 0, 2))
+
+
+def test_token_lm_bad_arguments():
+    from beamsearch.speech import TokenLM
+
+    step, init = rnn_lm(0)
+    with pytest.raises(ValueError, match="TokenLM.bos"):
+        ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, lm=TokenLM(step, init, bos=9))
+    with pytest.raises(ValueError, match="logits"):
+        ctc_beam_search(np.zeros((1, 2, 5)), blank=0, beam_size=2, lm=TokenLM(step, init, bos=1))
