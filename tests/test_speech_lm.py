@@ -355,3 +355,30 @@ def test_token_lm_bad_arguments():
         ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, lm=TokenLM(step, init, bos=9))
     with pytest.raises(ValueError, match="logits"):
         ctc_beam_search(np.zeros((1, 2, 5)), blank=0, beam_size=2, lm=TokenLM(step, init, bos=1))
+
+
+def test_a_kenlm_model_decodes_as_the_arpa_arrays(tmp_path):
+    """KenLMModel (kenlm.Model underneath; binary files load the same way) scores and decodes as
+    NgramLM on the same ARPA file, to kenlm's float32 rounding."""
+    pytest.importorskip("kenlm")
+    from beamsearch.speech import KenLMModel
+
+    rng = np.random.default_rng(31)
+    vocab_words = ["a", "b", "ab", "ba", "aa"]
+    text = random_arpa(rng, 3, vocab_words, 20)
+    path = tmp_path / "lm.arpa"
+    path.write_text(text)
+    ours, theirs = NgramLM.from_arpa(str(path)), KenLMModel(str(path), vocab_words)
+    for sent in random_sentences(rng, vocab_words, 20):
+        state_a, state_b = np.array([ours.start]), np.array([theirs.start])
+        for w in sent + ["</s>"]:
+            sa, state_a = ours.score(state_a, ours.word_ids([w]))
+            sb, state_b = theirs.score(state_b, np.array([theirs.index.get(w, theirs.unk)]))
+            assert np.isclose(sa[0], sb[0], rtol=1e-6, atol=1e-5)
+    x = rng.normal(size=(3, 8, 4)) * 2
+    kw = dict(blank=0, beam_size=16, n_best=4, vocabulary=Vocabulary(TOKENS), alpha=0.8, beta=0.4)
+    for a, b in zip(ctc_beam_search(x, lm=ours, **kw), ctc_beam_search(x, lm=theirs, **kw), strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert np.allclose([h.score for h in a], [h.score for h in b], rtol=1e-6, atol=1e-4)
+    with pytest.raises(TypeError, match="words"):
+        KenLMModel(str(path), "ab")
