@@ -219,10 +219,10 @@ class PlainLM:
         bo = self.grams[history][1] if history in self.grams else 0.0
         return bo + self.log10(history[1:], word)
 
-    def sentence(self, words) -> float:
-        """Natural-log probability of ``words`` then ``</s>``, started at ``<s>``."""
+    def sentence(self, words, eos: bool = True) -> float:
+        """Natural-log probability of ``words`` then ``</s>`` (if ``eos``), started at ``<s>``."""
         hist, total = ("<s>",), 0.0
-        for w in list(words) + ["</s>"]:
+        for w in list(words) + (["</s>"] if eos else []):
             total += self.log10(hist, w)
             hist = hist + (w,)
         return total * np.log(10.0)

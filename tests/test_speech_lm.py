@@ -121,10 +121,10 @@ def test_batch_scoring_equals_one_pair_at_a_time():
 TOKENS = ["<pad>", "a", "b", "|"]  # blank 0; "|" ends a word
 
 
-def words_of(labels) -> list[str]:
-    """The words of a label sequence over TOKENS, written here from the convention: the token
+def words_of(labels, tokens=TOKENS) -> list[str]:
+    """The words of a label sequence over ``tokens``, written here from the convention: the token
     strings joined, split at "|", empty pieces dropped."""
-    return [w for w in "".join(TOKENS[t] for t in labels).split("|") if w]
+    return [w for w in "".join(tokens[t] for t in labels).split("|") if w]
 
 
 def lm_objective(lp, lm_text, alpha, beta, hot=None, weight=0.0):
@@ -382,3 +382,51 @@ def test_a_kenlm_model_decodes_as_the_arpa_arrays(tmp_path):
         assert np.allclose([h.score for h in a], [h.score for h in b], rtol=1e-6, atol=1e-4)
     with pytest.raises(TypeError, match="words"):
         KenLMModel(str(path), "ab")
+
+
+def plain_search_with_lm(lp, beam, plain, alpha, beta, tokens):
+    """A plain prefix beam search (a dict of prefixes, one label at a time) ranking each frame's
+    prefixes by acoustic + alpha x LM + beta x words of their completed words (those followed by
+    "|"); the final ones with every word and </s>."""
+    def completed(prefix):
+        pieces = "".join(tokens[t] for t in prefix).split("|")
+        return [w for w in pieces[:-1] if w]
+
+    def rank(kv):
+        done = completed(kv[0])
+        return -(np.logaddexp(*kv[1]) + alpha * plain.sentence(done, eos=False) + beta * len(done))
+
+    beams = {(): (0.0, -np.inf)}
+    for t in range(lp.shape[0]):
+        nxt: dict = {}
+        for prefix, (pb, pnb) in beams.items():
+            entry = nxt.setdefault(prefix, [-np.inf, -np.inf])
+            entry[0] = np.logaddexp(entry[0], np.logaddexp(pb, pnb) + lp[t, 0])
+            if prefix:
+                entry[1] = np.logaddexp(entry[1], pnb + lp[t, prefix[-1]])
+            for c in range(1, lp.shape[1]):
+                child = nxt.setdefault(prefix + (c,), [-np.inf, -np.inf])
+                base = pb if prefix and prefix[-1] == c else np.logaddexp(pb, pnb)
+                child[1] = np.logaddexp(child[1], base + lp[t, c])
+        beams = {p: tuple(v) for p, v in sorted(nxt.items(), key=rank)[:beam] if np.logaddexp(*v) > -np.inf}
+    final = [(p, np.logaddexp(*v) + alpha * plain.sentence(words_of(p, tokens)) + beta * len(words_of(p, tokens)))
+             for p, v in beams.items()]
+    return sorted(final, key=lambda pair: -pair[1])
+
+
+def test_narrow_beams_rank_by_the_completed_words_as_a_plain_search_does():
+    """While decoding a prefix is ranked with the LM and word terms of its completed words; the
+    search's shortcuts (the label cut per side, the bound) leave out only what cannot be kept."""
+    rng = np.random.default_rng(17)
+    for i in range(100):
+        tokens = TOKENS if i % 2 else ["<pad>", "a", "b", "c", "d", "e", "|"]  # labels beyond the 2B cut
+        frames, beam = int(rng.integers(1, 13)), int(rng.integers(1, 4 if i % 2 else 3))
+        x = rng.normal(size=(frames, len(tokens))) * float(rng.choice([1.0, 3.0]))
+        words = [w for w in ["a", "b", "ab", "ba", "cd", "e", "dd"] if rng.random() < 0.6] or ["a"]
+        text = random_arpa(rng, int(rng.integers(1, 4)), words, 10)
+        alpha, beta = float(rng.uniform(0, 2)), float(rng.uniform(-1, 6))
+        got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, vocabulary=Vocabulary(tokens),
+                              lm=NgramLM.from_lines(text.splitlines()), alpha=alpha, beta=beta)[0]
+        want = plain_search_with_lm(log_softmax(x), beam, PlainLM(text), alpha, beta, tokens)
+        assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
+        assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
