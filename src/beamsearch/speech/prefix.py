@@ -112,7 +112,6 @@ class Beams:
             out.append(a)
         return Beams(*out)
 
-
     def lm_state(self) -> tuple[np.ndarray, ...]:
         """``(lm_ctx, word_key, word_size, lm, words)``: the word LM fields."""
         return self.lm_ctx, self.word_key, self.word_size, self.lm, self.words
@@ -216,7 +215,7 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
     with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
         floor = slack(bound - (lse + (0.0 if extra is None else extra.up)).max(1))
-    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]  # a bonus can lift a less probable label
+    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]  # a bonus, a token LM can lift any label
     split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
     tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor), split)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
