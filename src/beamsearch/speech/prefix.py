@@ -213,14 +213,22 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     children = child_codes(beams.last, parent, found, lp.shape[1])
     head_tok, head_lp = most_probable(masked)
     bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
-    with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
-        floor = slack(bound - (lse + (0.0 if extra is None else extra.up)).max(1))
+    up = 0.0 if extra is None else extra.up
+    lift = 0.0 if word is None else np.maximum(word.gain, 0.0)
+    with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
+        floor = slack(bound - (lse + up - lift).max(1))  # labels that end no word add no LM gain
+        end_floor = None if word is None else slack(bound - (lse + up - lift + word.gain).max(1))
     cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]  # a bonus, a token LM can lift any label
     split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
-    tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor), split)
+    tok, tok_lp = candidates(masked, cap, no_nan(floor), split, None if end_floor is None else no_nan(end_floor))
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
+
+
+def no_nan(floor: np.ndarray) -> np.ndarray:
+    """-inf where a floor is NaN (an utterance whose slots are all dead)."""
+    return np.where(np.isnan(floor), NEG_INF, floor)
 
 
 def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,

@@ -65,15 +65,16 @@ def most_probable(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, np.take_along_axis(masked, best, 1)
 
 
-def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray,
-               split: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray, split: np.ndarray | None = None,
+               end_floor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`top_candidates`, or with ``split`` (bool ``[V]``: the labels that end a word, whose
     LM term differs from the others') the ``2 * beam_size`` best of each side, merged most probable
-    first (ties to the lower id): within a side a slot's term is one value, so the cut is lossless."""
+    first (ties to the lower id): within a side a slot's term is one value, so the cut is lossless.
+    ``end_floor`` (float64 ``[n]``; None: ``floor``) is the floor of the labels in ``split``."""
     if split is None:
         return top_candidates(masked, beam_size, floor)
     a_tok, a_lp = top_candidates(np.where(split, NEG_INF, masked), beam_size, floor)
-    b_tok, b_lp = top_candidates(np.where(split, masked, NEG_INF), beam_size, floor)
+    b_tok, b_lp = top_candidates(np.where(split, masked, NEG_INF), beam_size, floor if end_floor is None else end_floor)
     tok, val = np.concatenate([a_tok, b_tok], 1), np.concatenate([a_lp, b_lp], 1)
     order = np.lexsort((tok, -val), axis=1)
     width = int((val > NEG_INF).sum(1).max(initial=0))
