@@ -384,18 +384,10 @@ def test_a_kenlm_model_decodes_as_the_arpa_arrays(tmp_path):
         KenLMModel(str(path), "ab")
 
 
-def plain_search_with_lm(lp, beam, plain, alpha, beta, tokens):
+def plain_search(lp, beam, during, final):
     """A plain prefix beam search (a dict of prefixes, one label at a time) ranking each frame's
-    prefixes by acoustic + alpha x LM + beta x words of their completed words (those followed by
-    "|"); the final ones with every word and </s>."""
-    def completed(prefix):
-        pieces = "".join(tokens[t] for t in prefix).split("|")
-        return [w for w in pieces[:-1] if w]
-
-    def rank(kv):
-        done = completed(kv[0])
-        return -(np.logaddexp(*kv[1]) + alpha * plain.sentence(done, eos=False) + beta * len(done))
-
+    prefixes by acoustic + ``during(prefix)``, the final ones by acoustic + ``final(prefix)``."""
+    rank = lambda kv: -(np.logaddexp(*kv[1]) + during(kv[0]))  # noqa: E731
     beams = {(): (0.0, -np.inf)}
     for t in range(lp.shape[0]):
         nxt: dict = {}
@@ -409,9 +401,21 @@ def plain_search_with_lm(lp, beam, plain, alpha, beta, tokens):
                 base = pb if prefix and prefix[-1] == c else np.logaddexp(pb, pnb)
                 child[1] = np.logaddexp(child[1], base + lp[t, c])
         beams = {p: tuple(v) for p, v in sorted(nxt.items(), key=rank)[:beam] if np.logaddexp(*v) > -np.inf}
-    final = [(p, np.logaddexp(*v) + alpha * plain.sentence(words_of(p, tokens)) + beta * len(words_of(p, tokens)))
-             for p, v in beams.items()]
-    return sorted(final, key=lambda pair: -pair[1])
+    return sorted(((p, np.logaddexp(*v) + final(p)) for p, v in beams.items()), key=lambda pair: -pair[1])
+
+
+def plain_search_with_lm(lp, beam, plain, alpha, beta, tokens):
+    """:func:`plain_search` ranking by alpha x LM + beta x words of the completed words (those
+    followed by "|") while decoding; the final ones with every word and </s>."""
+    def during(prefix):
+        pieces = "".join(tokens[t] for t in prefix).split("|")
+        done = [w for w in pieces[:-1] if w]
+        return alpha * plain.sentence(done, eos=False) + beta * len(done)
+
+    def final(prefix):
+        words = words_of(prefix, tokens)
+        return alpha * plain.sentence(words) + beta * len(words)
+    return plain_search(lp, beam, during, final)
 
 
 def test_narrow_beams_rank_by_the_completed_words_as_a_plain_search_does():
@@ -428,5 +432,22 @@ def test_narrow_beams_rank_by_the_completed_words_as_a_plain_search_does():
         got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, vocabulary=Vocabulary(tokens),
                               lm=NgramLM.from_lines(text.splitlines()), alpha=alpha, beta=beta)[0]
         want = plain_search_with_lm(log_softmax(x), beam, PlainLM(text), alpha, beta, tokens)
+        assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
+        assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
+def test_narrow_beams_with_a_token_lm_rank_as_a_plain_search_does():
+    from beamsearch.speech import TokenLM
+
+    rng = np.random.default_rng(23)
+    for i in range(40):
+        frames, beam = int(rng.integers(1, 10)), int(rng.integers(1, 5))
+        x = rng.normal(size=(frames, 4)) * float(rng.choice([1.0, 3.0]))
+        step, init = rnn_lm(i)
+        alpha, eos = float(rng.uniform(0, 2)), (None if i % 2 else 3)
+        got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, lm=TokenLM(step, init, bos=1, eos=eos),
+                              alpha=alpha)[0]
+        want = plain_search(log_softmax(x), beam, lambda p: alpha * token_lm_logprob(step, init, 1, p, 0),
+                            lambda p: alpha * token_lm_logprob(step, init, 1, p, 0, eos))
         assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
         assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
