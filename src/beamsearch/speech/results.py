@@ -40,8 +40,8 @@ class CTCHypothesis:
         words: the words with their frames and times; None without a vocabulary.
         hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
             occurrences (0.0 without hotwords; docs/speech.md).
-        lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (0.0
-            without an LM).
+        lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
+            LM) or of its labels and the LM's ``eos`` if given (a token LM); 0.0 without an LM.
         word_score: ``beta`` x its number of words (0.0 without an LM).
     """
 
