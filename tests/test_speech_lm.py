@@ -451,3 +451,14 @@ def test_narrow_beams_with_a_token_lm_rank_as_a_plain_search_does():
                             lambda p: alpha * token_lm_logprob(step, init, 1, p, 0, eos))
         assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
         assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
+def test_an_arpa_path_as_str_or_pathlib_decodes_as_the_loaded_lm(tmp_path):
+    path = tmp_path / "hand.arpa"
+    path.write_text(HAND)
+    x = np.random.default_rng(2).normal(size=(2, 6, 4))
+    kw = dict(blank=0, beam_size=8, n_best=3, vocabulary=Vocabulary(TOKENS))
+    want = ctc_beam_search(x, lm=NgramLM.from_lines(HAND.splitlines()), **kw)
+    for given in (str(path), path):
+        got = ctc_beam_search(x, lm=given, **kw)
+        assert [[(h.tokens, h.score) for h in u] for u in got] == [[(h.tokens, h.score) for h in u] for u in want]

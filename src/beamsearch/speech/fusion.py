@@ -20,6 +20,7 @@ term takes two values, computed once per slot and frame (:class:`LMTerm`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,8 @@ class WordFusion:
             raise ValueError(f"alpha must be >= 0; got {alpha!r}")
         if lm is None:
             return None
-        if isinstance(lm, str):
-            lm = NgramLM.from_arpa(lm)
+        if isinstance(lm, (str, os.PathLike)):
+            lm = NgramLM.from_arpa(os.fspath(lm))
         if not hasattr(lm, "score") or not hasattr(lm, "words"):
             raise TypeError(f"lm must be an NgramLM (or an ARPA file's path); got {type(lm).__name__}")
         if vocabulary is None:
