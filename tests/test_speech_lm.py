@@ -459,6 +459,6 @@ def test_an_arpa_path_as_str_or_pathlib_decodes_as_the_loaded_lm(tmp_path):
     x = np.random.default_rng(2).normal(size=(2, 6, 4))
     kw = dict(blank=0, beam_size=8, n_best=3, vocabulary=Vocabulary(TOKENS))
     want = ctc_beam_search(x, lm=NgramLM.from_lines(HAND.splitlines()), **kw)
-    for given in (str(path), path):
-        got = ctc_beam_search(x, lm=given, **kw)
+    for arpa in (str(path), path):
+        got = ctc_beam_search(x, lm=arpa, **kw)
         assert [[(h.tokens, h.score) for h in u] for u in got] == [[(h.tokens, h.score) for h in u] for u in want]
