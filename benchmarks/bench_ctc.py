@@ -21,6 +21,15 @@ time over the time without hotwords, measured in the same run (compiling the phr
     python benchmarks/bench_ctc.py
     python benchmarks/bench_ctc.py --quick      # 8 utterances of 200 frames
     python benchmarks/bench_ctc.py --table hotwords
+    python benchmarks/bench_ctc.py --table lm
+
+A third table times a word 3-gram LM: an ARPA file of about 100,000 n-grams written by the script
+(counted from a random Zipf corpus over 5,000 words; log10 relative frequencies, back-off -0.3),
+and emissions spelling random sentences of its words (each label 1 to 3 frames, blanks between;
+standard normal logits plus 8 on the frame's label), and the same search without the LM in the same run.
+``alpha=0.5, beta=1.0`` for both decoders;
+pyctcdecode with ``unk_score_offset=0`` (its -10 default penalises unknown and partial words, which
+ours does not) and the same pruning as ours pruned; the last column counts equal best texts.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from beamsearch.speech import Vocabulary, ctc_beam_search  # noqa: E402
+from beamsearch.speech import NgramLM, Vocabulary, ctc_beam_search  # noqa: E402
 
 FRAME = 0.02  # seconds per frame
 BLANK = 0
@@ -71,18 +80,24 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def peer(x: np.ndarray, vocab: int, beam: int) -> tuple[float, list[str]] | None:
-    """pyctcdecode's seconds per utterance on ``x`` and its best texts (None if it is not installed)."""
+def peer(x: np.ndarray, vocab: int, beam: int, arpa: str | None = None) -> tuple[float, list[str]] | None:
+    """pyctcdecode's seconds per utterance on ``x`` and its best texts (None if it is not installed;
+    with ``arpa``, its kenlm LM with alpha 0.5, beta 1.0 and no unknown-word offset)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from pyctcdecode import build_ctcdecoder
+            if arpa is not None:
+                __import__("kenlm")  # pyctcdecode's LM needs it
     except ImportError:
         return None
     import logging
 
     logging.getLogger("pyctcdecode").setLevel(logging.ERROR)
-    decoder = build_ctcdecoder(labels(vocab))
+    if arpa is None:
+        decoder = build_ctcdecoder(labels(vocab))
+    else:
+        decoder = build_ctcdecoder(labels(vocab), arpa, alpha=0.5, beta=1.0, unk_score_offset=0.0)
     start = time.perf_counter()
     texts = [decoder.decode(utt, beam_width=beam) for utt in x]
     return (time.perf_counter() - start) / x.shape[0], texts
@@ -113,21 +128,119 @@ def hotword_table(n: int, frames: int, repeats: int, weight: float) -> None:
                       flush=True)
 
 
+def lm_words(vocab: int, count: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` distinct words as label ids: 2 to 7 letters (V = 32) or a "▁" piece and 0 to 2
+    more (V = 1024)."""
+    marked = np.arange(4, vocab, 4)
+    plain = np.setdiff1d(np.arange(1, vocab), marked)
+    seen: dict[tuple[int, ...], None] = {}
+    while len(seen) < count:
+        if vocab <= 32:
+            w = tuple(rng.integers(2, 28, size=int(rng.integers(2, 8))).tolist())  # a..z
+        else:
+            w = (int(rng.choice(marked)),) + tuple(rng.choice(plain, size=int(rng.integers(0, 3))).tolist())
+        seen.setdefault(w)
+    return list(seen)
+
+
+def write_arpa(path: str, texts: list[str], rng: np.random.Generator, target: int = 100_000) -> int:
+    """A 3-gram ARPA file counted from a random Zipf corpus over ``texts``; returns its n-grams."""
+    from collections import Counter
+
+    ranks = np.arange(1, len(texts) + 1)
+    p = ranks ** -1.05 / (ranks ** -1.05).sum()
+    counts: list[Counter] = [Counter(), Counter(), Counter()]
+    while sum(len(c) for c in counts) < target:
+        sent = ["<s>"] + [texts[i] for i in rng.choice(len(texts), size=int(rng.integers(5, 20)), p=p)] + ["</s>"]
+        for k in range(3):
+            counts[k].update(tuple(sent[i : i + k + 1]) for i in range(len(sent) - k))
+    counts[0][("<unk>",)] = 1
+    total = sum(counts[0].values())
+    ctx = [Counter(), Counter()]
+    for k in (1, 2):
+        for g, c in counts[k].items():
+            ctx[k - 1][g[:-1]] += c
+    with open(path, "w") as f:
+        f.write("\\data\\\n" + "".join(f"ngram {k + 1}={len(c)}\n" for k, c in enumerate(counts)))
+        for k, c in enumerate(counts):
+            f.write(f"\n\\{k + 1}-grams:\n")
+            for g, n in c.items():
+                logp = -99.0 if g == ("<s>",) else np.log10(n / (total if k == 0 else ctx[k - 1][g[:-1]])) - 0.1
+                bo = "\t-0.3" if k < 2 and g[-1] != "</s>" else ""
+                f.write(f"{logp:.4f}\t{' '.join(g)}{bo}\n")
+        f.write("\n\\end\\\n")
+    return sum(len(c) for c in counts)
+
+
+def spoken(n: int, frames: int, vocab: int, words: list[list[int]], rng: np.random.Generator) -> np.ndarray:
+    """float32 ``[n, frames, vocab]`` log-probs spelling random sentences of ``words``."""
+    x = rng.normal(size=(n, frames, vocab)).astype(np.float32)
+    for u in range(n):
+        path: list[int] = []
+        while len(path) < frames:
+            labels = list(words[int(rng.integers(len(words)))]) + ([1] if vocab <= 32 else [])  # " " or next "▁"
+            for lab in labels:
+                path += [BLANK] * int(rng.integers(0, 3)) + [lab] * int(rng.integers(1, 4))
+                path += [BLANK] if path[-1:] == [lab] else []
+        x[u, np.arange(frames), path[:frames]] += 8
+    x -= np.log(np.exp(x).sum(-1, keepdims=True))
+    return x
+
+
+def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> None:
+    """Ours with a word 3-gram LM, exact and pruned, against pyctcdecode with the same LM."""
+    import tempfile
+
+    print("\n| V | beam | n-grams | ours exact: utt/s | RTF | exact / exact without LM | ours pruned: utt/s | RTF "
+          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for vocab in (32, 1024):
+        rng = np.random.default_rng(3)
+        toks = labels(vocab)
+        words = lm_words(vocab, 5000, rng)
+        texts = ["".join(toks[t] for t in w).replace("\u2581", "") for w in words]
+        path = os.path.join(tempfile.mkdtemp(), "lm.arpa")
+        grams = write_arpa(path, texts, rng)
+        x = spoken(n, frames, vocab, words, rng)
+        voc = Vocabulary(toks)
+        lm = NgramLM.from_arpa(path)
+        for beam in (16, 64):
+            kw = dict(blank=BLANK, beam_size=beam, vocabulary=voc, lm=lm, alpha=0.5, beta=1.0)
+            exact = best_time(lambda: ctc_beam_search(x, **kw), args.repeats)
+            bare = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
+            pruned = best_time(lambda: ctc_beam_search(x, token_min_logp=-5.0, beam_threshold=10.0, **kw),
+                               args.repeats)
+            row = [f"{vocab}", f"{beam}", f"{grams:,}", f"{n / exact:,.1f}", f"{exact / audio:.5f}",
+                   f"{exact / bare:.2f}x", f"{n / pruned:,.1f}", f"{pruned / audio:.5f}"]
+            theirs = peer(x[: args.peer_utterances], vocab, beam, path)
+            if theirs is None:
+                row += ["not installed", "", "", ""]
+            else:
+                per_utt, their_texts = theirs
+                ours = ctc_beam_search(x[: len(their_texts)], token_min_logp=-5.0, beam_threshold=10.0, **kw)
+                same = sum(hs[0].text == text for hs, text in zip(ours, their_texts))
+                row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
+                        f"{same}/{len(their_texts)}"]
+            print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--peer-utterances", type=int, default=4)
-    ap.add_argument("--table", choices=("all", "peers", "hotwords"), default="all")
+    ap.add_argument("--table", choices=("all", "peers", "hotwords", "lm"), default="all")
     ap.add_argument("--hotword-weight", type=float, nargs="+", default=[10.0, 2.0])
     args = ap.parse_args()
     n, frames = (8, 200) if args.quick else (32, 500)
     audio = n * frames * FRAME
     print(f"# {platform.processor() or platform.machine()}, numpy {np.__version__}, one thread; "
           f"{n} utterances x {frames} frames ({audio:.0f} s of audio at {FRAME * 1000:.0f} ms/frame)")
-    if args.table != "hotwords":
+    if args.table in ("all", "peers"):
         peer_table(args, n, frames, audio)
-    if args.table != "peers":
+    if args.table in ("all", "lm"):
+        lm_table(args, n, frames, audio)
+    if args.table in ("all", "hotwords"):
         for weight in args.hotword_weight:
             hotword_table(n, frames, args.repeats, weight)
 

@@ -161,3 +161,68 @@ def prefix_beam_search(lp: np.ndarray, blank: int, beam: int, allowed: np.ndarra
         beams = {p: tuple(v) for p, v in ranked if np.logaddexp(*v) > -np.inf
                  and (threshold is None or np.logaddexp(*v) >= top - threshold)}
     return [(p, float(np.logaddexp(*v))) for p, v in sorted(beams.items(), key=lambda kv: -np.logaddexp(*kv[1]))]
+
+
+def random_arpa(rng, order: int, words: list[str], per_order: int, unk: bool = True) -> str:
+    """A well-formed random ARPA text: 1-grams ``words`` + ``<s>``, ``</s>`` (and ``<unk>``), then
+    up to ``per_order`` n-grams per order whose context and suffix are n-grams; back-offs random
+    (some positive) on every n-gram below the top order that does not end in ``</s>``."""
+    vocab = list(words) + ["<s>", "</s>"] + (["<unk>"] if unk else [])
+    grams = [[(w,) for w in vocab]]
+    for k in range(2, order + 1):
+        prev, found = set(grams[-1]), set()
+        contexts = [g for g in grams[-1] if "</s>" not in g and "<s>" not in g[1:]]
+        for _ in range(per_order * 4):
+            if not contexts or len(found) >= per_order:
+                break
+            g = contexts[rng.integers(len(contexts))] + (vocab[rng.integers(len(vocab))],)
+            if g[-1] != "<s>" and (k == 2 or g[1:] in prev):
+                found.add(g)
+        if not found:
+            break
+        grams.append(sorted(found))
+    lines = ["\\data\\"] + [f"ngram {k}={len(g)}" for k, g in enumerate(grams, 1)]
+    for k, gs in enumerate(grams, 1):
+        lines += ["", f"\\{k}-grams:"]
+        for g in gs:
+            p = -99.0 if g == ("<s>",) else round(float(rng.uniform(-3, -0.05)), 4)
+            tail = f"\t{round(float(rng.uniform(-1.5, 0.3)), 4)}" if k < len(grams) and g[-1] != "</s>" else ""
+            lines.append(f"{p}\t{' '.join(g)}{tail}")
+    return "\n".join(lines + ["", "\\end\\", ""])
+
+
+class PlainLM:
+    """An ARPA model as a dict, scored one word at a time from the textbook back-off rule (as
+    KenLM does it: an unknown word is ``<unk>``, log10 -100 if the file has none)."""
+
+    def __init__(self, text: str):
+        self.grams: dict[tuple[str, ...], tuple[float, float]] = {}
+        self.order, section = 0, 0
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("\\") and line.endswith("-grams:"):
+                section = int(line[1:].split("-")[0])
+                self.order = section
+            elif line and section and not line.startswith("\\"):
+                parts = line.split()
+                bo = float(parts[section + 1]) if len(parts) == section + 2 else 0.0
+                self.grams[tuple(parts[1 : section + 1])] = (float(parts[0]), bo)
+        self.grams.setdefault(("<unk>",), (-100.0, 0.0))
+
+    def log10(self, history: tuple[str, ...], word: str) -> float:
+        """log10 p(word | history), history the whole sentence so far (from ``<s>``)."""
+        word = word if (word,) in self.grams else "<unk>"
+        history = tuple(w if (w,) in self.grams else "<unk>" for w in history)
+        history = history[max(0, len(history) - self.order + 1):]
+        if history + (word,) in self.grams:
+            return self.grams[history + (word,)][0]
+        bo = self.grams[history][1] if history in self.grams else 0.0
+        return bo + self.log10(history[1:], word)
+
+    def sentence(self, words, eos: bool = True) -> float:
+        """Natural-log probability of ``words`` then ``</s>`` (if ``eos``), started at ``<s>``."""
+        hist, total = ("<s>",), 0.0
+        for w in list(words) + (["</s>"] if eos else []):
+            total += self.log10(hist, w)
+            hist = hist + (w,)
+        return total * np.log(10.0)

@@ -6,6 +6,7 @@ The frame loop (:func:`search`) runs every utterance's hypotheses of a frame as 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -13,9 +14,11 @@ import numpy as np
 from beamsearch.backends import backend_of
 from beamsearch.speech.align import label_frames
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
+from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords, hotwords_of
 from beamsearch.speech.prefix import Beams, History, advance
 from beamsearch.speech.results import CTCHypothesis, Word
+from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.tokens import start_mask
 
 
@@ -23,7 +26,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                     token_min_logp: float | None = None, token_top_k: int | None = None,
                     beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                     vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
-                    hotword_weight: float = 10.0) -> list[list[CTCHypothesis]]:
+                    hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
+                    beta: float = 1.0) -> list[list[CTCHypothesis]]:
     """CTC prefix beam search: the most probable label sequences of each utterance.
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
@@ -49,6 +53,12 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
         hotword_weight: the bonus (>= 0, in natural-log units) per label position inside a
             phrase (docs/speech.md states the rule); a hypothesis's score is its acoustic score
             plus its bonus, and the results are ranked by that.
+        lm: a word n-gram LM (:class:`~beamsearch.speech.NgramLM`, or an ARPA file's path; needs
+            ``vocabulary``), each word scored when it ends; or a token-level
+            :class:`~beamsearch.speech.TokenLM` (a step function) scoring every label
+            (docs/speech.md, "Language models").
+        alpha: the LM weight (>= 0): ``alpha`` x the natural-log LM probability adds to the score.
+        beta: the word bonus: ``beta`` x the number of words adds to the score (word LMs only).
 
     Returns:
         per utterance, up to ``n_best`` :class:`~beamsearch.speech.CTCHypothesis`, best first
@@ -59,9 +69,15 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                        blank_skip_threshold, vocabulary, frame_duration)
     lens = lengths_of(lengths, n, frames)
     hw = hotwords_of(hotwords, hotword_weight, n, vocab, opts.blank, opts.vocabulary)
+    token = None
+    if isinstance(lm, TokenLM):
+        fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank)  # checks alpha and beta
+        token = TokenFusion(lm, float(alpha), opts.blank, vocab)
+    else:
+        fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank)
     lp = normalized(emissions, lens)
-    beams, history = search(lp, lens, opts, hw)
-    return results(lp, lens, beams, history, opts, hw)
+    beams, history = search(lp, lens, opts, hw, fusion, token)
+    return results(lp, lens, beams, history, opts, hw, fusion, token)
 
 
 def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
@@ -81,20 +97,24 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
     return lp
 
 
-def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions,
-           hw: Hotwords | None = None) -> tuple[Beams, History]:
+def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, hw: Hotwords | None = None,
+           fusion: WordFusion | None = None, token: TokenFusion | None = None) -> tuple[Beams, History]:
     """The frame loop: every live utterance advanced one frame at a time (an utterance stops at
     its length). Returns the final beams ``[N, B]`` and the history of their prefixes."""
     n, longest = lp.shape[0], int(lengths.max(initial=0))
     width = min(opts.beam_size, prefix_count(longest, lp.shape[2] - 1, opts.beam_size))
-    beams, history = Beams.start(n, width, None if hw is None else hw.starts), History()
+    beams, history = Beams.start(n, width, None if hw is None else hw.starts, fusion, token), History()
     for t in range(longest):
         live = lengths > t
         rows = None if live.all() else np.flatnonzero(live)
         part = beams if rows is None else beams.rows(rows)
         frame = (lp[:, t] if rows is None else lp[rows, t]).astype(np.float64)  # --> [n, V]
         allowed = start_mask(frame, opts.blank, opts.token_min_logp, opts.token_top_k, opts.blank_skip_threshold)
-        part = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold, hw)
+        part, (src, grown, label) = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold, hw,
+                                            fusion, token)
+        if token is not None:  # the token LM steps the grown prefixes, all at once
+            idx = np.arange(n) if rows is None else rows
+            part = replace(part, next_lp=token.update(idx, width, src, grown, label, part.next_lp))
         beams = part if rows is None else beams.put(rows, part)
     return beams, history
 
@@ -113,12 +133,20 @@ def prefix_count(frames: int, labels: int, cap: int) -> int:
 
 
 def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
-            opts: CTCOptions, hw: Hotwords | None = None) -> list[list[CTCHypothesis]]:
+            opts: CTCOptions, hw: Hotwords | None = None,
+            fusion: WordFusion | None = None, token: TokenFusion | None = None) -> list[list[CTCHypothesis]]:
     """Up to n_best hypotheses per utterance, best first, with their frames and words; ranked
-    by acoustic score plus final hotword bonus (an unfinished match earns nothing)."""
+    by acoustic score plus final hotword bonus (an unfinished match earns nothing) plus the LM
+    terms with the last word and ``</s>`` scored."""
     acoustic = beams.score()  # --> [N, B]
     bonus = np.zeros_like(acoustic) if hw is None else hw.weight * beams.hot_done
-    scores = acoustic + bonus
+    lm_term, word_term = np.zeros_like(acoustic), np.zeros_like(acoustic)
+    if fusion is not None:
+        lm, words = fusion.finish(*beams.lm_state())
+        lm_term, word_term = fusion.alpha * lm, fusion.beta * words
+    if token is not None:
+        lm_term = token.alpha * token.finish(beams.tok_lm, beams.next_lp)
+    scores = acoustic + bonus + lm_term + word_term
     order = np.argsort(-scores, axis=1, kind="stable")[:, : opts.n_best]
     utt, slot = np.nonzero(np.take_along_axis(scores, order, 1) > -np.inf)
     slot = order[utt, slot]
@@ -134,7 +162,7 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
             words = words_of(opts, labels[i], frames[i])
             text = " ".join(w.text for w in words)
         out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, words,
-                                    float(bonus[u, s])))
+                                    float(bonus[u, s]), float(lm_term[u, s]), float(word_term[u, s])))
     return out
 
 

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
+from beamsearch.speech.fusion import LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
+from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
 from beamsearch.speech.tokens import candidates, most_probable, startable
 
 P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
@@ -65,11 +67,20 @@ class Beams:
     hot: np.ndarray  # int64 [n, B]: its hotword node (the match in progress; 0 without hotwords)
     hot_mask: np.ndarray  # int64 [n, B]: which of its last positions lie in completed hotwords
     hot_done: np.ndarray  # int64 [n, B]: how many of its positions do
+    lm_ctx: np.ndarray  # int64 [n, B]: its word LM state (speech.fusion; 0 without an LM)
+    word_key: np.ndarray  # int64 [n, B]: the hash of its unfinished word's text
+    word_size: np.ndarray  # int64 [n, B]: that word's length in characters (0: none)
+    lm: np.ndarray  # float64 [n, B]: the natural-log LM probability of its completed words
+    words: np.ndarray  # int64 [n, B]: how many words it has completed
+    tok_lm: np.ndarray  # float64 [n, B]: its token LM log-prob (speech.tokenlm; 0 without one)
+    next_lp: np.ndarray  # float64 [n, B, V]: the token LM's log-probs of its next label ([n, B, 0]: none)
 
     @staticmethod
-    def start(n: int, width: int, hot: np.ndarray | None = None) -> "Beams":
+    def start(n: int, width: int, hot: np.ndarray | None = None, fusion: WordFusion | None = None,
+              token: TokenFusion | None = None) -> "Beams":
         """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0; ``hot`` int64
-        ``[n]``: each utterance's hotword root (None: no hotwords)."""
+        ``[n]``: each utterance's hotword root (None: no hotwords); ``fusion``: the word LM;
+        ``token``: the token LM (called here once, on its ``bos``)."""
         pb = np.full((n, width), NEG_INF)
         pb[:, 0] = 0.0
         dead_key = np.broadcast_to(-1 - np.arange(width), (n, width)).copy()
@@ -77,8 +88,12 @@ class Beams:
         minus = np.full((n, width), -1, dtype=np.int64)
         zero = np.zeros((n, width), dtype=np.int64)
         root = zero.copy() if hot is None else np.broadcast_to(hot[:, None], (n, width)).copy()
+        lm = (zero.copy(), zero.copy(), zero.copy(), np.zeros((n, width)), zero.copy()) if fusion is None \
+            else fusion.start((n, width))
+        tok = (np.zeros((n, width)), np.zeros((n, width, 0))) if token is None else token.start(n, width)
         return Beams(pb, np.full((n, width), NEG_INF), minus, dead_key,
-                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy())
+                     np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy(), *lm,
+                     *tok)
 
     def score(self) -> np.ndarray:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
@@ -97,8 +112,15 @@ class Beams:
             out.append(a)
         return Beams(*out)
 
+    def lm_state(self) -> tuple[np.ndarray, ...]:
+        """``(lm_ctx, word_key, word_size, lm, words)``: the word LM fields."""
+        return self.lm_ctx, self.word_key, self.word_size, self.lm, self.words
 
-FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done")
+
+FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done",
+          "lm_ctx", "word_key", "word_size", "lm", "words", "tok_lm", "next_lp")
+CARRIED = FIELDS[6:]
+"""The fields that depend only on a prefix's labels: a stay keeps them, an extension updates them."""
 
 
 class History:
@@ -170,33 +192,51 @@ def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
 
 
 def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
-            threshold: float | None, hw: Hotwords | None = None) -> Beams:
+            threshold: float | None, hw: Hotwords | None = None, fusion: WordFusion | None = None,
+            token: TokenFusion | None = None) -> tuple[Beams, tuple[np.ndarray, ...]]:
     """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
     ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
     ``threshold`` drops slots more than that below their utterance's best; ``hw``: hotwords, whose
-    bonus (while decoding) adds to every candidate's score."""
+    bonus (while decoding) adds to every candidate's score; ``fusion``: the word LM, whose fused
+    term of the completed words (:mod:`beamsearch.speech.fusion`) does too, and ``token``'s, the
+    token LM's. Returns the next beams and ``(src, grown, label)`` ``[n, B]``: each slot's source
+    slot, whether it is that slot's prefix extended, and by which label (for the token LM)."""
     parent, found = parent_slots(beams)
     pb, pnb = stays(beams, lp, blank, allowed, parent, found)
     hot = None if hw is None else HotTerm.of(hw, beams.hot, beams.hot_mask, beams.hot_done)
-    stay = np.logaddexp(pb, pnb) + (0.0 if hot is None else hot.now())
+    word = None if fusion is None else LMTerm.of(fusion, *beams.lm_state())
+    tterm = None if token is None else TokenTerm.of(token.alpha, beams.tok_lm, beams.next_lp)
+    extra = Terms.of(hot, word, tterm)
+    stay = np.logaddexp(pb, pnb) + (0.0 if extra is None else extra.now())
     lse = np.logaddexp(beams.pb, beams.pnb)
     masked = startable(lp, blank, allowed)
     children = child_codes(beams.last, parent, found, lp.shape[1])
     head_tok, head_lp = most_probable(masked)
-    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], hot))
-    with np.errstate(invalid="ignore"):  # no extension of the best slot by a label below this reaches the bound
-        floor = slack(bound - (lse + (0.0 if hot is None else hot.up)).max(1))
-    cap = beams.last.shape[1] if hot is None else lp.shape[1]  # a bonus can lift a less probable label
-    tok, tok_lp = candidates(masked, cap, np.where(np.isnan(floor), NEG_INF, floor))
-    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], hot)
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
+    up = 0.0 if extra is None else extra.up
+    lift = 0.0 if word is None else np.maximum(word.gain, 0.0)
+    with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
+        floor = slack(bound - (lse + up - lift).max(1))  # labels that end no word add no LM gain
+        end_floor = None if word is None else slack(bound - (lse + up - lift + word.gain).max(1))
+    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]  # a bonus, a token LM can lift any label
+    split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
+    tok, tok_lp = candidates(masked, cap, no_nan(floor), split, None if end_floor is None else no_nan(end_floor))
+    ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
-    return select(beams, idx, val, pb, pnb, tok, history, threshold, hot)
+    return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
+
+
+def no_nan(floor: np.ndarray) -> np.ndarray:
+    """-inf where a floor is NaN (an utterance whose slots are all dead)."""
+    return np.where(np.isnan(floor), NEG_INF, floor)
 
 
 def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,
-           tok: np.ndarray, history: History, threshold: float | None, hot: HotTerm | None = None) -> Beams:
+           tok: np.ndarray, history: History, threshold: float | None,
+           terms: tuple = (None, None, None)) -> tuple[Beams, tuple[np.ndarray, ...]]:
     """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
-    extension ``B + b * M + m``) and their scores ``val`` (with the hotword bonus, if ``hot``)."""
+    extension ``B + b * M + m``) and their scores ``val`` (with the further ``terms``: hotwords,
+    word LM, token LM, each None when absent), and ``(src, grown, label)`` as :func:`advance`'s."""
     width = beams.last.shape[1]
     m = max(tok.shape[1], 1)
     stay = idx < width
@@ -208,19 +248,37 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
     grow = np.nonzero(~stay & (val > NEG_INF))
     new_node = node.copy()
     new_node[grow] = history.add(node[grow], label[grow])
-    state = take(beams.hot), take(beams.hot_mask), take(beams.hot_done)
-    acoustic = val
-    if hot is not None:
-        grown = hot.hw.step(*state, np.where(stay, 0, label))  # a stay's label may be no label id
-        acoustic = np.where(stay, val, val - hot.hw.weight * hot.hw.count(*grown))
-        state = tuple(np.where(stay, a, b) for a, b in zip(state, grown))
+    acoustic, carried = carry([take(getattr(beams, f)) for f in CARRIED], stay, label, val, *terms)
     nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), acoustic),
                 np.where(stay, take(beams.last), label), np.where(stay, key, extend_key(key, label)),
-                np.where(stay, take(beams.parent_key), key), new_node, *state)
+                np.where(stay, take(beams.parent_key), key), new_node, *carried)
     dead = val == NEG_INF
     if threshold is not None:
         dead |= val < val[:, :1] - threshold
-    return bury(nxt, dead)
+    return bury(nxt, dead), (src, ~stay & ~dead, label)
+
+
+def carry(fields: list[np.ndarray], stay: np.ndarray, label: np.ndarray, val: np.ndarray,
+          hot: HotTerm | None, fusion: WordFusion | None,
+          token: TokenTerm | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The :data:`CARRIED` fields of the chosen candidates (``fields``: their source slots'):
+    a stay keeps them, an extension by ``label`` steps them; and each candidate's acoustic score,
+    ``val`` less its further terms. A grown slot's ``next_lp`` is its parent's until the token LM
+    is stepped (:meth:`TokenFusion.update`)."""
+    acoustic, out = val, list(fields)
+    if hot is not None:
+        grown = hot.hw.step(*fields[:3], np.where(stay, 0, label))  # a stay's label may be no label id
+        acoustic = acoustic - np.where(stay, 0.0, hot.hw.weight * hot.hw.count(*grown))
+        out[:3] = [np.where(stay, a, b) for a, b in zip(fields[:3], grown)]
+    if fusion is not None:
+        grown = fusion.step(*fields[3:8], np.where(stay, -1, label))
+        acoustic = acoustic - np.where(stay, 0.0, fusion.fused(grown[3], grown[4]))
+        out[3:8] = [np.where(stay, a, b) for a, b in zip(fields[3:8], grown)]
+    if token is not None:
+        step = np.take_along_axis(fields[9], np.where(stay, 0, label)[:, :, None], 2)[:, :, 0]
+        out[8] = np.where(stay, fields[8], fields[8] + step)
+        acoustic = acoustic - np.where(stay, 0.0, token.alpha * out[8])
+    return np.where(stay, val, acoustic), out
 
 
 def bury(beams: Beams, dead: np.ndarray) -> Beams:
@@ -232,4 +290,4 @@ def bury(beams: Beams, dead: np.ndarray) -> Beams:
     return Beams(np.where(dead, NEG_INF, beams.pb), np.where(dead, NEG_INF, beams.pnb),
                  np.where(dead, -1, beams.last), np.where(dead, dead_key, beams.key),
                  np.where(dead, NO_PARENT, beams.parent_key), np.where(dead, -1, beams.node),
-                 beams.hot, beams.hot_mask, beams.hot_done)
+                 *(getattr(beams, f) for f in CARRIED))

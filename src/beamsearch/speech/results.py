@@ -29,7 +29,8 @@ class CTCHypothesis:
 
     Fields:
         tokens: the label ids, collapsed and without blanks (Python ints).
-        score: what the results are ranked by: ``acoustic_score + hotword_bonus``.
+        score: what the results are ranked by:
+            ``acoustic_score + lm_score + word_score + hotword_bonus``.
         acoustic_score: the natural-log CTC probability of ``tokens`` summed over the alignments
             the search kept (every alignment when nothing on their way was pruned: then it equals
             ``-ctc_loss`` of ``tokens``).
@@ -39,6 +40,9 @@ class CTCHypothesis:
         words: the words with their frames and times; None without a vocabulary.
         hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
             occurrences (0.0 without hotwords; docs/speech.md).
+        lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
+            LM) or of its labels and the LM's ``eos`` if given (a token LM); 0.0 without an LM.
+        word_score: ``beta`` x its number of words (0.0 without an LM).
     """
 
     tokens: list[int]
@@ -48,3 +52,5 @@ class CTCHypothesis:
     text: str | None = None
     words: list[Word] | None = None
     hotword_bonus: float = 0.0
+    lm_score: float = 0.0
+    word_score: float = 0.0

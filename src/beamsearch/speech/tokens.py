@@ -13,8 +13,9 @@ alignments whose every start is allowed:
 Independently of these, each frame's candidates are cut to the ``2 * beam_size`` most probable
 allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
 in the beam and one to its own last label, and every other label scores below the ``beam_size``
-left (up to ties between equal scores); with hotwords there is no such cut (a bonus can lift a
-less probable label). A label whose extension of the utterance's most probable prefix would
+left (up to ties between equal scores); with hotwords or a token LM there is no such cut (a bonus
+or an LM term can lift a less probable label); with a word LM the cut is made apart for the
+labels that end a word and for the others (within each, a slot's LM term is one value). A label whose extension of the utterance's most probable prefix would
 score below a lower bound of the utterance's ``beam_size``-th best candidate
 (:func:`beamsearch.speech.ranking.lower_bound`) is left out too: no extension by it can be kept.
 """
@@ -65,7 +66,23 @@ def most_probable(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, np.take_along_axis(masked, best, 1)
 
 
-def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray, split: np.ndarray | None = None,
+               end_floor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_candidates`, or with ``split`` (bool ``[V]``: the labels that end a word, whose
+    LM term differs from the others') the ``2 * beam_size`` best of each side, merged most probable
+    first (ties to the lower id): within a side a slot's term is one value, so the cut is lossless.
+    ``end_floor`` (float64 ``[n]``; None: ``floor``) is the floor of the labels in ``split``."""
+    if split is None:
+        return top_candidates(masked, beam_size, floor)
+    a_tok, a_lp = top_candidates(np.where(split, NEG_INF, masked), beam_size, floor)
+    b_tok, b_lp = top_candidates(np.where(split, masked, NEG_INF), beam_size, floor if end_floor is None else end_floor)
+    tok, val = np.concatenate([a_tok, b_tok], 1), np.concatenate([a_lp, b_lp], 1)
+    order = np.lexsort((tok, -val), axis=1)
+    width = int((val > NEG_INF).sum(1).max(initial=0))
+    return np.take_along_axis(tok, order, 1)[:, :width], np.take_along_axis(val, order, 1)[:, :width]
+
+
+def top_candidates(masked: np.ndarray, beam_size: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels each utterance's hypotheses are extended by at this frame: ``(tok, tok_lp)``,
     int64 and float64 ``[n, M]``, most probable first (ties to the lower id), -inf log-prob for
     padding. ``masked`` is :func:`startable`'s; ``M`` is at most ``2 * beam_size``; a label below
