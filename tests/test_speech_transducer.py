@@ -211,3 +211,16 @@ def test_joint_of_wrong_shape():
     with pytest.raises(ValueError, match="joint must return logits"):
         transducer_greedy(model.enc, predictor=model.predictor, joint=lambda e, p: model.joint(e, p)[:, :1], blank=1,
                           state=model.state0())
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2]])
+@pytest.mark.parametrize("method", ["modified", "alsd"])
+def test_token_cut_is_lossless(durations, method):
+    """Without hotwords each row's candidates come from its 2 x beam + 1 best tokens; with a
+    hotword of weight 0 (no cut, no bonus) the results are the same."""
+    model = TinyTransducer.make(8, n=8, frames=6, vocab=12, dim=6, durations=durations, scale=0.3)
+    cut = decode(model, method, beam=3, n_best=3, m=2)
+    full = decode(model, method, beam=3, n_best=3, m=2, hotwords=[[1]], hotword_weight=0.0)
+    for a, b in zip(cut, full):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], atol=1e-12)

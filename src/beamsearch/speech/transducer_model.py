@@ -83,15 +83,17 @@ def carry(net: Network, carried: Any, src: np.ndarray, label: np.ndarray, key: n
     return select_state(concat_state([carried, new]), rows)
 
 
-def grid_scores(score: np.ndarray, tok: np.ndarray, dur: np.ndarray | None, blank: int, durations: np.ndarray | None,
-                stay_ok: np.ndarray) -> np.ndarray:
-    """float64 ``[R, V * Dn]`` candidate scores (Dn = 1 for RNN-T): ``score + log p(token) +
-    log p(duration)``; a blank of duration 0 is -inf (its probability is lost, as in the TDT
-    loss), and so is a label of duration 0 where ``stay_ok`` (bool ``[R]``) is False."""
+def grid_scores(score: np.ndarray, tok: np.ndarray, dur: np.ndarray | None, is_blank: np.ndarray,
+                durations: np.ndarray | None, stay_ok: np.ndarray) -> np.ndarray:
+    """float64 ``[R, K * Dn]`` candidate scores (Dn = 1 for RNN-T) of rows' K tokens (log-probs
+    ``tok`` ``[R, K]``, ``is_blank`` bool ``[R or 1, K]``): ``score + log p(token) + log
+    p(duration)``; a blank of duration 0 is -inf (its probability is lost, as in the TDT loss),
+    and so is a label of duration 0 where ``stay_ok`` (bool ``[R]``) is False."""
     if dur is None:
         return score[:, None] + tok
     out = score[:, None, None] + tok[:, :, None] + dur[:, None, :]
-    zero = durations == 0
-    out[:, blank, zero] = NEG_INF
-    out[:, :, zero] = np.where(stay_ok[:, None, None], out[:, :, zero], NEG_INF)
+    zero = np.flatnonzero(durations == 0)
+    if zero.size:
+        banned = is_blank | ~stay_ok[:, None]  # --> [R, K]
+        out[:, :, zero[0]] = np.where(banned, NEG_INF, out[:, :, zero[0]])
     return out.reshape(out.shape[0], -1)

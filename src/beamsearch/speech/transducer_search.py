@@ -67,11 +67,30 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
             score = score + np.take_along_axis(dur, pick[1][:, None], 1)[:, 0]
         cu, cs, ctok, cdi = u, s, pick[0], pick[1]
     else:
-        grid = grid_scores(beams.score[u, s], tok, dur, net.blank, net.durations, stay_ok)
+        ids = token_cut(tok, plan)  # --> [R, V'] the token ids each row's candidates may use
+        sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
+        is_blank = (np.arange(tok.shape[1]) == net.blank)[None, :] if ids is None else ids == net.blank
+        grid = grid_scores(beams.score[u, s], sub, dur, is_blank, net.durations, stay_ok)
         cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan)
         nd = 1 if dur is None else dur.shape[1]
         ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
+        if ids is not None:
+            at = np.zeros(n * b, dtype=np.int64)
+            at[rows] = np.arange(rows.size)
+            ctok = ids[at[cu * b + cs], ctok]
     return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score))
+
+
+def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
+    """int64 ``[R, 2 * width + 1]``: each row's most probable tokens, or None (no cut: fewer
+    tokens than that, or hotwords, whose bonus can lift any label). Lossless: a candidate (k, d)
+    with ``2 * width + 1`` more probable tokens has at least ``2 * width`` better candidates of
+    the same duration in its row (only the blank's duration 0 is ruled out among them), so it is
+    never among the ``2 * width`` an utterance keeps."""
+    k = 2 * plan.width + 1
+    if plan.hotwords is not None or k >= tok.shape[1]:
+        return None
+    return np.argpartition(-tok, k - 1, axis=1)[:, :k]
 
 
 def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
