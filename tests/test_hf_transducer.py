@@ -1,4 +1,4 @@
-"""transformers' ParakeetForRNNT / ParakeetForTDT (small random weights) through
+"""transformers' ParakeetForRNNT / ParakeetForTDT / Nemotron3_5AsrForRNNT (small random weights) through
 ``beamsearch.hf.transducer``: greedy equals ``model.generate`` token for token and frame for
 frame; beam search runs through the wrapped functions and its scores are the model's."""
 
@@ -20,12 +20,19 @@ ENCODER = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, inter
                activation_dropout=0.0, attention_dropout=0.0)
 
 
+CLASSES = {"rnnt": ("ParakeetForRNNT", "ParakeetRNNTConfig", {}), "tdt": ("ParakeetForTDT", "ParakeetTDTConfig", {}),
+           "nemotron": ("Nemotron3_5AsrForRNNT", "Nemotron3_5AsrConfig",
+                        dict(num_prompts=4, prompt_intermediate_size=16, default_prompt_id=1))}
+
+
 def make(kind: str, seed: int):
     torch.manual_seed(seed)
-    cls, cfg = ((transformers.ParakeetForRNNT, transformers.ParakeetRNNTConfig) if kind == "rnnt"
-                else (transformers.ParakeetForTDT, transformers.ParakeetTDTConfig))
+    name, cfg_name, extra = CLASSES[kind]
+    if not hasattr(transformers, name):
+        pytest.skip(f"this transformers has no {name}")
+    cls, cfg = getattr(transformers, name), getattr(transformers, cfg_name)
     model = cls(cfg(encoder_config=ENCODER, vocab_size=VOCAB, blank_token_id=BLANK, pad_token_id=BLANK,
-                    decoder_hidden_size=24, num_decoder_layers=2, max_symbols_per_step=M)).eval()
+                    decoder_hidden_size=24, num_decoder_layers=2, max_symbols_per_step=M, **extra)).eval()
     with torch.no_grad():
         model.joint.head.weight.mul_(4)  # peaky enough to emit labels
         if kind == "tdt":
@@ -58,7 +65,7 @@ def generated(model, x, mask):
     return rows
 
 
-@pytest.mark.parametrize("kind", ["rnnt", "tdt"])
+@pytest.mark.parametrize("kind", ["rnnt", "tdt", "nemotron"])
 def test_greedy_equals_generate(kind):
     compared = 0
     for seed in range(3):

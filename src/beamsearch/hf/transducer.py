@@ -1,4 +1,5 @@
-"""transformers' Parakeet transducers (``ParakeetForRNNT``, ``ParakeetForTDT``) as the functions of
+"""transformers' Parakeet transducers (``ParakeetForRNNT``, ``ParakeetForTDT``; ``Nemotron3_5AsrForRNNT``
+has the same decoder and joint) as the functions of
 :mod:`beamsearch.speech.transducer` (docs/transducer.md).
 
 The encoder's projected frames (``get_audio_features(...).pooler_output``, ``[N, T, H]``) are the
@@ -46,13 +47,16 @@ def is_transducer(model: Any) -> bool:
 
 
 @torch.no_grad()
-def transducer_functions(model: Any, input_features: Any, attention_mask: Any = None) -> TransducerFunctions:
-    """Wrap a Parakeet RNN-T or TDT model and encode ``input_features`` ``[N, frames, mels]``."""
+def transducer_functions(model: Any, input_features: Any, attention_mask: Any = None,
+                         **audio_kwargs: Any) -> TransducerFunctions:
+    """Wrap a Parakeet RNN-T or TDT model (or ``Nemotron3_5AsrForRNNT``, whose decoder and joint
+    have the same shape) and encode ``input_features`` ``[N, frames, mels]``; ``audio_kwargs``
+    go to the model's ``get_audio_features`` (e.g. Nemotron's ``prompt_ids``)."""
     if not is_transducer(model):
         raise TypeError(f"model must be a transformers transducer such as ParakeetForRNNT or ParakeetForTDT; "
                         f"got {type(model).__name__}")
     out = model.get_audio_features(input_features=input_features, attention_mask=attention_mask,
-                                   output_attention_mask=True)
+                                   output_attention_mask=True, **audio_kwargs)
     enc = out.pooler_output
     n, frames = int(enc.shape[0]), int(enc.shape[1])
     mask = getattr(out, "attention_mask", None)
@@ -79,13 +83,15 @@ def transducer_functions(model: Any, input_features: Any, attention_mask: Any = 
 
 def transducer_generate(model: Any, input_features: Any, attention_mask: Any = None, *, num_beams: int = 1,
                         num_return_sequences: int = 1, method: str = "modified",
-                        max_symbols_per_frame: int | None = None, **options: Any) -> list[list[TransducerHypothesis]]:
+                        max_symbols_per_frame: int | None = None, audio_kwargs: dict | None = None,
+                        **options: Any) -> list[list[TransducerHypothesis]]:
     """Decode with a transformers transducer: greedy with ``num_beams=1`` (the model's own rule:
     at most ``config.max_symbols_per_step`` labels per frame), else
     :func:`~beamsearch.speech.transducer_beam_search` with ``beam_size=num_beams`` and
     ``n_best=num_return_sequences``; ``options`` are that function's other keywords
-    (``vocabulary``, ``frame_duration``, ``hotwords``, ...). Per utterance, a list of hypotheses."""
-    fns = transducer_functions(model, input_features, attention_mask)
+    (``vocabulary``, ``frame_duration``, ``hotwords``, ...); ``audio_kwargs`` go to the model's
+    ``get_audio_features``. Per utterance, a list of hypotheses."""
+    fns = transducer_functions(model, input_features, attention_mask, **(audio_kwargs or {}))
     if num_beams == 1 and num_return_sequences == 1 and not options.get("hotwords"):
         m = max_symbols_per_frame if max_symbols_per_frame is not None else int(model.config.max_symbols_per_step)
         keep = {k: v for k, v in options.items() if k in ("vocabulary", "frame_duration")}
