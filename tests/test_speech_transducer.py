@@ -224,3 +224,11 @@ def test_token_cut_is_lossless(durations, method):
     for a, b in zip(cut, full):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         np.testing.assert_allclose([h.score for h in a], [h.score for h in b], atol=1e-12)
+
+
+def test_vocabulary_of_wrong_size():
+    model = TinyTransducer.make(0, n=1, frames=2)
+    for fn, extra in ((transducer_greedy, {}), (transducer_beam_search, {"beam_size": 2})):
+        with pytest.raises(ValueError, match=r"vocabulary must have one token per label \(V=3\); got 2"):
+            fn(model.enc, predictor=model.predictor, joint=model.joint, blank=0, state=model.state0(),
+               vocabulary=["_", "a"], **extra)

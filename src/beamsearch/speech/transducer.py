@@ -72,6 +72,8 @@ def transducer_greedy(encoder_out: Any, lengths: Any = None, *, predictor: Calla
     """
     net, lens, opts = prepare(encoder_out, lengths, predictor, joint, blank, durations, vocabulary, frame_duration)
     m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
+    if opts[0] is not None:
+        vocabulary_size(net, state, opts[0])
     pool, aligns = search(net, lens, state, Plan(1, 1, m, "greedy", None))
     return [hyps[0] for hyps in results(pool, aligns, opts, None)]
 
@@ -124,21 +126,24 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
     if max_symbols_per_frame is not None:
         m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
     hw = None
-    if hotwords is not None:
-        vocab = len(opts[0]) if opts[0] is not None else label_count(net, state)
+    if hotwords is not None or opts[0] is not None:
+        vocab = vocabulary_size(net, state, opts[0])
         hw = hotwords_of(hotwords, hotword_weight, lens.size, vocab, net.blank, opts[0])
     schedule = "frame" if method == "modified" else "alignment"
     pool, aligns = search(net, lens, state, Plan(beam, beam, m, schedule, hw))
     return [hyps[:best] for hyps in results(pool, aligns, opts, hw)]
 
 
-def label_count(net: Network, state: Any) -> int:
+def vocabulary_size(net: Network, state: Any, voc: Any) -> int:
     """V, the joint's number of token logits, from one predictor and joint call on the first
-    utterance (hotwords are compiled over V labels)."""
+    utterance (hotwords are compiled over V labels); a vocabulary of another size is a
+    ValueError. Without frames: the vocabulary's size, else ``blank + 1``."""
     if net.enc.shape[0] == 0:
-        return net.blank + 1
+        return len(voc) if voc is not None else net.blank + 1
     carried = start(net, select_state(state, [0]), 1)
     tok, _ = net.log_probs(np.zeros(1, np.int64), np.zeros(1, np.int64), carried[0])
+    if voc is not None and len(voc) != tok.shape[1]:
+        raise ValueError(f"vocabulary must have one token per label (V={tok.shape[1]}); got {len(voc)} tokens")
     return int(tok.shape[1])
 
 
