@@ -3,7 +3,8 @@
 ``ctc_beam_search(emissions [N, T, V], lengths [N], *, blank, beam_size, ...)`` returns, per
 utterance, the best label sequences with their text, scores and timestamps (docs/speech.md).
 This package uses only :mod:`beamsearch.core` and :mod:`beamsearch.backends`; numpy alone is
-enough, torch emissions are taken as they are.
+enough, torch emissions are taken as they are. ``transducer_greedy`` and ``transducer_beam_search``
+decode RNN-T and TDT models given as functions (docs/transducer.md).
 """
 
 from beamsearch.speech.ctc import ctc_beam_search
@@ -11,6 +12,8 @@ from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.tokenlm import TokenLM
+from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_search, transducer_greedy
 from beamsearch.speech.vocabulary import Vocabulary
 
-__all__ = ["CTCHypothesis", "KenLMModel", "NgramLM", "TokenLM", "Vocabulary", "Word", "ctc_beam_search"]
+__all__ = ["CTCHypothesis", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary", "Word",
+           "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]

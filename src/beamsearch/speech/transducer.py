@@ -1,0 +1,197 @@
+"""Transducer (RNN-T and TDT) decoding over any prediction and joint network (docs/transducer.md).
+
+``transducer_greedy`` and ``transducer_beam_search`` take per-frame encoder outputs ``[N, T, D]``
+with lengths, a ``predictor(state, y_prev) -> (pred_out, new_state)`` and a
+``joint(enc_frames, pred_out) -> logits`` (:mod:`beamsearch.speech.transducer_model`), and
+return per utterance the label sequences with their scores and the frame of every label. Both
+run the same step loop (:mod:`beamsearch.speech.transducer_search`) over every utterance's
+hypotheses at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from beamsearch.core import validate
+from beamsearch.speech.checks import emissions_shape, lengths_of, vocabulary_of
+from beamsearch.speech.hotwords import hotwords_of
+from beamsearch.speech.results import Word
+from beamsearch.speech.transducer_merge import Plan
+from beamsearch.core.state import select_state
+from beamsearch.speech.transducer_model import Network, start
+from beamsearch.speech.transducer_search import search
+
+METHODS = ("modified", "alsd")
+
+
+@dataclass(frozen=True)
+class TransducerHypothesis:
+    """One decoded label sequence of an utterance.
+
+    Fields:
+        tokens: the label ids (Python ints, no blanks).
+        score: what the results are ranked by: ``acoustic_score + hotword_bonus``.
+        acoustic_score: the natural-log probability of ``tokens`` summed over the alignments the
+            search kept and merged (greedy: its one alignment's).
+        token_frames: int64 ``[L]``, the encoder frame each label was emitted at (on the kept
+            alignment of highest probability).
+        token_durations: int64 ``[L]``, each label's duration in frames (TDT); None for RNN-T.
+        text, words: with a vocabulary, the words joined by spaces and the words with their
+            frames (a word ends at its last label's frame) and, with ``frame_duration``, seconds.
+        hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
+            occurrences (0.0 without hotwords; the rule of docs/speech.md).
+    """
+
+    tokens: list[int]
+    score: float
+    acoustic_score: float
+    token_frames: np.ndarray
+    token_durations: np.ndarray | None = None
+    text: str | None = None
+    words: list[Word] | None = None
+    hotword_bonus: float = 0.0
+
+
+def transducer_greedy(encoder_out: Any, lengths: Any = None, *, predictor: Callable, joint: Callable, blank: int,
+                      state: Any = None, durations: Any = None, max_symbols_per_frame: int = 10,
+                      vocabulary: Any = None, frame_duration: float | None = None) -> list[TransducerHypothesis]:
+    """Greedy transducer decoding: one hypothesis per utterance taking the most probable token.
+
+    RNN-T: a blank moves to the next frame; a label stays, except the ``max_symbols_per_frame``-th
+    label at a frame, which moves on without a blank (transformers' and NeMo's greedy rule).
+    TDT (``durations`` given): the most probable token and the most probable duration, chosen
+    separately; the frame advances by the duration; a blank whose best duration is 0, or a
+    label of duration 0 that would be the ``max_symbols_per_frame``-th at its frame, takes the
+    smallest positive duration instead. Decoding ends when the frame reaches the utterance's
+    length (a TDT step may overshoot it).
+
+    Args and returns as :func:`transducer_beam_search` (one hypothesis per utterance).
+    """
+    net, lens, opts = prepare(encoder_out, lengths, predictor, joint, blank, durations, vocabulary, frame_duration)
+    m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
+    if opts[0] is not None:
+        vocabulary_size(net, state, opts[0])
+    pool, aligns = search(net, lens, state, Plan(1, 1, m, "greedy", None))
+    return [hyps[0] for hyps in results(pool, aligns, opts, None)]
+
+
+def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: Callable, joint: Callable,
+                           blank: int, beam_size: int, method: str = "modified", state: Any = None,
+                           durations: Any = None, max_symbols_per_frame: int | None = None, n_best: int = 1,
+                           vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
+                           hotword_weight: float = 10.0) -> list[list[TransducerHypothesis]]:
+    """Transducer beam search, batched over utterances and hypotheses.
+
+    Each step a hypothesis emits one symbol (blank or label; TDT: with a duration). Candidates
+    reaching the same label sequence at the same frame (and count of labels at that frame) are
+    merged by log-add; finished ones are merged by labels. With ``beam_size`` at least the number
+    of candidates, nothing is pruned and each result's ``acoustic_score`` is the exact
+    probability of its labels under the rule of ``max_symbols_per_frame``.
+
+    Args:
+        encoder_out: float ``[N, T, D]`` encoder frames (numpy or torch).
+        lengths: int ``[N]``, frames of each utterance in ``[0, T]``; None: all T.
+        predictor: ``(state, y_prev [K]) -> (pred_out [K, H], new_state)``; first called on the
+            blank (the start symbol) from ``state``.
+        joint: ``(enc_frames [K, D], pred_out [K, H]) -> logits [K, V]`` (RNN-T) or
+            ``[K, V + len(durations)]`` (TDT).
+        blank: the blank's label id.
+        beam_size: hypotheses kept per utterance after each step (and finished ones pooled).
+        method: ``"modified"``: frame-synchronous, only the hypotheses at their utterance's
+            earliest frame are expanded each step (with ``max_symbols_per_frame=1``, icefall's
+            modified beam search); ``"alsd"``: alignment-length synchronous, every hypothesis is
+            expanded each step (Saon et al. 2020).
+        state: the predictor's state for the N utterances (rows first), or None.
+        durations: TDT's duration set, e.g. ``[0, 1, 2, 3, 4]``; None: RNN-T.
+        max_symbols_per_frame: at most this many labels at one frame; None: 1 for
+            ``"modified"``, 10 for ``"alsd"``. RNN-T: the last of them moves to the next frame
+            without a blank; TDT: a label of duration 0 may not be the last of them.
+        n_best: hypotheses returned per utterance (at most ``beam_size``).
+        vocabulary: a :class:`~beamsearch.speech.Vocabulary` or V token strings (text, words).
+        frame_duration: seconds per encoder frame: words then have times in seconds.
+        hotwords, hotword_weight: phrases to favour and the bonus per label position inside a
+            phrase, as for :func:`~beamsearch.speech.ctc_beam_search`.
+
+    Returns:
+        per utterance, up to ``n_best`` :class:`TransducerHypothesis`, best first.
+    """
+    net, lens, opts = prepare(encoder_out, lengths, predictor, joint, blank, durations, vocabulary, frame_duration)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    beam, best = validate.search_sizes(beam_size, n_best)
+    m = 1 if method == "modified" else 10
+    if max_symbols_per_frame is not None:
+        m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
+    hw = None
+    if hotwords is not None or opts[0] is not None:
+        vocab = vocabulary_size(net, state, opts[0])
+        hw = hotwords_of(hotwords, hotword_weight, lens.size, vocab, net.blank, opts[0])
+    schedule = "frame" if method == "modified" else "alignment"
+    pool, aligns = search(net, lens, state, Plan(beam, beam, m, schedule, hw))
+    return [hyps[:best] for hyps in results(pool, aligns, opts, hw)]
+
+
+def vocabulary_size(net: Network, state: Any, voc: Any) -> int:
+    """V, the joint's number of token logits, from one predictor and joint call on the first
+    utterance (hotwords are compiled over V labels); a vocabulary of another size is a
+    ValueError. Without frames: the vocabulary's size, else ``blank + 1``."""
+    if net.enc.shape[0] == 0:
+        return len(voc) if voc is not None else net.blank + 1
+    carried = start(net, select_state(state, [0]), 1)
+    tok, _ = net.log_probs(np.zeros(1, np.int64), np.zeros(1, np.int64), carried[0])
+    if voc is not None and len(voc) != tok.shape[1]:
+        raise ValueError(f"vocabulary must have one token per label (V={tok.shape[1]}); got {len(voc)} tokens")
+    return int(tok.shape[1])
+
+
+def prepare(encoder_out: Any, lengths: Any, predictor: Any, joint: Any, blank: Any, durations: Any,
+            vocabulary: Any, frame_duration: Any) -> tuple[Network, np.ndarray, tuple]:
+    """The checked arguments: the network, the lengths and ``(vocabulary, frame_duration, tdt)``."""
+    enc, (n, frames, dim) = emissions_shape(encoder_out)
+    for name, fn in (("predictor", predictor), ("joint", joint)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be a callable; got {fn!r:.80}")
+    b = validate.integer("blank", blank)
+    if b < 0:
+        raise ValueError(f"blank must be a label id >= 0; got {b}")
+    lens = lengths_of(lengths, n, frames)
+    dur = None
+    if durations is not None:
+        dur = np.asarray([validate.integer(f"durations[{i}]", d) for i, d in enumerate(durations)], dtype=np.int64)
+        if dur.size == 0 or (dur < 0).any() or not (dur > 0).any() or np.unique(dur).size != dur.size:
+            raise ValueError(f"durations must be distinct integers >= 0, at least one > 0; got {list(durations)!r}")
+    voc = vocabulary_of(vocabulary, len(vocabulary)) if vocabulary is not None else None
+    fd = None if frame_duration is None else validate.real("frame_duration", frame_duration, positive=True, finite=True)
+    flat = enc.reshape(n * frames, dim)
+    return Network(flat, frames, predictor, joint, b, dur), lens, (voc, fd, dur is not None)
+
+
+def results(pool: Any, aligns: Any, opts: tuple, hw: Any) -> list[list[TransducerHypothesis]]:
+    """The pool's hypotheses, best first, with their labels, frames and words."""
+    voc, fd, tdt = opts
+    weight = 0.0 if hw is None else hw.weight
+    rank = pool.score + weight * pool.done
+    order = np.argsort(-rank, axis=1, kind="stable")
+    uu, kk = np.nonzero(np.take_along_axis(np.isfinite(pool.score), order, 1))
+    ss = order[uu, kk]
+    paths = aligns.paths(pool.align[uu, ss])
+    out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
+    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
+        words = None if voc is None else words_of(voc, labels, frames, fd)
+        bonus = weight * float(pool.done[u, s])
+        out[u].append(TransducerHypothesis(labels, float(rank[u, s]), float(pool.score[u, s]), frames,
+                                           durs if tdt else None,
+                                           None if words is None else " ".join(w.text for w in words), words, bonus))
+    return out
+
+
+def words_of(voc: Any, labels: list[int], frames: np.ndarray, fd: float | None) -> list[Word]:
+    """The words of one hypothesis: from its first label's frame to its last label's frame."""
+    out = []
+    for text, first, last in voc.words(labels):
+        start, end = int(frames[first]), int(frames[last])
+        out.append(Word(text, start, end, None if fd is None else start * fd, None if fd is None else (end + 1) * fd))
+    return out

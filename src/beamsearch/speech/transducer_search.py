@@ -1,0 +1,175 @@
+"""The transducer search loop (docs/transducer.md): every utterance's hypotheses of a step as
+arrays ``[N, B]``, one joint call per step for all of them, the predictor once per new prefix.
+
+A hypothesis is a label sequence (a :class:`~beamsearch.speech.transducer_trie.Prefixes` id), the
+frame it stands at, how many labels it emitted at that frame, and its acoustic log-probability
+summed over the alignments merged into it. Each step a hypothesis emits one symbol (the blank or a
+label; for TDT with a duration). Candidates reaching the same (labels, frame, labels at the frame)
+are merged by log-add; those at or past the utterance's last frame go to the finished pool,
+merged by labels. The schedules: ``"alignment"`` expands every hypothesis each step (alignment-
+length synchronous), ``"frame"`` only those at their utterance's earliest frame (the others wait),
+``"greedy"`` one hypothesis taking the most probable symbol (and, for TDT, duration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from beamsearch.backends import NEG_INF
+from beamsearch.core.state import select_state
+from beamsearch.speech.transducer_merge import Beams, Cands, Plan, Pool, admit
+from beamsearch.speech.transducer_model import Network, carry, grid_scores, start
+from beamsearch.speech.transducer_trie import Alignments, Prefixes
+
+
+def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan) -> tuple[Pool, Alignments]:
+    """Run the steps until no hypothesis is left unfinished; the finished pool and the alignments."""
+    n, b = lengths.size, plan.width
+    prefixes, aligns = Prefixes(), Alignments()
+    hw = plan.hotwords
+    zeros = np.zeros(n, dtype=np.int64)
+    h0 = (zeros.copy() if hw is None else hw.starts.copy(), zeros.copy(), zeros.copy())
+    first = Cands(np.arange(n), np.arange(n) * b, zeros - 1, np.zeros(n), zeros, zeros, zeros, zeros, h0)
+    pool = Pool(np.full((n, plan.pool), NEG_INF), np.zeros((n, plan.pool), np.int64),
+                np.zeros((n, plan.pool), np.int64), np.zeros((n, plan.pool), np.int64))
+    carried = start(net, state, n)
+    blank_rows = Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
+                       tuple(np.zeros((n, b), np.int64) for _ in range(3)), None)  # type: ignore[arg-type]
+    carried = carry(net, carried, np.repeat(np.arange(n), b), np.full(n * b, -1), np.zeros(n * b, np.int64))
+    beams, pool = admit(net, replace(blank_rows, carried=carried), pool, first, lengths, plan, prefixes)
+    while np.isfinite(beams.score).any():
+        cands = expand(net, beams, lengths, plan, prefixes, aligns)
+        beams, pool = admit(net, beams, pool, cands, lengths, plan, prefixes)
+    return pool, aligns
+
+
+def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes: Prefixes,
+           aligns: Alignments) -> Cands:
+    """One step: the joint on every expanding hypothesis, its candidates chosen (top of the
+    beam, or greedy), and where each goes."""
+    n, b = beams.score.shape
+    valid = np.isfinite(beams.score)
+    grow = valid
+    if plan.schedule == "frame":
+        tmin = np.where(valid, beams.t, np.iinfo(np.int64).max).min(axis=1)
+        grow = valid & (beams.t == tmin[:, None])
+    rows = np.flatnonzero(grow.ravel())
+    u, s = np.divmod(rows, b)
+    tok, dur = net.log_probs(u, beams.t[u, s], select_state(beams.carried[0], rows))
+    stay_ok = beams.j[u, s] + 1 < plan.max_symbols
+    if plan.schedule == "greedy":
+        pick, col = greedy_pick(tok, dur, net, stay_ok), None
+        score = beams.score[u, s] + np.take_along_axis(tok, pick[0][:, None], 1)[:, 0]
+        if dur is not None:
+            score = score + np.take_along_axis(dur, pick[1][:, None], 1)[:, 0]
+        cu, cs, ctok, cdi = u, s, pick[0], pick[1]
+    else:
+        ids = token_cut(tok, plan)  # --> [R, V'] the token ids each row's candidates may use
+        sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
+        is_blank = (np.arange(tok.shape[1]) == net.blank)[None, :] if ids is None else ids == net.blank
+        grid = grid_scores(beams.score[u, s], sub, dur, is_blank, net.durations, stay_ok)
+        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan)
+        nd = 1 if dur is None else dur.shape[1]
+        ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
+        if ids is not None:
+            at = np.zeros(n * b, dtype=np.int64)
+            at[rows] = np.arange(rows.size)
+            ctok = ids[at[cu * b + cs], ctok]
+    return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score))
+
+
+def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
+    """int64 ``[R, 2 * width + 1]``: each row's most probable tokens, or None (no cut: fewer
+    tokens than that, or hotwords, whose bonus can lift any label). Lossless: a candidate (k, d)
+    with ``2 * width + 1`` more probable tokens has at least ``2 * width`` better candidates of
+    the same duration in its row (only the blank's duration 0 is ruled out among them), so it is
+    never among the ``2 * width`` an utterance keeps."""
+    k = 2 * plan.width + 1
+    if plan.hotwords is not None or k >= tok.shape[1]:
+        return None
+    return np.argpartition(-tok, k - 1, axis=1)[:, :k]
+
+
+def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The most probable token (lower id on ties) and, for TDT, the most probable duration,
+    separately; a blank, or a label that may not stay at its frame, whose best duration is 0
+    takes the smallest positive duration instead (the decoders' rule)."""
+    best = np.argmax(tok, axis=1)
+    if dur is None:
+        return best, np.zeros_like(best)
+    d = np.argmax(dur, axis=1)
+    durations = net.durations
+    assert durations is not None
+    positive = np.where(durations > 0, durations, np.iinfo(np.int64).max)
+    fallback = int(np.argmin(positive))
+    forced = (durations[d] == 0) & ((best == net.blank) | ~stay_ok)
+    return best, np.where(forced, fallback, d)
+
+
+def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray,
+                   plan: Plan) -> tuple[np.ndarray, ...]:
+    """Each utterance's best ``2 * width`` candidates (every finite one when fewer) by score plus
+    hotword bonus: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
+    n, b = beams.score.shape
+    w = grid.shape[1]
+    acoustic = np.full((n * b, w + 1), NEG_INF)
+    acoustic[rows, :w] = grid
+    wait = (np.isfinite(beams.score) & ~grow).ravel()
+    acoustic[wait, w] = beams.score.ravel()[wait]
+    rank = acoustic + bonus_grid(beams, plan, w)
+    flat = rank.reshape(n, b * (w + 1))
+    k = min(2 * plan.width, flat.shape[1])
+    part = np.argpartition(-flat, k - 1, axis=1)[:, :k] if k < flat.shape[1] else np.broadcast_to(
+        np.arange(flat.shape[1]), (n, flat.shape[1]))
+    uu, kk = np.nonzero(np.isfinite(np.take_along_axis(flat, part, 1)))
+    pos = part[uu, kk]
+    s, col = np.divmod(pos, w + 1)
+    score = acoustic.reshape(n, -1)[uu, pos]
+    return uu, s, np.where(col == w, -1, col), score
+
+
+def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
+    """float64 ``[N * B, w + 1]``: the hotword bonus of every candidate while decoding (0.0
+    without hotwords); the last column is a waiting hypothesis's own."""
+    hw = plan.hotwords
+    if hw is None:
+        return 0.0
+    node, mask, done = (h.reshape(-1, 1) for h in beams.hot)
+    labels = np.arange(hw.vocab)[None, :]
+    per_label = hw.weight * hw.count(*hw.step(node, mask, done, labels))  # --> [N * B, V]
+    own = hw.weight * hw.count(node, mask, done)  # --> [N * B, 1]
+    per_col = np.repeat(per_label, w // hw.vocab, axis=1)  # grid column = label * Dn + duration
+    return np.concatenate([per_col, own], axis=1)
+
+
+def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Alignments,
+          picked: tuple[np.ndarray, ...]) -> Cands:
+    """Where each chosen candidate goes: its frame, labels at the frame, label sequence,
+    alignment node and hotword state."""
+    u, s, tok, di, col, score = picked
+    b = beams.score.shape[1]
+    t0, j0 = beams.t[u, s], beams.j[u, s]
+    waiting = np.zeros(u.size, dtype=bool) if col is None else col < 0
+    is_label = ~waiting & (tok != net.blank)
+    step = np.ones_like(t0) if net.durations is None else net.durations[di]
+    if net.durations is None:
+        forced = j0 + 1 >= plan.max_symbols
+        t = np.where(is_label & ~forced, t0, t0 + 1)
+        j = np.where(is_label & ~forced, j0 + 1, 0)
+    else:
+        t = t0 + step
+        j = np.where(is_label & (step == 0), j0 + 1, 0)
+    t, j = np.where(waiting, t0, t), np.where(waiting, j0, j)
+    node, align = beams.node[u, s].copy(), beams.align[u, s].copy()
+    hot = tuple(h[u, s].copy() for h in beams.hot)
+    lab = np.flatnonzero(is_label)
+    if lab.size:
+        node[lab] = prefixes.child(node[lab], tok[lab])
+        align[lab] = aligns.grow(align[lab], tok[lab], t0[lab], step[lab])
+        if plan.hotwords is not None:
+            for h, v in zip(hot, plan.hotwords.step(*(h[lab] for h in hot), tok[lab])):
+                h[lab] = v
+    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot)  # type: ignore[arg-type]
