@@ -5,6 +5,7 @@ the :class:`Plan` a search mode makes of them, and :func:`run_plan`, the runner 
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -22,7 +23,8 @@ from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, StepRecord, tracer
 from beamsearch.processors import NoRepeatNGram, Temperature, TopK
 
-__all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "mode_options", "options", "pad_id", "run_plan"]
+__all__ = ["SHARED_CONTROLS", "Options", "Plan", "StepCallback", "check_controls", "mode_options", "options",
+           "pad_id", "run_plan"]
 
 StepCallback = Callable[[StepRecord], Any]
 """``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
@@ -40,8 +42,10 @@ def mode_options(mode: str, prompts: Sequence[Sequence[int]], controls: dict[str
     return options(prompts, DecodingConfig(**controls))
 
 
+@dataclass(frozen=True, eq=False)
 class Plan:
-    """One search mode over one batch of prompts, ready to run: everything but the model.
+    """One search mode over one batch of prompts, ready to run: everything but the model. A
+    plan is a value: made once, never changed (a mode that needs other controls makes them before).
 
     A plan is made by a mode's plan function (:func:`beam_plan`, ``constrained_plan``,
     ``diverse_plan``, ``stochastic_plan``), which validates the arguments before any model call,
@@ -59,11 +63,14 @@ class Plan:
         token_logprobs: build :class:`TokenLogprobHypothesis` objects.
     """
 
-    def __init__(self, opts: Options, strategy: Any, rows_per_input: int, *, n_best: int | None,
-                 finished_first: bool = True, pad_token_id: int | None = None, token_logprobs: bool = False) -> None:
-        self.opts, self.strategy, self.rows_per_input = opts, strategy, rows_per_input
-        self.n_best, self.finished_first = n_best, finished_first
-        self.pad_token_id, self.token_logprobs = pad_token_id, token_logprobs
+    opts: Options
+    strategy: Any
+    rows_per_input: int
+    _: KW_ONLY
+    n_best: int | None
+    finished_first: bool = True
+    pad_token_id: int | None = None
+    token_logprobs: bool = False
 
     @property
     def n_inputs(self) -> int:
@@ -117,26 +124,68 @@ def pad_id(pad_token_id: Any) -> int | None:
     return None if pad_token_id is None else check.int64("pad_token_id", pad_token_id)
 
 
+@dataclass(frozen=True, eq=False)
 class Options:
-    """The validated arguments of a batched search (or of ``score_sequences``).
+    """The validated arguments of a batched search (or of ``score_sequences``), never changed
+    after they are made.
 
     Attributes:
         prompts: the prompts the search starts from (an empty one is ``[bos]``).
         controls: the engine's :class:`~beamsearch.controls.Controls`.
-        length_penalty: the :class:`~beamsearch.core.penalties.LengthPenalty`; ``penalty`` (its
-            function) and ``alpha`` (its strength) are its parts, as the scoring functions take them.
+        scoring: the length penalty as one value (a
+            :class:`~beamsearch.core.penalties.LengthPenalty`: its kind and strength); ``penalty``
+            (its function) and ``alpha`` (its strength) are its parts, as the scoring functions take
+            them. (``length_penalty``, in the library, names only the kind.)
     """
 
-    def __init__(self, prompts: list[list[int]], controls: Controls, length_penalty: LengthPenalty) -> None:
-        self.prompts, self.controls, self.length_penalty = prompts, controls, length_penalty
+    prompts: list[list[int]]
+    controls: Controls
+    scoring: LengthPenalty
 
     @property
     def penalty(self) -> PenaltyFn:
-        return self.length_penalty.function
+        return self.scoring.function
 
     @property
     def alpha(self) -> float:
-        return self.length_penalty.alpha
+        return self.scoring.alpha
+
+
+def check_controls(config: DecodingConfig) -> None:
+    """Check the shared controls of ``config`` that no prompt changes (SPEC sections 7 and 10): the
+    eos and bos ids, the processors' settings, the length penalty (its strength at one step),
+    ``min_new_tokens`` and the stop sequences, each error naming its keyword. A configuration is
+    checked once, where it is built (:meth:`beamsearch.core.mode.Mode.configure`); the prompts,
+    ``max_steps`` per input and the prefix are checked with each batch (:func:`options`)."""
+    eos, bos, penalty, *_ = _checked(config)
+    steps = config.max_steps
+    if isinstance(steps, (str, bytes)) or not hasattr(steps, "__len__"):  # one limit for every input
+        check.max_steps(steps, 0)
+    check.penalty_strength("alpha", config.alpha, penalty, 1)
+
+
+def _checked(c: DecodingConfig) -> tuple[Any, ...]:
+    """The prompt-free part of :func:`options`: ``(eos, bos, penalty kind, built-in processors
+    before the user's, the user's processors, min_new_tokens, stop sequences)``."""
+    eos = check.eos_ids("eos_token_id", c.eos_token_id)
+    ngram = check.at_least("no_repeat_ngram_size", c.no_repeat_ngram_size, 0)
+    temperature = check.temperature("temperature", c.temperature)
+    top_k = None if c.top_k is None else check.at_least("top_k", c.top_k, 1)
+    bos = None if c.bos_token_id is None else check.token("bos_token_id", c.bos_token_id)
+    penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
+    user = check.processors(c.logits_processors)
+    for processor in user:  # a processor built for eos ids (a Grammar) checks they are the search's
+        getattr(processor.processor, "check_search_eos", lambda eos, name: None)(eos, processor.name)
+    m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
+    stops = check.stop_sequences(c.stop_sequences, eos)
+    processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
+    if temperature != 1.0:
+        processors.append(Temperature(temperature))
+    if top_k is not None:
+        processors.append(TopK(top_k))
+    if ngram > 0:
+        processors.append(NoRepeatNGram(ngram))
+    return eos, bos, penalty, processors, user, m, stops
 
 
 def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = None) -> Options:
@@ -150,32 +199,14 @@ def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = No
             lengths, int64 ``[N]``.
     """
     c = config
-    eos_token_id, bos_token_id = c.eos_token_id, c.bos_token_id
-    eos = check.eos_ids("eos_token_id", eos_token_id)
-    ngram = check.at_least("no_repeat_ngram_size", c.no_repeat_ngram_size, 0)
-    temperature = check.temperature("temperature", c.temperature)
-    top_k = None if c.top_k is None else check.at_least("top_k", c.top_k, 1)
-    bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
-    penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
-    user = check.processors(c.logits_processors)
-    for processor in user:  # a processor built for eos ids (a Grammar) checks they are the search's
-        getattr(processor.processor, "check_search_eos", lambda eos, name: None)(eos, processor.name)
-    m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
-    stops = check.stop_sequences(c.stop_sequences, eos)
+    eos, bos, penalty, processors, user, m, stops = _checked(c)
     given = check.prompts(prompts)
     ids = check.with_bos(given, bos)
     steps = limits if limits is not None else check.max_steps(c.max_steps, len(ids))
     alpha = check.penalty_strength("alpha", c.alpha, penalty, int(steps.max(initial=1)))
     forced = check.prefix(c.prefix, len(ids), eos, steps)
-    processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
-    if temperature != 1.0:
-        processors.append(Temperature(temperature))
-    if top_k is not None:
-        processors.append(TopK(top_k))
-    if ngram > 0:
-        processors.append(NoRepeatNGram(ngram))
     processors.extend(user)
-    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id))]
+    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(c.eos_token_id))]
     if bos is not None:
         checks.append(("bos_token_id", bos))
     checks += [("prompts", given), ("stop_sequences", stops)]  # the prompts as given: an empty one holds no id
