@@ -146,3 +146,24 @@ def test_grammar_kinds_are_spelled_once():
     assert hf_grammar.OUTPUT_CONSTRAINTS == tuple(corpus_grammar.GRAMMAR_OPTIONS)
     taken = hf_grammar.output_constraints({"regex": "[0-9]+"}, object())
     assert taken == GrammarOptions(regex="[0-9]+")
+
+
+def test_a_mode_decoded_in_fixed_batches_runs_no_batch_over_no_line(monkeypatch):
+    import dataclasses
+
+    from beamsearch.modes import registry
+
+    spec, calls = registry.MODES["exact"], []
+
+    def batch(step_fn, init_state, prompts, max_rows, **keywords):
+        calls.append(len(prompts))
+        return spec.batch(step_fn, init_state, prompts, max_rows, **keywords)
+
+    monkeypatch.setitem(registry.MODES, "exact", dataclasses.replace(spec, batch=batch))
+    lines = [Line(i, t) for i, t in enumerate(TEXTS[:2])]
+    records = list(decode_records(corpus.toy_model(), lines, mode="exact", node_budget=200))
+    assert sorted(r["index"] for r in records) == [0, 1]
+    assert calls == [2]  # one batch of both lines; no batch of none first to check the keywords
+    with pytest.raises(ValueError, match="^node_budget must be >= 1; got 0$"):
+        next(decode_records(corpus.toy_model(), lines, mode="exact", node_budget=0))
+    assert calls == [2]

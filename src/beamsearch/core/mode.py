@@ -140,6 +140,13 @@ class Mode:
         check_controls(controls)
         return SearchConfig(self.name, controls, self.options(**own), frozenset(keywords))
 
+    def default(self, name: str) -> Any:
+        """The default of a shared control, size or own option ``name`` in this mode: its entry in
+        ``defaults`` (greedy's ``alpha``), else the field's. The one place a mode's default is read."""
+        if name in self.defaults:
+            return self.defaults[name]
+        return {**controls_of(DecodingConfig), **self.own}[name][0]
+
     def option_defaults(self) -> dict[str, Any]:
         """The mode's own options at their defaults."""
         return {f.name: f.default for f in dataclasses.fields(self.options)}

@@ -167,9 +167,9 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
 
     spec = registry.mode(search.get("mode", "beam"))
     options: dict[str, Any] = {"mode": spec.name, "max_tokens": search.get("max_tokens")}
-    for name, (default, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+    for name, (_, c) in {**controls_of(DecodingConfig), **spec.own}.items():
         if name in search or (c.cli and spec.takes(name)):
-            options[name] = search.get(name, spec.defaults.get(name, default))
+            options[name] = search.get(name, spec.default(name))
     options.update({name: search[name] for name in GRAMMAR_OPTIONS if search.get(name) is not None})
     if isinstance(options.get("catalogue"), str):  # the file's content too, not only its path
         options["catalogue_crc32"] = catalogue_crc(options["catalogue"])

@@ -132,7 +132,7 @@ def corpus_search(model: CorpusModel, *, mode: str = "beam", max_rows: int = 320
         if max_tokens is not None:
             raise ValueError(f"max_tokens does not apply to mode {spec.name!r} (it decodes in fixed batches of "
                              f"max_rows rows per call); got max_tokens={max_tokens!r}")
-        spec.batch(model.step, None, [], max_rows, **search)  # checks the keywords; no model call
+        spec.configure(search)  # checks the keywords; no model call
         if max_rows < rows:
             raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
         min_join = max(1, max_rows // rows)
