@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from beamsearch.core import validate as check
-from beamsearch.corpus import HF_MAX_STEPS, Line, decode_records, load_model
+from beamsearch.corpus import HF_MAX_STEPS, Line, corpus_search, decode_records, load_model
 from beamsearch.corpus.output import create_temporary
 from beamsearch.corpus.sidefile import encode
 from beamsearch.extras import install_hint
@@ -88,7 +88,7 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     steps = search.get("max_steps")
     options = {"calendar": calendar, "threads": threads,
                "hf_max_steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else HF_MAX_STEPS}
-    next(decode_records(load_model(model, **options), [], **search), None)  # checks the model and search
+    corpus_search(load_model(model, **options), **search)  # the model and search checked, before Ray starts
     lines = list(lines)
     order = {line.index: position for position, line in enumerate(lines)}
     if len(order) != len(lines):

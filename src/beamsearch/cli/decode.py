@@ -93,8 +93,8 @@ def _decode(args: argparse.Namespace) -> int:
     if isinstance(steps, int) and not 1 <= steps <= model.max_steps:
         raise CliError(f"beamsearch: error: --max-steps must be in [1, {model.max_steps}] (the model's limit); "
                        f"got {steps}", 2)
-    try:  # the options, checked before any input is read or model call made
-        next(corpus.decode_records(model, [], **search), None)
+    try:  # the search, built and checked once, before any input is read or model call made
+        run = corpus.corpus_search(model, **search)
     except (ValueError, TypeError) as e:
         raise CliError(f"beamsearch: error: {flag_names(str(e))}", 2) from None
     page = _decode_trace(model, args, search) if args.trace is not None else None  # before decoding
@@ -109,7 +109,7 @@ def _decode(args: argparse.Namespace) -> int:
             progress = corpus.Progress(total, sys.stderr)
         lines = corpus.read_lines(source, jsonl=args.jsonl, field=args.field)
         with _notes_on_one_line(corpus.RecordKeyWarning):
-            records, failed = _decode_lines(model, lines, args, progress, search)
+            records, failed = _decode_lines(model, lines, args, progress, search, run)
     if page is not None:
         write_page(args.trace, page)
     if failed:
@@ -144,15 +144,15 @@ def _working_directory_first() -> None:
 
 
 def _decode_lines(model: Any, lines: Any, args: argparse.Namespace, progress: Any,
-                  search: dict[str, Any]) -> tuple[int, int]:
-    """:func:`beamsearch.corpus.decode_corpus` to ``--output``: a refusal (the output's lock held,
-    a side file without --resume, a resume of other options or another input) exits 2, SIGINT
-    130, each with one line."""
+                  search: dict[str, Any], run: Any) -> tuple[int, int]:
+    """:func:`beamsearch.corpus.decode_corpus` to ``--output`` (``run``: the search, built once):
+    a refusal (the output's lock held, a side file without --resume, a resume of other options or
+    another input) exits 2, SIGINT 130, each with one line."""
     from beamsearch import corpus
 
     try:
         return corpus.decode_corpus(model, lines, args.output, resume=args.resume, progress=progress,
-                                    identity=decode_identity(args), **search)
+                                    identity=decode_identity(args), run=run, **search)
     except corpus.OutputError as e:
         raise CliError(f"beamsearch: error: {flag_names(str(e))}", 2) from None
     except corpus.Interrupted as e:

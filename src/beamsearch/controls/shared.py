@@ -6,6 +6,7 @@ n-gram blocking), the caller's, the forced prefix, the stop sequences, and the l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,7 +16,8 @@ from beamsearch.controls.prefix import ForcedPrefix
 from beamsearch.controls.stop_sequences import StopSequences
 from beamsearch.core import validate as check
 from beamsearch.core.config import REQUIRED_CONTROLS, SHARED_CONTROLS, DecodingConfig
-from beamsearch.core.penalties import LENGTH_PENALTIES, LengthPenalty, PenaltyFn
+from beamsearch.core.penalties import LengthPenalty, PenaltyFn
+from beamsearch.core.plan import checked_controls
 from beamsearch.core.protocols import Controls
 from beamsearch.processors import NoRepeatNGram, Temperature, TopK
 
@@ -34,26 +36,31 @@ def mode_options(mode: str, prompts: Sequence[Sequence[int]], controls: dict[str
     return options(prompts, DecodingConfig(**controls))
 
 
+@dataclass(frozen=True, eq=False)
 class Options:
-    """The validated arguments of a batched search (or of ``score_sequences``).
+    """The validated arguments of a batched search (or of ``score_sequences``), never changed
+    after they are made.
 
     Attributes:
         prompts: the prompts the search starts from (an empty one is ``[bos]``).
         controls: the engine's :class:`~beamsearch.controls.Controls`.
-        length_penalty: the :class:`~beamsearch.core.penalties.LengthPenalty`; ``penalty`` (its
-            function) and ``alpha`` (its strength) are its parts, as the scoring functions take them.
+        scoring: the length penalty as one value (a
+            :class:`~beamsearch.core.penalties.LengthPenalty`: its kind and strength); ``penalty``
+            (its function) and ``alpha`` (its strength) are its parts, as the scoring functions take
+            them. (``length_penalty``, in the library, names only the kind.)
     """
 
-    def __init__(self, prompts: list[list[int]], controls: Controls, length_penalty: LengthPenalty) -> None:
-        self.prompts, self.controls, self.length_penalty = prompts, controls, length_penalty
+    prompts: list[list[int]]
+    controls: Controls
+    scoring: LengthPenalty
 
     @property
     def penalty(self) -> PenaltyFn:
-        return self.length_penalty.function
+        return self.scoring.function
 
     @property
     def alpha(self) -> float:
-        return self.length_penalty.alpha
+        return self.scoring.alpha
 
 
 def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = None) -> Options:
@@ -67,32 +74,22 @@ def options(prompts: Any, config: DecodingConfig, limits: np.ndarray | None = No
             lengths, int64 ``[N]``.
     """
     c = config
-    eos_token_id, bos_token_id = c.eos_token_id, c.bos_token_id
-    eos = check.eos_ids("eos_token_id", eos_token_id)
-    ngram = check.at_least("no_repeat_ngram_size", c.no_repeat_ngram_size, 0)
-    temperature = check.temperature("temperature", c.temperature)
-    top_k = None if c.top_k is None else check.at_least("top_k", c.top_k, 1)
-    bos = None if bos_token_id is None else check.token("bos_token_id", bos_token_id)
-    penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
-    user = check.processors(c.logits_processors)
-    for processor in user:  # a processor built for eos ids (a Grammar) checks they are the search's
-        getattr(processor.processor, "check_search_eos", lambda eos, name: None)(eos, processor.name)
-    m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
-    stops = check.stop_sequences(c.stop_sequences, eos)
+    k = checked_controls(c)
+    eos, bos, m, stops, user = k.eos, k.bos, k.min_new_tokens, k.stops, k.user
     given = check.prompts(prompts)
     ids = check.with_bos(given, bos)
     steps = limits if limits is not None else check.max_steps(c.max_steps, len(ids))
-    alpha = check.penalty_strength("alpha", c.alpha, penalty, int(steps.max(initial=1)))
+    alpha = check.penalty_strength("alpha", c.alpha, k.penalty, int(steps.max(initial=1)))
     forced = check.prefix(c.prefix, len(ids), eos, steps)
     processors: list[Any] = [MinNewTokens(eos, m)] if m > 0 else []
-    if temperature != 1.0:
-        processors.append(Temperature(temperature))
-    if top_k is not None:
-        processors.append(TopK(top_k))
-    if ngram > 0:
-        processors.append(NoRepeatNGram(ngram))
+    if k.temperature != 1.0:
+        processors.append(Temperature(k.temperature))
+    if k.top_k is not None:
+        processors.append(TopK(k.top_k))
+    if k.no_repeat_ngram_size > 0:
+        processors.append(NoRepeatNGram(k.no_repeat_ngram_size))
     processors.extend(user)
-    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(eos_token_id))]
+    checks: list[tuple[str, Any]] = [("eos_token_id", check.ids_as_given(c.eos_token_id))]
     if bos is not None:
         checks.append(("bos_token_id", bos))
     checks += [("prompts", given), ("stop_sequences", stops)]  # the prompts as given: an empty one holds no id

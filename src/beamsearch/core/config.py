@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from beamsearch.core.penalties import LengthPenalty
 
-__all__ = ["Control", "DecodingConfig", "SHARED_CONTROLS", "REQUIRED_CONTROLS", "SEARCH_SIZES", "control",
+__all__ = ["Control", "DecodingConfig", "GRAMMAR_KINDS", "GrammarOptions", "SearchConfig", "SHARED_CONTROLS",
+           "REQUIRED_CONTROLS", "SEARCH_SIZES", "control",
            "controls_of", "flag"]
 
 
@@ -139,6 +140,30 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+@dataclass(frozen=True)
+class GrammarOptions:
+    """The constraints on every output of a run, as fields of its configuration: at most one
+    grammar (a :class:`~beamsearch.processors.Grammar` over the model's tokenizer, ending with its
+    eos: ``json_schema``, ``grammar`` or ``regex``), and a catalogue (a
+    :class:`~beamsearch.processors.Catalogue` ending with the model's eos). Corpus decoding and
+    ``beamsearch decode`` take them by name (their help is the flags'; a grammar flag names a
+    file), :func:`beamsearch.hf.generate` as keywords (a schema dict, a catalogue object too)."""
+
+    json_schema: Any = control(
+        None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
+        "docs/grammar.md; a regular file of at most 16 MiB)", metavar="FILE", file=True)
+    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start; a regular "
+                                  "file of at most 16 MiB)", metavar="FILE", file=True)
+    regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
+    catalogue: str | None = control(
+        None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
+        "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
+        "(docs/retrieval.md); a regular file of at most 1 GiB", metavar="FILE")
+
+
+GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
+"""Each grammar option -> the :class:`~beamsearch.processors.Grammar` kind it builds."""
+
 SEARCH_SIZES = ("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id")
 """The fields that size a search and shape its results rather than process its logits: a mode
 takes those that apply to it beside the shared controls (its plan function's own keywords)."""
@@ -149,3 +174,42 @@ SHARED_CONTROLS = tuple(name for name in controls_of(DecodingConfig) if name not
 
 REQUIRED_CONTROLS = tuple(name for name, (_, c) in controls_of(DecodingConfig).items() if c.required)
 """The controls a search cannot run without."""
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """One search's configuration as one value: the mode, its shared controls and sizes (a
+    :class:`DecodingConfig`) and its own options (the mode's options dataclass), built and checked
+    once where a search is asked for (:meth:`beamsearch.core.mode.Mode.configure`) and passed
+    down as it is: refill, corpus decoding, the command line and Ray read it, none rebuilds it.
+
+    Attributes:
+        mode: the registered mode's name.
+        controls: the shared controls and sizes (those not given at their defaults).
+        options: the mode's own options (an instance of its options dataclass).
+        given: the names given (shared or own): :meth:`keywords` passes on these, so a mode's
+            function keeps its own default for what was not given.
+    """
+
+    mode: str
+    controls: DecodingConfig
+    options: Any
+    given: frozenset[str]
+
+    def value(self, name: str) -> Any:
+        """The value of a shared control, size or own option ``name``."""
+        return getattr(self.options if name in {f.name for f in dataclasses.fields(self.options)} else self.controls,
+                       name)
+
+    def keywords(self) -> dict[str, Any]:
+        """The options given, as the mode's plan or batch function takes them."""
+        return {name: self.value(name) for name in sorted(self.given)}
+
+    def replace(self, **changes: Any) -> SearchConfig:
+        """A copy with ``changes`` (shared or own names; each counts as given), such as a cohort's
+        own ``max_steps`` and ``prefix``: values that the plan of each batch checks."""
+        own = {f.name for f in dataclasses.fields(self.options)}
+        return SearchConfig(self.mode, dataclasses.replace(self.controls, **{k: v for k, v in changes.items()
+                                                                              if k not in own}),
+                            dataclasses.replace(self.options, **{k: v for k, v in changes.items() if k in own}),
+                            self.given | frozenset(changes))

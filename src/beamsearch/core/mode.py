@@ -16,7 +16,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from beamsearch.core.config import SEARCH_SIZES, SHARED_CONTROLS, controls_of
+from beamsearch.core import validate as check
+from beamsearch.core.config import (REQUIRED_CONTROLS, SEARCH_SIZES, SHARED_CONTROLS, DecodingConfig, SearchConfig,
+                                    controls_of)
 
 __all__ = ["Mode", "NoOptions"]
 
@@ -56,6 +58,10 @@ class Mode:
             stream (stochastic: its one seed), before any input is read.
         stream_only: the options the stream consumes itself (not passed to each plan).
         defaults: a shared control's default in this mode where it differs (greedy: ``alpha`` 0).
+        check: ``check(keywords) -> None``: the checks of the mode's sizes and own options that no
+            prompt changes (:meth:`configure`; its plan or batch function makes them too), each
+            error naming the keyword; ``keywords`` holds the function's defaults for those not
+            given. Without it, they are checked with each batch only (in a stream: per input).
     """
 
     name: str
@@ -73,6 +79,7 @@ class Mode:
     start: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     stream_only: frozenset[str] = frozenset()
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    check: Callable[[Mapping[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sizes) - set(SEARCH_SIZES))
@@ -100,6 +107,45 @@ class Mode:
         if self.takes("prefix"):
             keys.add("prefix")
         return frozenset(keys)
+
+    def configure(self, keywords: Mapping[str, Any]) -> SearchConfig:
+        """The configuration of this mode for ``keywords`` (its function's keywords but the model,
+        the state, the prompts and the callback/trace ones), checked once, before any prompt: the
+        mode's sizes and own options (``check``), the names (one the mode refuses, or unknown, is
+        a TypeError naming the mode's function and the keyword; ``eos_token_id`` and
+        ``max_steps`` are required) and the shared controls
+        (:func:`beamsearch.core.plan.check_controls`)."""
+        import inspect
+
+        from beamsearch.core.plan import check_controls, pad_id
+
+        keyword_only = [p for p in inspect.signature(self.function).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        missing = [p.name for p in keyword_only
+                   if p.default is p.empty and p.name not in keywords and p.name not in SHARED_CONTROLS
+                   and p.name not in self.per_input]  # a per-input option: given with each batch
+        if missing:  # as Python says it of the function
+            raise TypeError(f"{self.function.__name__}() missing 1 required keyword-only argument: {missing[0]!r}")
+        defaults = {p.name: p.default if p.default is not p.empty else self.per_input.get(p.name)
+                    for p in keyword_only}
+        if self.check is not None:
+            self.check({**defaults, **keywords})
+        if "pad_token_id" in self.sizes:
+            pad_id(keywords.get("pad_token_id"))
+        own = {k: v for k, v in keywords.items() if k in self.own}
+        sizes = {k: v for k, v in keywords.items() if k in self.sizes}
+        shared = {k: v for k, v in keywords.items() if k not in own and k not in sizes}
+        check.keywords(self.function.__name__, shared, SHARED_CONTROLS, REQUIRED_CONTROLS, dict(self.refused))
+        fields = controls_of(DecodingConfig)
+        controls = DecodingConfig(**{**{k: v for k, v in defaults.items() if k in fields}, **shared, **sizes})
+        check_controls(controls)
+        return SearchConfig(self.name, controls, self.options(**own), frozenset(keywords))
+
+    def default(self, name: str) -> Any:
+        """The default of a shared control, size or own option ``name`` in this mode: its entry in
+        ``defaults`` (greedy's ``alpha``), else the field's. The one place a mode's default is read."""
+        if name in self.defaults:
+            return self.defaults[name]
+        return {**controls_of(DecodingConfig), **self.own}[name][0]
 
     def option_defaults(self) -> dict[str, Any]:
         """The mode's own options at their defaults."""

@@ -46,10 +46,11 @@ class LengthPenalty:
     The batched searches take it as two keywords, ``length_penalty`` (the kind) and ``alpha``;
     ``transformers``' float ``length_penalty`` is ``LengthPenalty("power", that float)``
     (:func:`beamsearch.hf.search_settings`). Not validated here: a search checks both at its entry.
+    Its defaults are the configuration's (:class:`~beamsearch.core.config.DecodingConfig`), not its own.
     """
 
-    kind: str = "gnmt"
-    alpha: float = 0.6
+    kind: str
+    alpha: float
 
     KINDS = LENGTH_PENALTIES
     """kind -> its function."""

@@ -5,25 +5,30 @@
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from beamsearch.core import validate as check
-from beamsearch.core.config import SHARED_CONTROLS
+from beamsearch.core.config import SHARED_CONTROLS, DecodingConfig
+from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.engine import Outcome, StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, StepRecord, tracer
 
-__all__ = ["SHARED_CONTROLS", "Plan", "StepCallback", "pad_id", "run_plan"]
+__all__ = ["SHARED_CONTROLS", "CheckedControls", "Plan", "StepCallback", "check_controls", "checked_controls", "pad_id",
+           "run_plan"]
 
 StepCallback = Callable[[StepRecord], Any]
 """``callback(record) -> None | inputs to stop`` (a bool mask ``[N]`` or input ids)."""
 
 
+@dataclass(frozen=True, eq=False)
 class Plan:
-    """One search mode over one batch of prompts, ready to run: everything but the model.
+    """One search mode over one batch of prompts, ready to run: everything but the model. A
+    plan is a value: made once, never changed (a mode that needs other controls makes them before).
 
     A plan is made by a mode's plan function (:func:`beam_plan`, ``constrained_plan``,
     ``diverse_plan``, ``stochastic_plan``), which validates the arguments before any model call,
@@ -41,11 +46,14 @@ class Plan:
         token_logprobs: build :class:`TokenLogprobHypothesis` objects.
     """
 
-    def __init__(self, opts: Any, strategy: Any, rows_per_input: int, *, n_best: int | None,
-                 finished_first: bool = True, pad_token_id: int | None = None, token_logprobs: bool = False) -> None:
-        self.opts, self.strategy, self.rows_per_input = opts, strategy, rows_per_input
-        self.n_best, self.finished_first = n_best, finished_first
-        self.pad_token_id, self.token_logprobs = pad_token_id, token_logprobs
+    opts: Any
+    strategy: Any
+    rows_per_input: int
+    _: KW_ONLY
+    n_best: int | None
+    finished_first: bool = True
+    pad_token_id: int | None = None
+    token_logprobs: bool = False
 
     @property
     def n_inputs(self) -> int:
@@ -97,3 +105,51 @@ def run_plan(step_fn: StepFn, init_state: Any, plan: Plan, *, callback: StepCall
 
 def pad_id(pad_token_id: Any) -> int | None:
     return None if pad_token_id is None else check.int64("pad_token_id", pad_token_id)
+
+
+@dataclass(frozen=True)
+class CheckedControls:
+    """The shared controls of a configuration that no prompt changes, validated
+    (:func:`checked_controls`); :func:`beamsearch.controls.shared.options` builds the engine's
+    controls of them with each batch's prompts."""
+
+    eos: Any
+    bos: int | None
+    penalty: str
+    temperature: float
+    top_k: int | None
+    no_repeat_ngram_size: int
+    user: list[Any]
+    min_new_tokens: int
+    stops: list[Any]
+
+
+def checked_controls(c: DecodingConfig) -> CheckedControls:
+    """Validate the shared controls of ``c`` that no prompt changes (SPEC sections 7 and 10): the
+    eos and bos ids, the processors' settings, the length penalty's kind, ``min_new_tokens`` and
+    the stop sequences, each error naming its keyword."""
+    eos = check.eos_ids("eos_token_id", c.eos_token_id)
+    ngram = check.at_least("no_repeat_ngram_size", c.no_repeat_ngram_size, 0)
+    temperature = check.temperature("temperature", c.temperature)
+    top_k = None if c.top_k is None else check.at_least("top_k", c.top_k, 1)
+    bos = None if c.bos_token_id is None else check.token("bos_token_id", c.bos_token_id)
+    penalty = check.length_penalty(c.length_penalty, LENGTH_PENALTIES)
+    user = check.processors(c.logits_processors)
+    for processor in user:  # a processor built for eos ids (a Grammar) checks they are the search's
+        getattr(processor.processor, "check_search_eos", lambda eos, name: None)(eos, processor.name)
+    m = check.at_least("min_new_tokens", c.min_new_tokens, 0)
+    stops = check.stop_sequences(c.stop_sequences, eos)
+    return CheckedControls(eos, bos, penalty, temperature, top_k, ngram, user, m, stops)
+
+
+def check_controls(config: DecodingConfig) -> None:
+    """Check the shared controls of ``config`` that no prompt changes (:func:`checked_controls`),
+    one ``max_steps`` for every input, and the length penalty's strength at one step. A
+    configuration is checked once, where it is built (:meth:`beamsearch.core.mode.Mode.configure`);
+    the prompts, ``max_steps`` per input and the prefix are checked with each batch
+    (:func:`beamsearch.controls.shared.options`)."""
+    checked = checked_controls(config)
+    steps = config.max_steps
+    if isinstance(steps, (str, bytes)) or not hasattr(steps, "__len__"):  # one limit for every input
+        check.max_steps(steps, 0)
+    check.penalty_strength("alpha", config.alpha, checked.penalty, 1)

@@ -36,12 +36,13 @@ from beamsearch.corpus.load import HF_MAX_STEPS, ZOO_MODELS, ModelSpecError, loa
 from beamsearch.corpus.models import CorpusModel, CorpusModelBase, TokenLabels, toy_model
 from beamsearch.corpus.options import LengthRule, corpus_options, line_max_steps, search_keywords
 from beamsearch.corpus.progress import Progress
-from beamsearch.corpus.records import NO_OUTPUT, RecordKeyWarning, decode_records, trace_line
+from beamsearch.corpus.records import (NO_OUTPUT, CorpusSearch, RecordKeyWarning, corpus_search, decode_records,
+                                      trace_line)
 from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
 from beamsearch.corpus.sidefile import Interrupted, line_name
 
 __all__ = ["HF_MAX_STEPS", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "NO_OUTPUT", "ZOO_MODELS", "CorpusModel",
-           "CorpusModelBase", "Interrupted", "LengthRule", "Line", "ModelSpecError", "OutputError", "Progress",
-           "RecordKeyWarning", "TokenLabels", "check_output", "corpus_options", "decode_corpus", "decode_records",
-           "hf_model", "line_max_steps", "line_name", "load_model", "load_partial", "output_lock", "partial_path",
+           "CorpusModelBase", "CorpusSearch", "Interrupted", "LengthRule", "Line", "ModelSpecError", "OutputError",
+           "Progress", "RecordKeyWarning", "TokenLabels", "check_output", "corpus_options", "corpus_search",
+           "decode_corpus", "decode_records", "hf_model", "line_max_steps", "line_name", "load_model", "load_partial", "output_lock", "partial_path",
            "read_lines", "search_keywords", "sibling", "toy_model", "trace_line"]

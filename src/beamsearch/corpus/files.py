@@ -20,7 +20,7 @@ from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
 from beamsearch.corpus.options import LengthRule, max_steps_of
 from beamsearch.corpus.progress import Progress
-from beamsearch.corpus.records import decode_records
+from beamsearch.corpus.records import CorpusSearch, corpus_search, run_records
 from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
 from beamsearch.corpus.sidefile import (Fingerprint, Interrupted, SideFile, encode, interrupts_held, json_object,
                                         line_name, text_crc)
@@ -48,7 +48,7 @@ def load_partial(path: pathlib.Path) -> dict[int, dict]:
 
 def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.PathLike, *, resume: bool = False,
                   progress: Progress | None = None, identity: dict[str, Any] | None = None,
-                  **search: Any) -> tuple[int, int]:
+                  run: CorpusSearch | None = None, **search: Any) -> tuple[int, int]:
     """Decode ``lines`` into ``output`` (JSON Lines in input order, each index once).
 
     One writer at a time: the run holds an exclusive lock on ``OUTPUT.lock``, and another run on
@@ -73,6 +73,8 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.Pa
         identity: JSON values naming what else the records depend on that ``model`` does not say
             (``beamsearch decode``: the model's spec and files, how the input is read), stored
             with the options. Default: the model's class.
+        run: the search of ``search`` already built and checked (:func:`corpus_search` of
+            ``model`` and ``search``, as ``beamsearch decode`` builds it once); None: built here.
 
     Returns:
         ``(records, errors)``: the lines in the output, and how many of them have ``error``.
@@ -90,17 +92,17 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.Pa
     if output == "-":
         if resume:
             raise ValueError("--resume needs an --output file (records of stdout cannot be read back)")
-        return _to_stdout(model, lines, progress, search)
+        return _to_stdout(model, lines, progress, run or corpus_search(model, **search))
     output = os.fspath(output)
     check_output(output)
-    next(decode_records(model, [], **search), None)  # the keywords, before any file is touched
+    run = run or corpus_search(model, **search)  # the keywords, before any file is touched
     options = _run_options(model, search, identity)
     with output_lock(output):
-        return _decode_file(model, iter(lines), output, resume, progress, options, search)
+        return _decode_file(model, iter(lines), output, resume, progress, options, run)
 
 
 def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume: bool, progress: Progress | None,
-                 options: dict[str, Any], search: dict[str, Any]) -> tuple[int, int]:
+                 options: dict[str, Any], run: CorpusSearch) -> tuple[int, int]:
     """:func:`decode_corpus` to a file, its lock held."""
     path = partial_path(output)
     fingerprint, order = Fingerprint(), array("q")  # order: the line indices in input order
@@ -133,7 +135,7 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
 
     try:
         side.open()
-        for record in decode_records(model, fed(), **search):
+        for record in run_records(model, fed(), run):
             side.add(record, positions.pop(record["index"]), fingerprint)
             if progress is not None:
                 progress.update(record)
@@ -165,9 +167,9 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
 
     spec = registry.mode(search.get("mode", "beam"))
     options: dict[str, Any] = {"mode": spec.name, "max_tokens": search.get("max_tokens")}
-    for name, (default, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+    for name, (_, c) in {**controls_of(DecodingConfig), **spec.own}.items():
         if name in search or (c.cli and spec.takes(name)):
-            options[name] = search.get(name, spec.defaults.get(name, default))
+            options[name] = search.get(name, spec.default(name))
     options.update({name: search[name] for name in GRAMMAR_OPTIONS if search.get(name) is not None})
     if isinstance(options.get("catalogue"), str):  # the file's content too, not only its path
         options["catalogue_crc32"] = catalogue_crc(options["catalogue"])
@@ -258,7 +260,7 @@ def _finished(output: str, lines: Iterator[Line]) -> tuple[int, int]:
 
 
 def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | None,
-               search: dict[str, Any]) -> tuple[int, int]:
+               run: CorpusSearch) -> tuple[int, int]:
     ready: dict[int, dict] = {}  # records that finished before an earlier line's
     order: collections.deque[int] = collections.deque()  # line indices in input order, not yet written
     written, errors = 0, 0
@@ -270,7 +272,7 @@ def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | N
 
     out = sys.stdout.buffer
     try:
-        for record in decode_records(model, noted(lines), **search):
+        for record in run_records(model, noted(lines), run):
             ready[record["index"]] = record
             errors += "error" in record
             if progress is not None:

@@ -9,36 +9,14 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
-from beamsearch.core.config import control, controls_of
+from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions, controls_of
 from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file
 
 __all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
            "grammar_processors", "with_constraints"]
 
-
-@dataclass(frozen=True)
-class GrammarOptions:
-    """The constraints on every output of a corpus run: at most one grammar (each a
-    :class:`~beamsearch.processors.Grammar` over the model's tokenizer, ending with its eos), and
-    a catalogue (a :class:`~beamsearch.processors.Catalogue` ending with the model's eos)."""
-
-    json_schema: Any = control(
-        None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
-        "docs/grammar.md; a regular file of at most 16 MiB)", metavar="FILE", file=True)
-    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start; a regular "
-                                  "file of at most 16 MiB)", metavar="FILE", file=True)
-    regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
-    catalogue: str | None = control(
-        None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
-        "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
-        "(docs/retrieval.md); a regular file of at most 1 GiB", metavar="FILE")
-
-
-GRAMMAR_KINDS = {"json_schema": "json_schema", "grammar": "lark", "regex": "regex"}
-"""Each grammar option -> the :class:`~beamsearch.processors.Grammar` kind it builds."""
 
 GRAMMAR_OPTIONS = tuple(controls_of(GrammarOptions))
 

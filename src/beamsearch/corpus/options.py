@@ -74,9 +74,9 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
                               "max_steps": steps if isinstance(steps, int) else model.max_steps}
     if isinstance(steps, LengthRule):
         search["length_rule"] = steps
-    for name, (default, c) in controls_of(DecodingConfig).items():
+    for name, (_, c) in controls_of(DecodingConfig).items():
         if c.cli and name != "max_steps" and (name in options or spec.takes(name)):
-            search[name] = options.get(name, spec.defaults.get(name, default))
+            search[name] = options.get(name, spec.default(name))
     for name, (default, c) in spec.own.items():
         search[name] = options.get(name, default)
         if c.required and search[name] is None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from beamsearch.core import validate as check
+from beamsearch.core.config import SearchConfig
 from beamsearch.core.mode import Mode
 from beamsearch.corpus.batches import ScorerFailure, batch_results
 from beamsearch.corpus.grammar import with_constraints
@@ -18,9 +20,11 @@ from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options,
                                        texts_ids)
 from beamsearch.corpus.sidefile import line_name
 from beamsearch.modes import registry
-from beamsearch.refill import Decoded, decode_stream
+from beamsearch.refill import Decoded
+from beamsearch.refill.stream import Stream, rows_within, stream_search
 
-__all__ = ["NO_OUTPUT", "RECORD_KEYS", "RecordKeyWarning", "decode_records", "record", "trace_line"]
+__all__ = ["NO_OUTPUT", "RECORD_KEYS", "CorpusSearch", "RecordKeyWarning", "corpus_search", "decode_records", "record",
+           "run_records", "trace_line"]
 
 
 NO_OUTPUT = ("no output could be produced: every continuation has probability 0 under the model and the "
@@ -80,19 +84,77 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
         ValueError / TypeError: a bad keyword (named, with its value), raised by the first
             ``next()``, before any model call.
     """
+    run = corpus_search(model, mode=mode, max_rows=max_rows, max_tokens=max_tokens, **options)
+    yield from run_records(model, lines, run, skip)
+
+
+@dataclass(frozen=True)
+class CorpusSearch:
+    """A corpus run's search, built and checked once (:func:`corpus_search`) before any line is
+    read, and passed down as it is (:func:`beamsearch.corpus.decode_corpus`, ``beamsearch decode``).
+
+    Attributes:
+        spec: the mode; options: the options as given by name (the side file's header reads them).
+        search: the search's keywords (the model's eos and processors among them).
+        max_steps: the run's ``max_steps`` (an int, or a :class:`LengthRule`); line_options: the
+            options a line may give for itself, at the run's values.
+        max_rows, max_tokens, rows, min_join: how lines join (rows: one line's).
+        stream: refill's ``(mode, configuration, stream options)`` (:func:`beamsearch.refill.stream_search`);
+            None for a mode decoded in fixed batches.
+    """
+
+    spec: Mode
+    options: Mapping[str, Any]
+    search: Mapping[str, Any]
+    max_steps: Any
+    line_options: Mapping[str, Any]
+    max_rows: int
+    max_tokens: int | None
+    rows: int
+    min_join: int
+    stream: tuple[Mode, SearchConfig, dict[str, Any]] | None
+
+
+def corpus_search(model: CorpusModel, *, mode: str = "beam", max_rows: int = 320, max_tokens: int | None = None,
+                  **options: Any) -> CorpusSearch:
+    """The search of :func:`decode_records` (same keywords), checked at once: a bad keyword is a
+    ValueError / TypeError naming it, with its value; no line is read, no model call made."""
     check_model(model)
     spec = registry.mode(mode)
     search = search_keywords(model, spec, options)
     max_steps = search.pop("length_rule", None) or search["max_steps"]
-    feed = _Feed(model, spec, search["max_steps"], max_steps, {name: search.pop(name) for name in line_options(spec)})
-    token_logprobs = bool(search.get("return_token_logprobs", False))
-    reported = spec.report is not None  # a mode whose records carry its report (exact: proven, expanded)
+    own = {name: search.pop(name) for name in line_options(spec)}
     rows = spec.rows(search)  # the search checks it (a bad beam size is its error): 1 until then
     rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1 else 1
     max_rows = check.at_least("max_rows", max_rows, 1)
-    judged = max(1, max_rows // rows) if model.verdicts is not None else 1  # finished lines judged together
-    results = _results(model, spec, feed.items(lines, skip), search, max_rows, max_tokens, rows)
-    no_output = with_constraints(NO_OUTPUT, options)
+    stream = None
+    if spec.plan is None:
+        if max_tokens is not None:
+            raise ValueError(f"max_tokens does not apply to mode {spec.name!r} (it decodes in fixed batches of "
+                             f"max_rows rows per call); got max_tokens={max_tokens!r}")
+        spec.configure(search)  # checks the keywords; no model call
+        if max_rows < rows:
+            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
+        min_join = max(1, max_rows // rows)
+    else:
+        if max_tokens is not None:
+            max_tokens = check.at_least("max_tokens", max_tokens, 1)
+        stream = stream_search(spec.name, dict(search))
+        rows = rows_within(stream[0], stream[1], max_rows)
+        min_join = _min_join(max_rows, rows) if model.refill else max(1, max_rows // rows)
+    return CorpusSearch(spec, dict(options), search, max_steps, own, max_rows, max_tokens, rows, min_join, stream)
+
+
+def run_records(model: CorpusModel, lines: Iterable[Line], run: CorpusSearch,
+                skip: Callable[[int], bool] = lambda index: False) -> Iterator[dict]:
+    """:func:`decode_records` of a search already built (:func:`corpus_search`)."""
+    spec, search = run.spec, run.search
+    feed = _Feed(model, spec, search["max_steps"], run.max_steps, dict(run.line_options))
+    token_logprobs = bool(search.get("return_token_logprobs", False))
+    reported = spec.report is not None  # a mode whose records carry its report (exact: proven, expanded)
+    judged = max(1, run.max_rows // run.rows) if model.verdicts is not None else 1  # finished lines judged together
+    results = _results(model, run, feed.items(lines, skip))
+    no_output = with_constraints(NO_OUTPUT, run.options)
     finished: list[Decoded] = []
     for result in results:
         yield from feed.early
@@ -174,22 +236,15 @@ def _files(model: CorpusModel, line: Line) -> dict | str:
     return model.media_item(line.text, dict(line.media or ()))
 
 
-def _results(model: CorpusModel, spec: Mode, items: Iterator[dict], search: dict[str, Any], max_rows: int,
-             max_tokens: int | None, rows: int) -> Iterable[Decoded]:
-    """The decoded ``items``: with refill (:func:`beamsearch.refill.decode_stream`) for a mode with
-    a plan, else in fixed batches of its batch runner. A model without refill (its states cannot
-    be joined) decodes in fixed batches too: inputs join only when nothing is in flight."""
-    if spec.plan is None:
-        if max_tokens is not None:
-            raise ValueError(f"max_tokens does not apply to mode {spec.name!r} (it decodes in fixed batches of "
-                             f"max_rows rows per call); got max_tokens={max_tokens!r}")
-        spec.batch(model.step, None, [], max_rows, **search)  # checks the keywords; no model call
-        if max_rows < rows:
-            raise ValueError(f"max_rows={max_rows} is smaller than the rows of one line ({rows}); raise max_rows")
-        return batch_results(model, spec, items, search, max(1, max_rows // rows), max_rows)
-    min_join = _min_join(max_rows, rows) if model.refill else max(1, max_rows // rows)
-    return decode_stream(model.step, model.make_state, items, max_rows=max_rows, max_tokens=max_tokens,
-                         min_join=min_join, mode=spec.name, **search)
+def _results(model: CorpusModel, run: CorpusSearch, items: Iterator[dict]) -> Iterable[Decoded]:
+    """The decoded ``items``: with refill (:class:`beamsearch.refill.Stream`) for a mode with a
+    plan, else in fixed batches of its batch runner. A model without refill (its states cannot be
+    joined) decodes in fixed batches too: inputs join only when nothing is in flight."""
+    if run.stream is None:
+        return batch_results(model, run.spec, items, dict(run.search), run.min_join, run.max_rows)
+    kind, config, stream = run.stream
+    return Stream(model.step, model.make_state, items, run.max_rows, run.min_join, kind, config, stream,
+                  run.max_tokens)
 
 
 def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[Line, int]], token_logprobs: bool,

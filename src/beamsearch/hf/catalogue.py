@@ -19,9 +19,11 @@ CATALOGUE_SETTING = "catalogue"
 """generate's keyword for a catalogue."""
 
 
-def catalogues(cfg: Any, tokenizer: Any, eos: np.ndarray | None, steps: Sequence[int] = ()) -> list[Catalogue]:
-    """The catalogue the call asks for (``cfg.catalogue``), ending with the search's eos ids
-    ``eos`` (int64 ``[E]``); ``[]`` when none is set. ``cfg.catalogue`` is a
+def catalogues(constraints: Any, cfg: Any, tokenizer: Any, eos: np.ndarray | None,
+               steps: Sequence[int] = ()) -> list[Catalogue]:
+    """The catalogue the call asks for (``constraints.catalogue``, ``constraints`` a
+    :class:`~beamsearch.core.config.GrammarOptions`; ``cfg``: its ``GenerationConfig``), ending
+    with the search's eos ids ``eos`` (int64 ``[E]``); ``[]`` when none is set. It is a
     :class:`~beamsearch.processors.Catalogue` (rebuilt on its trie when its eos ids are not the
     search's), a path (``str`` or ``Path``: :meth:`Catalogue.from_file`), token-id sequences or an
     array ``[M, L]`` padded with -1, or strings (encoded by ``tokenizer``). ``steps``: the most
@@ -32,7 +34,7 @@ def catalogues(cfg: Any, tokenizer: Any, eos: np.ndarray | None, steps: Sequence
         ValueError, TypeError: no eos id, strings without a tokenizer, or a bad catalogue (named
             ``catalogue``).
     """
-    value = getattr(cfg, CATALOGUE_SETTING, None)
+    value = constraints.catalogue
     if value is None:
         return []
     if eos is None:

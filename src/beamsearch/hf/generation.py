@@ -16,13 +16,14 @@ import torch
 from transformers import GenerationConfig
 
 from beamsearch.core import validate as check
+from beamsearch.core.config import GrammarOptions
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
 from beamsearch.hf.forced import ForcedTokens
 from beamsearch.hf.hooks import generate_hooks, held_prompts
-from beamsearch.hf.catalogue import CATALOGUE_SETTING, catalogues, check_catalogue
-from beamsearch.hf.grammar import GRAMMAR_SETTINGS, grammars
+from beamsearch.hf.catalogue import catalogues, check_catalogue
+from beamsearch.hf.grammar import OUTPUT_CONSTRAINTS, grammars, output_constraints
 from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.shared import check_shared
 from beamsearch.hf.calls import inferred_mask
@@ -95,11 +96,9 @@ def _config(model: Any, generation_config: Any, overrides: dict[str, Any]) -> Ge
     cfg = copy.deepcopy(generation_config if generation_config is not None else GenerationConfig())
     cfg.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
     cfg.update(**generate_defaults(), defaults_only=True)
-    unknown = sorted(name for name in overrides
-                     if not hasattr(cfg, name) and name not in GRAMMAR_SETTINGS and name != CATALOGUE_SETTING)
+    unknown = sorted(name for name in overrides if not hasattr(cfg, name))
     if unknown:
         raise TypeError(f"generate() got settings that are not GenerationConfig fields: {unknown}")
-    check_catalogue(overrides.get(CATALOGUE_SETTING))  # before a copy of the config (a generator cannot be copied)
     for name, value in overrides.items():  # not cfg.update: its checks are generate's modes' (this call's
         setattr(cfg, name, value)           # settings are checked by the search the mode runs)
     return cfg
@@ -193,7 +192,7 @@ def _stop_sequences(cfg: GenerationConfig, tokenizer: Any) -> list[list[int]]:
     return [list(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in strings]
 
 
-def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any,
+def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenizer: Any, constraints: GrammarOptions,
               default_length: bool = False, zero: bool = False) -> dict[str, Any]:
     """The search a generation config asks for (see :attr:`Generation.settings`), checked before
     the model runs. ``default_length``: no ``max_length`` was set (:func:`_default_length`), so
@@ -215,7 +214,8 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
     del common["max_new_tokens"]
     return {**common, "max_steps": steps, "eos_token_id": eos, "min_new_tokens": m,
             "logits_processors": [*_processors(cfg, eos_ids, steps, encoder_decoder, zero),
-                                  *grammars(cfg, tokenizer, eos_ids), *catalogues(cfg, tokenizer, eos_ids, steps)],
+                                  *grammars(constraints, tokenizer, eos_ids),
+                                  *catalogues(constraints, cfg, tokenizer, eos_ids, steps)],
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
@@ -322,7 +322,10 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     given = own_options(overrides)
     refuse_arguments(overrides)
     media, inputs, attention_mask = call_model_inputs(model, inputs, input_ids, attention_mask, overrides)
+    taken = {name: overrides.pop(name) for name in OUTPUT_CONSTRAINTS if name in overrides}
     cfg = _config(model, generation_config, overrides)
+    constraints = output_constraints(taken, cfg)  # a value, not attributes set on the config
+    check_catalogue(constraints.catalogue)
     explicit = set(overrides) | set(generation_config.to_diff_dict() if generation_config is not None else ())
     defaults = generate_defaults()
     refuse(cfg, defaults, explicit, mode)
@@ -333,7 +336,8 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     spec = choose_mode(mode, cfg, defaults, given)
     once_per_solution(spec, cfg, explicit)
     rule = spec.name == "transformers"  # generate's values: forced tokens at 0, greedy scores the processed logits
-    settings = _settings(model, cfg, rows, tokenizer, _default_length(model, generation_config, overrides), rule)
+    settings = _settings(model, cfg, rows, tokenizer, constraints, _default_length(model, generation_config, overrides),
+                         rule)
     spec = generate_rule(spec, settings["beam_size"])
     if spec.takes("beam_size") and settings["n_best"] > settings["beam_size"]:
         raise ValueError(f"num_return_sequences={settings['n_best']} must be at most num_beams={settings['beam_size']}")

@@ -45,16 +45,22 @@ def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
     for name, value in generate_defaults().items():  # its unset fields: generate's defaults (not cfg.update, whose
         if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
             setattr(cfg, name, value)
-    beams = check.at_least("num_beams", cfg.num_beams, 1)
-    alpha = check.real("length_penalty", cfg.length_penalty, finite=True)
-    if alpha < 0:
-        raise ValueError(f"length_penalty={alpha}: a negative length penalty (favouring short outputs) is not "
-                         "supported")
-    new = None if cfg.max_new_tokens is None else check.at_least("max_new_tokens", cfg.max_new_tokens, 1)
-    return {"beam_size": beams, "n_best": check.at_least("num_return_sequences", cfg.num_return_sequences or 1, 1),
-            "length_penalty": "power", "alpha": alpha,
-            "no_repeat_ngram_size": check.at_least("no_repeat_ngram_size", cfg.no_repeat_ngram_size or 0, 0),
-            "min_new_tokens": check.at_least("min_new_tokens", cfg.min_new_tokens or 0, 0), "max_new_tokens": new}
+    out = {name: _READ[name](c.hf, getattr(cfg, c.hf)) for name, (_, c) in controls_of(DecodingConfig).items()
+           if c.hf is not None}
+    out["length_penalty"] = "power"  # transformers' float length_penalty is the strength of len ** alpha
+    out["max_new_tokens"] = out.pop("max_steps")
+    return out
+
+
+_READ = {"max_steps": lambda setting, v: None if v is None else check.at_least(setting, v, 1),
+         "beam_size": lambda setting, v: check.at_least(setting, v, 1),
+         "n_best": lambda setting, v: check.at_least(setting, v or 1, 1),
+         "alpha": lambda setting, v: check.real(setting, v, finite=True),  # >= 0: not favouring short outputs
+         "no_repeat_ngram_size": lambda setting, v: check.at_least(setting, v or 0, 0),
+         "min_new_tokens": lambda setting, v: check.at_least(setting, v or 0, 0)}
+"""How each shared control reads its ``GenerationConfig`` setting (the setting is the control's
+``Control.hf``, declared once in :class:`~beamsearch.core.config.DecodingConfig`): unset counts as
+``generate``'s default, each checked and named as the setting."""
 
 
 # the settings search_settings maps (each shared control's hf name), and those of a generation config that

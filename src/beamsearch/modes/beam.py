@@ -60,7 +60,10 @@ def beam_search(
         eos: the token that ends a hypothesis, ``[0, V)``.
         beam_size: K >= 1, the most live rows.
         max_len: the most tokens generated (eos counted), >= 1.
-        length_penalty: alpha >= 0; ``score = logprob / len(tokens) ** alpha``.
+        length_penalty: alpha >= 0; ``score = logprob / len(tokens) ** alpha``. This pinned
+            signature's ``length_penalty`` is a strength: it is converted here to the ``"power"``
+            kind with ``alpha`` = this value, as everywhere else in the library ``length_penalty``
+            names the kind and ``alpha`` its strength (:func:`beam_search_batch`).
         callback: ``callback(record) -> None | inputs to stop``, called once per step with a
             :class:`~beamsearch.core.trace.StepRecord` (see ``docs/trace.md``).
         trace: a new :class:`~beamsearch.viz.Trace`, filled with the search tree.
@@ -269,7 +272,9 @@ _GREEDY_REFUSED = {"beam_size": "greedy decoding has one row per input",
 
 BEAM = Mode("beam", "beam search (beam_search_batch)", beam_search_batch, plan=beam_plan,
             rows=lambda keywords: keywords["beam_size"],
-            sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"))
+            sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"),
+            check=lambda kw: (check.search_sizes(kw["beam_size"], kw["n_best"]),
+                              check.flag("early_stop", kw["early_stop"])))
 """Beam search, SPEC section 6 (:func:`beam_search_batch`)."""
 
 GREEDY = Mode("greedy", "greedy decoding: one row per input, its best extension at every step (what generate "

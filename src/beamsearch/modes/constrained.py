@@ -140,7 +140,7 @@ def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[
     if cons:
         _check_fit(trackers, controls.get("prefix"), opts.controls.max_steps)
     checks = opts.controls.vocab_checks + tuple(named)
-    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.length_penalty)
+    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.scoring)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
     return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
@@ -216,5 +216,7 @@ class ConstrainedOptions:
 CONSTRAINED = Mode("constrained", "constrained beam search: every output contains the constraints",
                    constrained_beam_search, plan=constrained_plan, options=ConstrainedOptions,
                    rows=lambda keywords: keywords["beam_size"], refused=_REFUSED, per_input={"constraints": []},
-                   sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"))
+                   sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"),
+                   check=lambda kw: (check.search_sizes(kw["beam_size"], kw["n_best"]),
+                                     check.flag("ordered", kw["ordered"])))
 """Constrained beam search (:func:`constrained_beam_search`)."""

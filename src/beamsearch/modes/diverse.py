@@ -100,18 +100,25 @@ def diverse_plan(prompts: Sequence[Sequence[int]], *, num_groups: int, diversity
                  early_stop: bool = True, **controls: Any) -> Plan:
     """The :class:`~beamsearch.core.plan.Plan` of :func:`diverse_beam_search` (its arguments but
     the model, the state and the callback/trace keywords), validated before any model call."""
-    beam_size, n_best = check.search_sizes(beam_size, n_best)
-    groups = check.at_least("num_groups", num_groups, 1)
-    if beam_size % groups:
-        raise ValueError(f"num_groups must divide beam_size={beam_size}; got num_groups={groups}")
-    penalty = check.real("diversity_penalty", diversity_penalty, finite=True)
-    early_stop = check.flag("early_stop", early_stop)
+    beam_size, n_best, groups, penalty, early_stop = _checked(beam_size, n_best, num_groups, diversity_penalty,
+                                                              early_stop)
     opts = mode_options("diverse_beam_search", prompts, controls)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
     rule = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
     strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)
     return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=pad_id(pad_token_id),
                 token_logprobs=return_token_logprobs)
+
+
+def _checked(beam_size: Any, n_best: Any, num_groups: Any, diversity_penalty: Any,
+             early_stop: Any) -> tuple[int, int, int, float, bool]:
+    """Diverse beam search's sizes and options checked (no prompt changes them)."""
+    beam_size, n_best = check.search_sizes(beam_size, n_best)
+    groups = check.at_least("num_groups", num_groups, 1)
+    if beam_size % groups:
+        raise ValueError(f"num_groups must divide beam_size={beam_size}; got num_groups={groups}")
+    penalty = check.real("diversity_penalty", diversity_penalty, finite=True)
+    return beam_size, n_best, groups, penalty, check.flag("early_stop", early_stop)
 
 
 @dataclass(frozen=True)
@@ -127,5 +134,7 @@ class DiverseOptions:
 DIVERSE = Mode("diverse", "diverse beam search: groups of the beam kept apart by a diversity penalty",
                diverse_beam_search, plan=diverse_plan, options=DiverseOptions,
                rows=lambda keywords: keywords["beam_size"],
-               sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"))
+               sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"),
+               check=lambda kw: _checked(kw["beam_size"], kw["n_best"], kw["num_groups"], kw["diversity_penalty"],
+                                         kw["early_stop"]))
 """Diverse beam search (:func:`diverse_beam_search`)."""

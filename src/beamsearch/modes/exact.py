@@ -240,5 +240,7 @@ def _report(results: ExactResults, i: int) -> dict[str, Any]:
 EXACT = Mode("exact", "exact search: the n_best highest-scoring outputs by branch and bound (records add proven "
                       "and expanded)", exact_search, batch=_fixed_batch, report=_report, options=ExactOptions,
              rows=lambda keywords: max(keywords.get("seed_beam", ExactOptions.seed_beam), keywords.get("n_best", 1)),
-             refused=_REFUSED, sizes=("n_best", "pad_token_id"))
+             refused=_REFUSED, sizes=("n_best", "pad_token_id"),
+             check=lambda kw: [check.at_least(name, kw[name], 1) for name in ("node_budget", "batch_rows", "n_best",
+                                                                             "seed_beam")])
 """Exact search (:func:`exact_search`), in fixed batches (it has no plan for refill)."""

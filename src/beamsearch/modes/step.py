@@ -159,16 +159,7 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
                   dvts: Any, sample_seed: Any, rng: Any, top_p: Any, token_budget: Any, scored_budget: Any,
                   controls: dict[str, Any]) -> StepSettings:
     """Every argument of :func:`step_search` checked (before any model call)."""
-    n, m = check.at_least("n", n, 1), check.at_least("m", m, 1)
-    if n % m:
-        raise ValueError(f"n must be a multiple of m (n / m partial solutions go on); got n={n}, m={m}")
-    rounds = check.at_least("rounds", rounds, 1)
-    for name, value, known in (("expansion", expansion, EXPANSIONS), ("aggregation", aggregation, AGGREGATIONS)):
-        if not isinstance(value, str) or value not in known:
-            raise ValueError(f"{name} must be one of {', '.join(known)}; got {value!r}")
-    p = check.real("top_p", top_p, positive=True)
-    if p > 1:
-        raise ValueError(f"top_p must be in (0, 1]; got {top_p!r}")
+    n, m, rounds, p = _sizes(n, m, rounds, expansion, aggregation, top_p)
     opts = mode_options("step_search", prompts, dict(controls), _REFUSED)
     given = dict(controls)
     if p < 1:
@@ -180,6 +171,36 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     return StepSettings(scorer_of(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
                         budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
                         given, opts.controls.max_steps, ids, history)
+
+
+def _sizes(n: Any, m: Any, rounds: Any, expansion: Any, aggregation: Any, top_p: Any) -> tuple[int, int, int, float]:
+    """``(n, m, rounds, top_p)`` checked, and ``expansion`` and ``aggregation``."""
+    n, m = check.at_least("n", n, 1), check.at_least("m", m, 1)
+    if n % m:
+        raise ValueError(f"n must be a multiple of m (n / m partial solutions go on); got n={n}, m={m}")
+    rounds = check.at_least("rounds", rounds, 1)
+    for name, value, known in (("expansion", expansion, EXPANSIONS), ("aggregation", aggregation, AGGREGATIONS)):
+        if not isinstance(value, str) or value not in known:
+            raise ValueError(f"{name} must be one of {', '.join(known)}; got {value!r}")
+    p = check.real("top_p", top_p, positive=True)
+    if p > 1:
+        raise ValueError(f"top_p must be in (0, 1]; got {top_p!r}")
+    return n, m, rounds, p
+
+
+def _prompt_free(kw: Any) -> None:
+    """The checks of :func:`step_settings` that no prompt changes (:meth:`Mode.configure`): a
+    list of seeds (one per prompt) is checked with the prompts."""
+    _sizes(kw["n"], kw["m"], kw["rounds"], kw["expansion"], kw["aggregation"], kw["top_p"])
+    seed = kw["sample_seed"]
+    if kw["rng"] is not None and seed is not None:
+        _keys([], kw["rng"], seed)  # refused: both given
+    elif seed is not None and not isinstance(seed, (list, tuple, np.ndarray)):
+        base_seed(None, seed, "sample_seed")
+    scorer_of(kw["scorer"])
+    check.flag("dvts", kw["dvts"])
+    for name in ("token_budget", "scored_budget"):
+        budgets(name, kw[name], 0)
 
 
 def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
@@ -300,5 +321,5 @@ def _report(results: StepResults, i: int) -> dict[str, Any]:
 STEP = Mode("step", "step search: segments scored by a verifier, the best go on (records add each output's step "
                     "scores and the model calls, tokens and scorer calls spent)", step_search, batch=_fixed_batch,
             report=_report, options=StepOptions, rows=lambda keywords: keywords.get("n", StepOptions.n),
-            refused=_REFUSED, sizes=("pad_token_id",))
+            refused=_REFUSED, sizes=("pad_token_id",), check=_prompt_free)
 """Step search (:func:`step_search`), in fixed batches (a round waits for all its prompts' segments)."""

@@ -274,5 +274,5 @@ STOCHASTIC = Mode("stochastic", "stochastic beam search: k samples per input wit
                   stochastic_beam_search, plan=stochastic_plan, options=StochasticOptions,
                   rows=lambda keywords: keywords["k"], refused=_REFUSED, per_input={"seed": None},
                   cohort=_cohort_seeds, start=_stream_seed, stream_only=frozenset({"seed", "rng"}),
-                  sizes=("return_token_logprobs", "pad_token_id"))
+                  sizes=("return_token_logprobs", "pad_token_id"), check=lambda kw: check.at_least("k", kw["k"], 1))
 """Stochastic beam search (:func:`stochastic_beam_search`)."""

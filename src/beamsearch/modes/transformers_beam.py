@@ -21,6 +21,10 @@ from beamsearch.strategies.transformers_beam import TransformersBeam
 
 __all__ = ["TRANSFORMERS", "TransformersOptions", "transformers_beam_search", "transformers_plan"]
 
+_DEFAULTS = {"length_penalty": "power", "alpha": 1.0}
+"""generate's length penalty, ``len ** 1.0``: the rule's defaults of the shared controls that differ
+(its function's, its plan's and its mode's, from here)."""
+
 
 def transformers_beam_search(
     step_fn: StepFn,
@@ -30,8 +34,8 @@ def transformers_beam_search(
     beam_size: int,
     n_best: int = 1,
     early_stopping: bool | str = False,
-    alpha: float = 1.0,
-    length_penalty: str = "power",
+    alpha: float = _DEFAULTS["alpha"],
+    length_penalty: str = _DEFAULTS["length_penalty"],
     pad_token_id: int | None = None,
     return_token_logprobs: bool = False,
     callback: StepCallback | None = None,
@@ -96,24 +100,31 @@ _EARLY_STOPPING = {False: False, True: True, "never": "never", "false": False, "
 
 
 def transformers_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int = 1,
-                      early_stopping: bool | str = False, alpha: float = 1.0, length_penalty: str = "power",
+                      early_stopping: bool | str = False, alpha: float = _DEFAULTS["alpha"],
+                      length_penalty: str = _DEFAULTS["length_penalty"],
                       pad_token_id: int | None = None, return_token_logprobs: bool = False,
                       **controls: Any) -> Plan:
     """The :class:`~beamsearch.core.plan.Plan` of :func:`transformers_beam_search` (its arguments
     but the model, the state and the callback/trace keywords), validated before any model call."""
+    beam_size, n_best = _checked(beam_size, n_best, early_stopping, length_penalty)
+    opts = mode_options("transformers_beam_search", prompts,
+                        dict(controls, alpha=alpha, length_penalty=length_penalty), _REFUSED)
+    c = opts.controls  # generate's beam search processes the log-probabilities: every processor after log_softmax
+    opts = dataclasses.replace(opts, controls=dataclasses.replace(c, processors=(), masks=(*c.processors, *c.masks)))
+    strategy = TransformersBeam(beam_size, opts.alpha, c.max_steps, _EARLY_STOPPING[early_stopping])
+    return Plan(opts, strategy, beam_size, n_best=n_best, finished_first=False, pad_token_id=pad_id(pad_token_id),
+                token_logprobs=return_token_logprobs)
+
+
+def _checked(beam_size: Any, n_best: Any, early_stopping: Any, length_penalty: Any) -> tuple[int, int]:
+    """The rule's sizes and options checked (no prompt changes them): ``(beam_size, n_best)``."""
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     if not isinstance(early_stopping, (bool, str)) or early_stopping not in _EARLY_STOPPING:
         raise ValueError(f"early_stopping must be True, False or 'never'; got {early_stopping!r}")
     if length_penalty != "power":
         raise ValueError(f"length_penalty must be 'power' (generate's len ** alpha) for transformers_beam_search; "
                          f"got {length_penalty!r}")
-    opts = mode_options("transformers_beam_search", prompts,
-                        dict(controls, alpha=alpha, length_penalty=length_penalty), _REFUSED)
-    c = opts.controls  # generate's beam search processes the log-probabilities: every processor after log_softmax
-    opts.controls = dataclasses.replace(c, processors=(), masks=(*c.processors, *c.masks))
-    strategy = TransformersBeam(beam_size, opts.alpha, c.max_steps, _EARLY_STOPPING[early_stopping])
-    return Plan(opts, strategy, beam_size, n_best=n_best, finished_first=False, pad_token_id=pad_id(pad_token_id),
-                token_logprobs=return_token_logprobs)
+    return beam_size, n_best
 
 
 _REFUSED = {"temperature": "generate's beam search divides by a temperature only when it samples",
@@ -134,5 +145,7 @@ TRANSFORMERS = Mode("transformers", "beam search by transformers' own rule (gene
                     transformers_beam_search, plan=transformers_plan, options=TransformersOptions,
                     rows=lambda keywords: keywords["beam_size"],
                     sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"), refused=_REFUSED,
-                    defaults={"length_penalty": "power", "alpha": 1.0})
+                    defaults=_DEFAULTS,
+                    check=lambda kw: _checked(kw["beam_size"], kw["n_best"], kw["early_stopping"],
+                                              kw["length_penalty"]))
 """``generate``'s beam search rule (:func:`transformers_beam_search`)."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
+from beamsearch.core.config import SearchConfig
 from beamsearch.core.engine import StepFn
 from beamsearch.core.mode import Mode
 from beamsearch.core.plan import Plan
@@ -18,7 +19,7 @@ from beamsearch.modes import registry
 from beamsearch.refill.flight import Cohort, Flight
 from beamsearch.refill.records import Decoded, Input, MakeState, StreamStats
 
-__all__ = ["Stream", "decode_stream", "per_input", "refill_modes"]
+__all__ = ["Stream", "decode_stream", "per_input", "refill_modes", "stream_search"]
 
 
 def refill_modes() -> dict[str, Mode]:
@@ -37,15 +38,12 @@ class Stream(Iterator[Decoded]):
     """
 
     def __init__(self, step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], max_rows: int,
-                 min_join: int, mode: Mode, search: dict[str, Any], stream: dict[str, Any],
+                 min_join: int, mode: Mode, config: SearchConfig, stream: dict[str, Any],
                  max_tokens: int | None = None) -> None:
         self._step_fn, self._make_state, self._mode = step_fn, make_state, mode
         self._max_tokens = max_tokens
-        self._search, self._stream = search, stream
-        self._rows = self._plan([], np.zeros(0, np.int64)).rows_per_input  # validates the keywords
-        if self._rows > max_rows:
-            raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
-                             f"({self._rows}, its beam size); raise max_rows or lower the beam")
+        self._search, self._stream = config.keywords(), stream
+        self._rows = rows_within(mode, config, max_rows)
         self._join_rows = min_join * self._rows  # the room a join waits for (over max_rows: none in flight)
         self.stats = StreamStats(max_rows, max_tokens=max_tokens)
         self._run = self._decode(iter(inputs))
@@ -110,6 +108,15 @@ class Stream(Iterator[Decoded]):
         model_checks.state_rows(init, len(group), "make_state(items)")
         self.stats.cohorts += 1
         return Cohort(group, plan), init
+
+
+def rows_within(mode: Mode, config: SearchConfig, max_rows: int) -> int:
+    """The rows one input of ``config`` may need (its beam size); a ValueError when over ``max_rows``."""
+    rows = mode.rows(config.keywords())
+    if rows > max_rows:
+        raise ValueError(f"max_rows={max_rows} is smaller than the rows one input may need "
+                         f"({rows}, its beam size); raise max_rows or lower the beam")
+    return rows
 
 
 def per_input(search: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,6 +208,15 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
     if max_tokens is not None:
         max_tokens = check.at_least("max_tokens", max_tokens, 1)
     min_join = check.at_least("min_join", min_join, 1)
+    kind, config, stream = stream_search(mode, search)
+    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, config, stream, max_tokens)
+
+
+def stream_search(mode: str, search: dict[str, Any]) -> tuple[Mode, SearchConfig, dict[str, Any]]:
+    """:func:`decode_stream`'s ``mode`` and ``**search`` checked once, before any input is read:
+    the mode, its configuration (one value, :meth:`~beamsearch.core.mode.Mode.configure`) and
+    what the mode makes of the stream's own options (stochastic: its one seed)."""
+    search = dict(search)
     modes = refill_modes()
     if mode not in modes:
         raise ValueError(f"mode must be one of {', '.join(modes)}; got {mode!r}")
@@ -216,4 +232,7 @@ def decode_stream(step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any],
     stream = kind.start_stream({name: search.pop(name) for name in sorted(kind.stream_only & set(search))})
     if "max_steps" not in search:
         raise TypeError("decode_stream needs max_steps (an int: the default of inputs that give none)")
-    return Stream(step_fn, make_state, inputs, max_rows, min_join, kind, search, stream, max_tokens)
+    steps = search["max_steps"]
+    if hasattr(steps, "__len__") and not isinstance(steps, (str, bytes)):  # one per input: not for a stream
+        check.max_steps(steps, 0)
+    return kind, kind.configure(search), stream

@@ -1,0 +1,170 @@
+"""The decoding configuration is one value, built and checked once at each entry and passed down:
+a run of ``beamsearch decode``, :func:`beamsearch.corpus.decode_records` and
+:func:`beamsearch.refill.decode_stream` over three inputs that join together builds no plan over
+an empty input (no dry run: the configuration is checked without prompts), one plan per input
+checked alone (its own errors are its record's) and one for the cohort: 4 plans, where ``decode``
+built 7 (two dry runs of ``decode_records`` and the stream's own empty plan each time) and
+``decode_records`` / ``decode_stream`` 5; and it builds its configuration once."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from beamsearch import corpus
+from beamsearch.cli import main
+from beamsearch.controls import shared as shared_controls
+from beamsearch.core import plan as core_plan
+from beamsearch.core.mode import Mode
+from beamsearch.corpus import Line, decode_records
+from beamsearch.refill import decode_stream
+
+TEXTS = ["2021-03-04", "1999-12-31", "2000-01-01"]
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts of Plan objects made (and those over no prompt), of ``controls.shared.options`` calls and
+    of configurations built (``Mode.configure``), during the test."""
+    count = {"plans": 0, "options": 0, "empty": 0, "configs": 0}
+    plan_init, options, configure = core_plan.Plan.__init__, shared_controls.options, Mode.configure
+
+    def counted_init(self, opts, *args, **kwargs):
+        count["plans"] += 1
+        count["empty"] += not opts.prompts
+        plan_init(self, opts, *args, **kwargs)
+
+    def counted_options(*args, **kwargs):
+        count["options"] += 1
+        return options(*args, **kwargs)
+
+    def counted_configure(self, keywords):
+        count["configs"] += 1
+        return configure(self, keywords)
+
+    monkeypatch.setattr(Mode, "configure", counted_configure)
+    monkeypatch.setattr(core_plan.Plan, "__init__", counted_init)
+    monkeypatch.setattr(shared_controls, "options", counted_options)
+    return count
+
+
+def test_decode_over_three_lines_builds_no_plan_over_an_empty_input(tmp_path, builds):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(TEXTS) + "\n")
+    assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam-size", "3"]) == 0
+    assert len(out.read_text().splitlines()) == 3
+    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+
+
+def test_decode_records_over_three_lines_builds_no_plan_over_an_empty_input(builds):
+    records = list(decode_records(corpus.toy_model(), [Line(i, t) for i, t in enumerate(TEXTS)], beam_size=3))
+    assert [r["index"] for r in sorted(records, key=lambda r: r["index"])] == [0, 1, 2]
+    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+
+
+def test_decode_stream_over_three_inputs_builds_no_plan_over_an_empty_input(builds):
+    table = np.random.default_rng(0).normal(size=(6, 6))
+
+    def step(state, y):
+        return table[np.asarray(y)], state
+
+    stream = decode_stream(step, lambda items: np.zeros((len(items), 1)), [[1], [2], [3]], max_rows=9,
+                           beam_size=3, eos_token_id=0, max_steps=4)
+    assert sorted(d.index for d in stream) == [0, 1, 2]
+    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+
+
+def test_a_configuration_is_checked_without_prompts_and_is_frozen(builds):
+    import dataclasses
+
+    from beamsearch.modes.registry import mode
+
+    config = mode("beam").configure({"eos_token_id": 0, "max_steps": 4, "beam_size": 3, "alpha": 0.5})
+    assert (config.mode, config.controls.beam_size, config.controls.alpha) == ("beam", 3, 0.5)
+    assert config.keywords() == {"alpha": 0.5, "beam_size": 3, "eos_token_id": 0, "max_steps": 4}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.controls.beam_size = 4  # type: ignore[misc]
+    # each bad value named with its value, before any prompt is seen
+    for bad, message in (({"beam_size": 0}, "beam_size must be >= 1; got 0"),
+                         ({"alpha": -1.0}, "alpha must be >= 0 and finite; got -1.0"),
+                         ({"max_steps": 0}, "max_steps must be >= 1; got 0"),
+                         ({"top_k": 0}, "top_k must be >= 1; got 0"),
+                         ({"length_penalty": "linear"},
+                          "length_penalty must be one of ['gnmt', 'power']; got 'linear'")):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            mode("beam").configure({"eos_token_id": 0, "max_steps": 4, "beam_size": 3, **bad})
+    with pytest.raises(TypeError, match=r"^pad_token_id must be an integer; got 'x' of type str$"):
+        decode_stream(lambda state, y: (None, state), lambda items: None, [], max_rows=4, beam_size=3,
+                      eos_token_id=0, max_steps=4, pad_token_id="x")  # at once: nothing read, no plan
+    with pytest.raises(TypeError, match=r"^greedy_search does not take beam_size \(greedy decoding has one row"):
+        mode("greedy").configure({"eos_token_id": 0, "max_steps": 4, "beam_size": 3})
+    with pytest.raises(TypeError, match=r"^diverse_beam_search\(\) missing 1 required keyword-only argument: "
+                                        r"'num_groups'$"):
+        mode("diverse").configure({"eos_token_id": 0, "max_steps": 4, "beam_size": 4, "diversity_penalty": 1.0})
+    assert builds["plans"] == builds["options"] == 0  # no plan, no controls assembled: no dry run
+
+
+def test_a_plan_and_its_options_are_never_changed_after_they_are_made():
+    import dataclasses
+
+    from beamsearch.modes.transformers_beam import transformers_plan
+
+    plan = transformers_plan([[1, 2]], beam_size=2, eos_token_id=0, max_steps=3, min_new_tokens=1)
+    assert plan.opts.controls.processors == () and len(plan.opts.controls.masks) == 1  # its rule, made before
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.opts.controls = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.n_best = 2  # type: ignore[misc]
+
+
+def test_generation_settings_are_mapped_where_the_controls_declare_them():
+    pytest.importorskip("transformers")
+    from transformers import GenerationConfig
+
+    from beamsearch.core.config import DecodingConfig, controls_of
+    from beamsearch.hf.settings import search_settings
+
+    declared = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
+    values = {"max_new_tokens": 7, "num_beams": 4, "num_return_sequences": 2, "length_penalty": 1.5,
+              "no_repeat_ngram_size": 3, "min_new_tokens": 2}
+    settings = search_settings(GenerationConfig(**values))
+    assert set(declared.values()) == set(values)
+    for name, setting in declared.items():  # each read from the setting its control names
+        assert settings["max_new_tokens" if name == "max_steps" else name] == values[setting]
+    assert settings["length_penalty"] == "power"  # transformers' float is the power kind's alpha
+
+
+def test_grammar_kinds_are_spelled_once():
+    from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions
+    from beamsearch.corpus import grammar as corpus_grammar
+
+    assert corpus_grammar.GRAMMAR_KINDS is GRAMMAR_KINDS and corpus_grammar.GrammarOptions is GrammarOptions
+    pytest.importorskip("transformers")
+    from beamsearch.hf import grammar as hf_grammar
+
+    assert hf_grammar.OUTPUT_CONSTRAINTS == tuple(corpus_grammar.GRAMMAR_OPTIONS)
+    taken = hf_grammar.output_constraints({"regex": "[0-9]+"}, object())
+    assert taken == GrammarOptions(regex="[0-9]+")
+
+
+def test_a_mode_decoded_in_fixed_batches_runs_no_batch_over_no_line(monkeypatch):
+    import dataclasses
+
+    from beamsearch.modes import registry
+
+    spec, calls = registry.MODES["exact"], []
+
+    def batch(step_fn, init_state, prompts, max_rows, **keywords):
+        calls.append(len(prompts))
+        return spec.batch(step_fn, init_state, prompts, max_rows, **keywords)
+
+    monkeypatch.setitem(registry.MODES, "exact", dataclasses.replace(spec, batch=batch))
+    lines = [Line(i, t) for i, t in enumerate(TEXTS[:2])]
+    records = list(decode_records(corpus.toy_model(), lines, mode="exact", node_budget=200))
+    assert sorted(r["index"] for r in records) == [0, 1]
+    assert calls == [2]  # one batch of both lines; no batch of none first to check the keywords
+    with pytest.raises(ValueError, match="^node_budget must be >= 1; got 0$"):
+        next(decode_records(corpus.toy_model(), lines, mode="exact", node_budget=0))
+    assert calls == [2]
