@@ -1,11 +1,16 @@
 PY ?= python3
 
-.PHONY: install test demo mutation bench
+.PHONY: install lint test demo mutation bench
 
 install:
-	$(PY) -m pip install -q -e '.[test,zoo,hf,ray,docs]'
+	$(PY) -m pip install -q -e '.[test,zoo,hf,ray,docs,lint]'
 
-test: install
+# ruff and mypy as configured in pyproject.toml (mypy checks src/beamsearch)
+lint:
+	$(PY) -m ruff check src tests tools benchmarks
+	$(PY) -m mypy
+
+test: install lint
 	$(PY) -m pytest -q tests
 
 demo:

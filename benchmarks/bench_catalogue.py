@@ -106,14 +106,14 @@ def run_cell(model: Any, prompts: torch.Tensor, costs: dict[str, Any], beam: int
             times["generate"].append(t)
         for mode in ("transformers", "beam"):
             gc.collect()
-            t, outs[mode] = timed(lambda: ours(mode))
+            t, outs[mode] = timed(lambda mode=mode: ours(mode))
             times[mode].append(t)
     cell = {name: min(ts) if ts else None for name, ts in times.items()}
     tops = {mode: [tuple(h[0].tokens[:ITEM]) for h in outs[mode].hypotheses] for mode in ("transformers", "beam")}
     if with_generate:
         ref = [tuple(row) for row in outs["generate"][:, PROMPT:PROMPT + ITEM].tolist()]
         cell["same_top"] = tops["transformers"] == ref
-        cell["beam_agrees"] = sum(a == b for a, b in zip(tops["beam"], ref))
+        cell["beam_agrees"] = sum(a == b for a, b in zip(tops["beam"], ref, strict=True))
     cell["in_catalogue"] = all(tuple(h.tokens[:-1]) in trie and h.tokens[-1] == EOS and len(h.tokens) == ITEM + 1
                                for mode in ("transformers", "beam") for hyps in outs[mode].hypotheses for h in hyps)
     return cell

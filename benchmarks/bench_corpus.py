@@ -49,7 +49,8 @@ def timed(model, lines, beam, *, refill: bool, **search) -> tuple[float, list[di
     model.step = counting
     start = time.perf_counter()
     with torch.no_grad():
-        records = sorted(decode_records(model, lines, beam_size=beam, max_rows=ROWS, **search), key=lambda r: r["index"])
+        records = sorted(decode_records(model, lines, beam_size=beam, max_rows=ROWS, **search),
+                         key=lambda r: r["index"])
     seconds = time.perf_counter() - start
     model.step = step
     return seconds, records, rows / max(calls, 1)

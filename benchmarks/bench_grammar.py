@@ -171,7 +171,8 @@ def late_step(step, n, beam, steps, eos, processors, repeat, last=16):
     best = float("inf")
     for _ in range(repeat):
         stamps = []
-        search(step, n, beam, steps, eos, processors, callback=lambda record: stamps.append(time.perf_counter()))
+        search(step, n, beam, steps, eos, processors,
+               callback=lambda record, stamps=stamps: stamps.append(time.perf_counter()))
         best = min(best, float(np.median(np.diff(stamps[-last - 1:]))))
     return 1e3 * best
 

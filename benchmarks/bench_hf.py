@@ -168,10 +168,10 @@ def main() -> None:
                 for who, fn in order if rep % 2 == 0 else order[::-1]:
                     cells.setdefault((threads, who), []).append(once(fn, model, prompts, forward))
         for threads in (1, 2):
-            g = [statistics.median(col) for col in zip(*cells[threads, "generate"])]
-            o = [statistics.median(col) for col in zip(*cells[threads, "ours"])]
+            g = [statistics.median(col) for col in zip(*cells[threads, "generate"], strict=True)]
+            o = [statistics.median(col) for col in zip(*cells[threads, "ours"], strict=True)]
             r = statistics.median(c[0] for c in cells[threads, "rule"])
-            paired = [a[0] / b[0] for a, b in zip(cells[threads, "generate"], cells[threads, "ours"])]
+            paired = [a[0] / b[0] for a, b in zip(cells[threads, "generate"], cells[threads, "ours"], strict=True)]
             print(f"{name:<18} {threads:>3} | {g[0]:>8.3f} {o[0]:>7.3f} {g[0] / o[0]:>7.2f}x "
                   f"{min(paired):>4.2f}-{max(paired):<4.2f} | {g[1] * 1e3:>14.1f} {o[1] * 1e3:>6.1f} | "
                   f"{g[2]:>9.1%} {o[2]:>6.1%} | {r:>6.3f} {r / o[0]:>8.2f}x", flush=True)

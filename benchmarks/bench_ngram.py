@@ -94,7 +94,8 @@ def table(inputs: int, steps: int, n: int, repeats: int, window: int = 64) -> No
             for _ in range(repeats):  # the machine may be shared: the best of the repeats
                 times, outputs[variant] = per_step(variant, backend, steps, n, inputs)
                 # times[j]: from step j+1's model call to the next, the search's work at step j+1
-                cells = [min(c, float(np.median(times[max(t - window, 0) : t]))) for c, t in zip(cells, at)]
+                cells = [min(c, float(np.median(times[max(t - window, 0) : t])))
+                         for c, t in zip(cells, at, strict=True)]
             print(f"{backend:<7} {variant:<7} " + " ".join(f"{c * 1e3:>8.3f}" for c in cells)
                   + f" {cells[-1] / cells[0]:>8.2f}", flush=True)
         assert outputs["scan"] == outputs["index"], "the carried index must block what the full scan blocks"

@@ -82,7 +82,7 @@ def theirs(model: Any, prompts: list[list[int]], beam: int) -> tuple[int, float]
 
 def same(a: Any, b: Any) -> bool:
     return all([h.tokens for h in x] == [h.tokens for h in y] and
-               all(abs(p.score - q.score) < 1e-5 for p, q in zip(x, y)) for x, y in zip(a, b))
+               all(abs(p.score - q.score) < 1e-5 for p, q in zip(x, y, strict=True)) for x, y in zip(a, b, strict=True))
 
 
 def main() -> None:

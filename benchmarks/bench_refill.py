@@ -3,10 +3,10 @@ consecutive chunks), on a toy model whose inputs have widely varied output lengt
 
 The model: a random-weight one-layer step (``[k, d] @ [d, V]`` plus a recurrent update), whose
 input i ends after ``L_i`` tokens (eos is masked before ``L_i`` and likely at it), ``L_i`` drawn
-uniformly from 2 to 60; no length penalty, so each input stops right after its eos. Both runners give the same outputs (checked); the table shows total time, model
-calls, rows per call and the utilisation of the row budget, for refill joining each input as soon
-as it fits (``min_join=1``) and joining four at a time (fewer cohorts, each with its own per-step
-search overhead).
+uniformly from 2 to 60; no length penalty, so each input stops right after its eos. Both runners
+give the same outputs (checked); the table shows total time, model calls, rows per call and the
+utilisation of the row budget, for refill joining each input as soon as it fits (``min_join=1``)
+and joining four at a time (fewer cohorts, each with its own per-step search overhead).
 
     python benchmarks/bench_refill.py                 # 256 inputs, beam 4, 16 inputs per batch
     python benchmarks/bench_refill.py --inputs 64 --batch 8 --repeats 1
@@ -115,9 +115,9 @@ def agree(a: list, b: list) -> tuple[bool, float]:
     within 1e-9, and the largest difference. (A model's float matmul may round differently for
     another number of rows; the search adds nothing to that.)"""
     gap, same = 0.0, len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # (lengths may differ: ``same`` records it; the gap is over the common part)
         same &= [(h.tokens, h.finished) for h in x] == [(h.tokens, h.finished) for h in y]
-        for h, g in zip(x, y):
+        for h, g in zip(x, y, strict=False):
             gap = max(gap, abs(h.logprob - g.logprob), abs(h.score - g.score))
     return same and gap <= 1e-9, gap
 
@@ -133,7 +133,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-join", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4],
                         help="refill runs, one per min_join value (comma-separated)")
-    parser.add_argument("--device", default=None, help="run the model in torch on this device (cpu, cuda); numpy if not given")
+    parser.add_argument("--device", default=None,
+                        help="run the model in torch on this device (cpu, cuda); numpy if not given")
     run(parser.parse_args())
 
 

@@ -26,7 +26,8 @@ causal LM's forward calls: rows of the batch, prefill included), the causal LM's
 and the tokens the causal LM and the reward model computed (prefills, re-fed prefixes and padding
 counted).
 
-    python benchmarks/bench_step_search.py                       # the issue's size: 32 prompts, n=16, m=4, 4 rounds; widths 64, 128, 256
+    python benchmarks/bench_step_search.py                       # 32 prompts, n=16, m=4, 4 rounds;
+                                                                 # widths 64, 128, 256
     python benchmarks/bench_step_search.py --prompts 8 --reps 1  # a smaller measurement
     python benchmarks/bench_step_search.py --device cuda         # both models on an accelerator
 """
@@ -144,7 +145,7 @@ def loop_one_prompt(lm, scorer, prompt, n, m, rounds, limit, processors) -> list
         out = lm.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=limit, top_k=0,
                           top_p=1.0, temperature=1.0, eos_token_id=EOS, pad_token_id=PAD,
                           logits_processor=processors, stopping_criteria=[AtDelimiter()])
-        cands = [p + segment(o, limit) for p, o in zip(parts, out[:, width:].tolist())]
+        cands = [p + segment(o, limit) for p, o in zip(parts, out[:, width:].tolist(), strict=True)]
         scores = scorer([prompt] * len(cands), cands)
         going = sorted((i for i, c in enumerate(cands) if c[-1] != EOS), key=lambda i: -scores[i])
         done += [c for c in cands if c[-1] == EOS]
@@ -229,7 +230,7 @@ def report(args: argparse.Namespace, width: int, timed: dict[str, list[float]], 
     for name, label in (("loop", "search-and-learn loop"), ("ours", "step_search")):
         sec = statistics.median(timed[name])
         score_s = statistics.median(scoring[name])
-        rest[name] = statistics.median(t - s for t, s in zip(timed[name], scoring[name]))
+        rest[name] = statistics.median(t - s for t, s in zip(timed[name], scoring[name], strict=True))
         (calls, rows, tokens), rm_tokens = counts[name]
         speed[name] = args.prompts / sec
         print(f"{width:>5} {label:<22} {sec:>8.2f} {speed[name]:>10.2f} {score_s:>9.2f} {rest[name]:>7.2f} "

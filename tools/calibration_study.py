@@ -70,8 +70,8 @@ def stochastic(translator: Translator, texts: list[str], k: int, seed: int) -> t
     results = stochastic_beam_search(step, state, [[cfg.bos]] * len(texts), k=k, seed=seed,
                                      eos_token_id=cfg.eos, max_steps=translator.max_steps)
     out = np.zeros((len(texts), len(CENTURIES) + 1))
-    for i, (hyps, w) in enumerate(zip(results, results.importance_weights())):
-        for h, wj in zip(hyps, w):
+    for i, (hyps, w) in enumerate(zip(results, results.importance_weights(), strict=True)):
+        for h, wj in zip(hyps, w, strict=True):
             out[i, century(h.tokens)] += wj
         out[i] /= w.sum()
     return out, step.rows

@@ -43,7 +43,7 @@ import pathlib
 import re
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SURVIVORS = ROOT / "tools" / "mutation_survivors.txt"
@@ -111,7 +111,8 @@ def table(statuses: dict[str, str]) -> str:
     for j, r in enumerate([header, *rows]):
         if j == len(rows):  # a rule above the total
             lines.append("  ".join("-" * w for w in widths))
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        cells = enumerate(zip(r, widths, strict=True))
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in cells))
     return "\n".join(lines)
 
 

@@ -64,7 +64,7 @@ def study(name: str, args: argparse.Namespace) -> tuple[list[str], list[str]]:
         exact = [hyps[0] for part in parts for hyps in part]
         proven, calls, expanded = (np.concatenate([getattr(p, f) for p in parts])
                                    for f in ("proven", "model_calls", "expanded"))
-        wrong = np.array([TARGET_VOCAB.decode(h.tokens) != e.target for h, e in zip(exact, test)])
+        wrong = np.array([TARGET_VOCAB.decode(h.tokens) != e.target for h, e in zip(exact, test, strict=True)])
         errors = []
         for beam in args.beams:
             start = time.perf_counter()
@@ -73,10 +73,10 @@ def study(name: str, args: argparse.Namespace) -> tuple[list[str], list[str]]:
             beam_seconds = time.perf_counter() - start
             found = [hyps[0] for part in parts for hyps in part]
             missed = np.array([b.tokens != e.tokens and (e.finished, e.score - TOLERANCE) > (b.finished, b.score)
-                               for b, e in zip(found, exact)])
+                               for b, e in zip(found, exact, strict=True)])
             above = sum(b.tokens != e.tokens and (b.finished, b.score - TOLERANCE) > (e.finished, e.score)
-                        for b, e in zip(found, exact))
-            right = np.mean([TARGET_VOCAB.decode(b.tokens) == e.target for b, e in zip(found, test)])
+                        for b, e in zip(found, exact, strict=True))
+            right = np.mean([TARGET_VOCAB.decode(b.tokens) == e.target for b, e in zip(found, test, strict=True)])
             errors.append(f"| {name} | beam {beam} | {missed.mean():.4f} ({missed.sum()}) | {missed[two].mean():.4f} "
                           f"| {right:.4f} | {above} | {beam_seconds:.1f} |")
     cost = (f"| {name} | {len(test)} | {proven.mean():.4f} | {wrong.mean():.4f} ({wrong.sum()}) | "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class TableModel:
 
     def step(self, state: np.ndarray, y_prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``state [k]`` of prefixes, ``y_prev [k]`` -> ``(logits [k, V], new_state [k])``."""
-        prefixes = [() if p is None else p + (int(y),) for p, y in zip(state, y_prev)]
+        prefixes = [() if p is None else p + (int(y),) for p, y in zip(state, y_prev, strict=True)]
         uniform = [1.0 / self.vocab] * self.vocab
         with np.errstate(divide="ignore"):
             logits = np.log(np.array([self.table.get(p, uniform) for p in prefixes], dtype=np.float64))
@@ -55,7 +55,7 @@ class RandomPrefixModel(TableModel):
         self.scale = scale
 
     def step(self, state: np.ndarray, y_prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        prefixes = [() if p is None else p + (int(y),) for p, y in zip(state, y_prev)]
+        prefixes = [() if p is None else p + (int(y),) for p, y in zip(state, y_prev, strict=True)]
         logits = np.stack([np.random.default_rng([self.seed, len(p), *p]).normal(size=self.vocab) * self.scale
                            for p in prefixes])
         return logits, _prefix_rows(prefixes)

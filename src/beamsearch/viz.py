@@ -22,7 +22,8 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -120,14 +121,16 @@ body { margin: 0; font: 13px sans-serif; color: #1a202c; }
     n.addEventListener('click', function (ev) { ev.stopPropagation(); toggle(n.parentNode.dataset.id); });
     n.addEventListener('mousemove', function (ev) {
       var d = n.dataset;
-      tip.textContent = 'prefix   ' + d.text + '\\nstatus   ' + d.status + (d.rank ? '  (result #' + d.rank + ')' : '') +
+      tip.textContent = 'prefix   ' + d.text + '\\nstatus   ' + d.status +
+        (d.rank ? '  (result #' + d.rank + ')' : '') +
         '\\nstep     ' + d.step + '\\np        ' + d.p + '\\nlogprob  ' + d.logprob + '\\nscore    ' + d.score;
       tip.style.display = 'block'; tip.style.left = (ev.clientX + 12) + 'px'; tip.style.top = (ev.clientY + 12) + 'px';
     });
     n.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
   });
-  document.getElementById('zoom-in').onclick = function () { zoom(1.25, box.x + box.width / 2, box.y + box.height / 2); };
-  document.getElementById('zoom-out').onclick = function () { zoom(0.8, box.x + box.width / 2, box.y + box.height / 2); };
+  function zoomCentre(factor) { zoom(factor, box.x + box.width / 2, box.y + box.height / 2); }
+  document.getElementById('zoom-in').onclick = function () { zoomCentre(1.25); };
+  document.getElementById('zoom-out').onclick = function () { zoomCentre(0.8); };
   document.getElementById('fit').onclick = fit;
   document.getElementById('expand-all').onclick = function () {
     svg.querySelectorAll('.node.collapsed').forEach(function (n) { n.classList.remove('collapsed'); });
@@ -144,7 +147,8 @@ body { margin: 0; font: 13px sans-serif; color: #1a202c; }
     a.download = 'beam-search-tree.svg'; document.body.appendChild(a); a.click(); a.remove();
   };
   document.getElementById('status').textContent =
-    svg.querySelectorAll('g.item:not(.greedy-only)').length + ' nodes; click a node to collapse it, scroll to zoom, drag to pan';
+    svg.querySelectorAll('g.item:not(.greedy-only)').length +
+    ' nodes; click a node to collapse it, scroll to zoom, drag to pan';
 })();
 </script></body></html>
 """
@@ -330,7 +334,9 @@ def _num(x: float) -> str:
 
 def _draw(nodes: dict[int, _Node], trace: Trace, i: int, vocab: Any, top: float, label: str) -> tuple[str, int]:
     """SVG for input i's tree placed ``top`` px down under ``label``; returns it and its width in px."""
-    best, on_best, on_result = trace.best(i), set(), set()
+    best = trace.best(i)
+    on_best: set[int] = set()  # node ids on the best result's path
+    on_result: set[int] = set()  # node ids on another result's path
     for r in trace.results(i):
         for v in _path(trace, int(r)):
             (on_best if r == best else on_result).add(v)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from beamsearch.backends.base import NEG_INF
 
@@ -42,7 +43,7 @@ def row_bias(rows: np.ndarray, k: int) -> np.ndarray:
     return bias
 
 
-def byte_bias(dtype: object) -> np.ndarray:
+def byte_bias(dtype: npt.DTypeLike) -> np.ndarray:
     """``[256, 8]`` of ``dtype``: row ``b`` holds 0 where bit j of byte ``b`` is set, else -inf
     (what :meth:`Backend.keep_bits` adds per byte of its mask)."""
     key = np.dtype(dtype).str

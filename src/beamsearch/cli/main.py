@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from beamsearch import __version__
 from beamsearch.cli import decode, zoo

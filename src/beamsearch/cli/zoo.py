@@ -52,9 +52,11 @@ def demo(beam_size: int, max_len: int, seeds: int) -> int:
     print("\nThe shipped Seq2Seq dates model: a two-digit year is 18xx, 19xx or 20xx with probability "
           "0.3, 0.3, 0.4,\nso greedy commits to '1' (0.6) while the most likely date starts with '20':")
     print(f"{'source':<20} {'greedy':<12} {'logprob':>8}   {'beam 5':<12} {'logprob':>8}")
-    for text, greedy_out, beam_out in zip(texts, translator.beam(texts, beam_size=1), translator.beam(texts, beam_size=5)):
-        g, b = greedy_out[0], beam_out[0]
-        print(f"{text:<20} {g.text:<12} {g.hypothesis.logprob:>8.4f}   {b.text:<12} {b.hypothesis.logprob:>8.4f}")
+    greedy_outs, beam_outs = translator.beam(texts, beam_size=1), translator.beam(texts, beam_size=5)
+    for text, greedy_out, beam_out in zip(texts, greedy_outs, beam_outs, strict=True):
+        first, top = greedy_out[0], beam_out[0]
+        print(f"{text:<20} {first.text:<12} {first.hypothesis.logprob:>8.4f}   {top.text:<12} "
+              f"{top.hypothesis.logprob:>8.4f}")
     return 0
 
 
@@ -101,14 +103,16 @@ def translate(args: argparse.Namespace) -> int:
     if args.trace is not None:
         _write_trace(translator, texts, args)
     good = [t for t in texts if translator.problem(t) is None]
-    decoded = iter(translator.decode(good, args.beam_size, args.n_best, args.alpha, calendar=args.calendar) if good else [])
+    decoded = iter(translator.decode(good, args.beam_size, args.n_best, args.alpha, calendar=args.calendar)
+                   if good else [])
     found = [next(decoded) if translator.problem(text) is None else None for text in texts]
     failed = 0
-    for text, outputs, error in zip(texts, found, translator.verdicts(texts, found)):
+    for text, outputs, error in zip(texts, found, translator.verdicts(texts, found), strict=True):
         failed += error is not None
+        outputs = outputs or []  # None: the text was not decoded (its error says why)
         if args.json:
             candidates = [{"date": o.text or None, "logprob": o.hypothesis.logprob, "score": o.hypothesis.score,
-                           "model_logprob": o.model_logprob} for o in outputs or []]
+                           "model_logprob": o.model_logprob} for o in outputs]
             print(json.dumps({"input": text, "date": None if error else outputs[0].text, "error": error,
                               "candidates": candidates}, ensure_ascii=False))
         elif error is not None:
@@ -145,7 +149,7 @@ def _beams(text: str) -> list[int]:
     try:
         beams = [int(b) for b in text.split(",")]
     except ValueError:
-        raise CliError(f"beamsearch: error: --beams must be integers separated by commas; got {text!r}", 2)
+        raise CliError(f"beamsearch: error: --beams must be integers separated by commas; got {text!r}", 2) from None
     if any(b < 1 for b in beams):
         raise CliError(f"beamsearch: error: --beams must be >= 1; got {text!r}", 2)
     return beams

@@ -5,7 +5,8 @@ fail when decoded alone, never the end of the run."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from beamsearch.core.mode import Mode
 from beamsearch.corpus.models import CorpusModel
@@ -77,6 +78,9 @@ def batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search:
     an error of the model (no scorer failure), that error is the model's, not theirs, and is
     raised."""
 
+    batch_fn = spec.batch
+    assert batch_fn is not None, "a mode without a plan has a batch runner (Mode checks it)"
+
     def run(batch: list[dict]) -> tuple[Any, Exception | None]:
         blame = _Blame(model.step, search["scorer"]) if "scorer" in search else None
         keywords = per_input(search, batch)
@@ -84,7 +88,7 @@ def batch_results(model: CorpusModel, spec: Mode, items: Iterable[dict], search:
         if blame is not None:
             keywords["scorer"], step = blame.scorer, blame.step
         try:
-            return spec.batch(step, model.make_state(batch), [i["prompt"] for i in batch], rows, **keywords), None
+            return batch_fn(step, model.make_state(batch), [i["prompt"] for i in batch], rows, **keywords), None
         except Exception as error:
             failure = blame.failure(error) if blame is not None else None
             if failure is None and not isinstance(error, (ValueError, TypeError)):

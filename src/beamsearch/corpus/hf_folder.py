@@ -5,7 +5,8 @@ imported when a model is made."""
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from beamsearch.core import validate as check
 from beamsearch.corpus.hf_media import batched, line_inputs, media_kinds

@@ -9,7 +9,8 @@ import re
 import reprlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
+from collections.abc import Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from beamsearch.backends import NEG_INF
 
-__all__ = ["CorpusModel", "CorpusModelBase", "TokenLabels", "ToyModel", "check_model", "toy_model"]
+__all__ = ["CorpusModel", "CorpusModelBase", "MediaModel", "TokenLabels", "ToyModel", "check_model", "toy_model"]
 
 
 class CorpusModel(Protocol):
@@ -36,16 +37,20 @@ class CorpusModel(Protocol):
             (``json_schema`` / ``grammar`` / ``regex``): a fast Hugging Face tokenizer, or the text
             of each token id (``""`` for a special one: never text); optional: None, no grammar.
         media: the kinds of files a JSON line may name for the model (``"image"``, ``"audio"``),
-            read by ``media_item``; optional: none.
+            read by ``media_item`` (a :class:`MediaModel`); optional: none.
     """
 
     bos: int
     eos: int
     max_steps: int
-    processors: Sequence[Any]
     refill: bool
-    verdicts: Callable[[list[str], list[list[Any]], list[int]], list[str | None]] | None
     tokenizer: Any
+
+    @property
+    def processors(self) -> Sequence[Any]: ...
+
+    @property
+    def verdicts(self) -> Callable[[list[str], list[list[Any]], list[int]], list[str | None]] | None: ...
 
     def problem(self, text: str) -> str | None:
         """Why the model cannot read ``text`` (empty, too long, out of vocabulary), or None."""
@@ -69,10 +74,15 @@ class CorpusModel(Protocol):
     def prompt(self, text: str) -> list[int]:
         """The search's prompt for a line (optional: ``[bos]``; a causal LM's: the text's tokens)."""
 
+
+class MediaModel(CorpusModel, Protocol):
+    """A :class:`CorpusModel` that reads files named by a line (its ``media`` not empty)."""
+
+    media: tuple[str, ...]
+
     def media_item(self, text: str, files: dict[str, str]) -> dict | str:
         """A line naming ``files`` (kind -> path, the kinds in ``media``): its stream fields
-        (``"prompt"``, and the ``"source"`` that ``make_state`` reads), or why it cannot be decoded (optional:
-        only for a model with ``media``)."""
+        (``"prompt"``, and the ``"source"`` that ``make_state`` reads), or why it cannot be decoded."""
 
 
 class CorpusModelBase:

@@ -20,7 +20,7 @@ import pathlib
 import secrets
 import socket
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["BESIDE", "OutputError", "check_output", "create_temporary", "link_refused", "open_beside", "output_lock",
            "sibling"]
@@ -28,8 +28,9 @@ __all__ = ["BESIDE", "OutputError", "check_output", "create_temporary", "link_re
 
 class OutputError(ValueError):
     """The output cannot be written as asked (a folder, another writer holds it, a symbolic link
-    beside it, a side file that refuses a resume); nothing has been decoded or written. The message starts with ``output`` or
-    ``resume`` (``beamsearch decode`` shows it as ``--output ...`` / ``--resume ...``)."""
+    beside it, a side file that refuses a resume); nothing has been decoded or written. The message
+    starts with ``output`` or ``resume`` (``beamsearch decode`` shows it as ``--output ...`` /
+    ``--resume ...``)."""
 
 
 def sibling(output: str | os.PathLike, suffix: str) -> pathlib.Path:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 from beamsearch.core import validate as check
 from beamsearch.core.config import SearchConfig
@@ -15,7 +16,7 @@ from beamsearch.core.mode import Mode
 from beamsearch.corpus.batches import ScorerFailure, batch_results
 from beamsearch.corpus.grammar import with_constraints
 from beamsearch.corpus.lines import Line
-from beamsearch.corpus.models import CorpusModel, check_model
+from beamsearch.corpus.models import CorpusModel, MediaModel, check_model
 from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options, line_problem, search_keywords,
                                        texts_ids)
 from beamsearch.corpus.sidefile import line_name
@@ -189,9 +190,11 @@ class _Feed:
             return files
         error = line.error or (model.problem(line.text) if files is None else None) or \
             line_problem(model, line, model.max_steps, self.spec)
-        steps = None if error is not None else line_max_steps(model, line, self.max_steps)
-        if error is not None or isinstance(steps, str):
-            return error or steps
+        if error is not None:
+            return error
+        steps = line_max_steps(model, line, self.max_steps)
+        if isinstance(steps, str):
+            return steps
         fields: dict[str, Any] = dict(files) if files is not None else \
             {"prompt": model.prompt(line.text), "source": line.text}
         if steps != self.steps:
@@ -233,7 +236,8 @@ def _files(model: CorpusModel, line: Line) -> dict | str:
     for kind, _ in line.media or ():
         if kind not in kinds:
             return f"the model reads no {kind} files" + (f" (it reads {' and '.join(kinds)} files)" if kinds else "")
-    return model.media_item(line.text, dict(line.media or ()))
+    media_model = cast(MediaModel, model)  # a model that reads each kind the line names has media_item
+    return media_model.media_item(line.text, dict(line.media or ()))
 
 
 def _results(model: CorpusModel, run: CorpusSearch, items: Iterator[dict]) -> Iterable[Decoded]:
@@ -257,9 +261,9 @@ def _records(model: CorpusModel, results: list[Decoded], lines: list[tuple[Line,
     if model.verdicts is not None and decoded:
         steps = [[lines[i][1] for i in decoded]] if _takes_max_steps(model.verdicts) else []  # (an older hook: two)
         reasons = dict(zip(decoded, model.verdicts([lines[i][0].text for i in decoded],
-                                                   [results[i].hypotheses for i in decoded], *steps)))
+                                                   [results[i].hypotheses for i in decoded], *steps), strict=True))
     records = []
-    for i, ((line, _), result) in enumerate(zip(lines, results)):
+    for i, ((line, _), result) in enumerate(zip(lines, results, strict=True)):
         error = str(result.error) if result.error is not None else reasons.get(i)
         if isinstance(result.error, ScorerFailure):
             error = result.error.on(line_name(line.index))

@@ -24,7 +24,8 @@ import re
 import signal
 import zlib
 from array import array
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
+from collections.abc import Iterator
 
 from beamsearch.corpus.output import OutputError, create_temporary, open_beside
 
@@ -93,7 +94,7 @@ class Fingerprint:
 
     def add(self, line: Any) -> None:
         """Count one :class:`~beamsearch.corpus.Line` into the hash."""
-        fields = (line.index, line.text, line.error, line.max_steps, line.prefix, line.constraints)
+        fields: tuple[Any, ...] = (line.index, line.text, line.error, line.max_steps, line.prefix, line.constraints)
         if getattr(line, "extra", None):  # a line without other keys hashes as before they were copied
             fields += (json.dumps(line.extra, ensure_ascii=True),)
         if getattr(line, "media", None) is not None:  # the files a line names (a text line's hash as before)
@@ -210,7 +211,8 @@ class SideFile:
                 self._covered = lines
                 return
         index = item.get("index") if item is not None else None
-        if not isinstance(index, int) or isinstance(index, bool) or not isinstance(item.get("input"), str):
+        if item is None or not isinstance(index, int) or isinstance(index, bool) \
+                or not isinstance(item.get("input"), str):
             raise OutputError(f"resume: {self.path} line {number} is not a record of beamsearch decode (a damaged "
                               "file); remove it or decode without resume")
         if index in self._slot:

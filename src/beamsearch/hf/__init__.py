@@ -78,5 +78,6 @@ from beamsearch.hf.reward import RewardScorer
 
 importlib.import_module("beamsearch.hf.static_layers")  # registers the static key/value layers' rules
 
-__all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer", "causal_lm", "generate", "joinable", "other_settings",
-           "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]
+__all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer",
+           "causal_lm", "generate", "joinable", "other_settings", "position_limit", "saved_generation_config",
+           "search_settings", "seq2seq_lm"]

@@ -6,7 +6,8 @@ calls: the forward timed and counted (:func:`timed`), the last position's logits
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, Callable
+from typing import Any, cast
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
@@ -185,7 +186,7 @@ class CausalStep(AdapterStep):
             at = torch.empty_like(order)
             at[order] = torch.arange(order.shape[0], device=order.device)  # the row in each cache row
             y_prev, fed_mask, positions = (x.index_select(0, at) for x in (y_prev, mask, positions))
-        attend = self.attend(fed_mask[:, : t + 1])
+        attend: torch.Tensor | None = self.attend(fed_mask[:, : t + 1])
         if not attends(state.cache):  # a recurrence alone reads no mask at a step (a masked token is undone below)
             attend = None
         dummy = None if state.pending is None else torch.nonzero(state.pending).flatten()
@@ -203,6 +204,7 @@ class CausalStep(AdapterStep):
         if order is not None:
             logits = logits.index_select(0, order)
         if state.pending is not None:
+            assert state.first is not None, "rows that joined at this call carry their prefill logits"
             logits = torch.where(state.pending[:, None], state.first, logits)
         return logits, CausalState(cache, mask, state.positions + fed, t + 1, state.furthest + 1, None,
                                    None, state.source, order)
@@ -276,10 +278,13 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     ids, mask = right_padded(rows, pad, device) if rows is not None else (None, None)
     prepared = Prepared(None, None, prompts, eos)
     t0 = time.perf_counter()
-    if model_inputs or rows is None:  # the model's own encoding (Florence-2 merges its image into the text)
+    # no sources (ids None), or the model's own encoding (Florence-2 merges its image into the text)
+    if model_inputs or ids is None or mask is None:
         hidden, encoder_mask, passed = encoded(model, ids, mask, model_inputs)
     else:
-        hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+        # (transformers types every output field Optional; an encoder's last_hidden_state is always set)
+        hidden = cast(torch.Tensor, model.get_encoder()(input_ids=ids, attention_mask=mask,
+                                                        return_dict=True).last_hidden_state)
         encoder_mask, passed = mask, True
     prepared.forward_seconds += time.perf_counter() - t0
     prepared.forward_calls += 1
@@ -345,7 +350,8 @@ class Seq2SeqStep(AdapterStep):
                 per row.
         """
         limit, ready = self.limit, self.ready
-        if limit is not None and state.fed >= limit and (state.positions is None or int(state.positions.max()) >= limit):
+        if limit is not None and state.fed >= limit and (state.positions is None
+                                                         or int(state.positions.max()) >= limit):
             at = state.fed if state.positions is None else int(state.positions.max())
             raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")

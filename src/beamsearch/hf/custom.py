@@ -35,9 +35,9 @@ def as_generate_output(gen: Generation, return_dict_in_generate: bool, encoder_d
     if gen.mode == "greedy":
         kind = GenerateEncoderDecoderOutput if encoder_decoder else GenerateDecoderOnlyOutput
         return kind(sequences=gen.sequences, scores=gen.scores, logits=gen.logits)
-    kind = GenerateBeamEncoderDecoderOutput if encoder_decoder else GenerateBeamDecoderOnlyOutput
-    return kind(sequences=gen.sequences, sequences_scores=gen.sequences_scores if gen.scores is not None else None,
-                scores=gen.scores, logits=gen.logits, beam_indices=gen.beam_indices)
+    beam_kind = GenerateBeamEncoderDecoderOutput if encoder_decoder else GenerateBeamDecoderOnlyOutput
+    return beam_kind(sequences=gen.sequences, sequences_scores=gen.sequences_scores if gen.scores is not None else None,
+                     scores=gen.scores, logits=gen.logits, beam_indices=gen.beam_indices)
 
 
 def _setting(model: Any, generation_config: Any, overrides: dict[str, Any], name: str) -> Any:
@@ -97,8 +97,12 @@ def custom_generate(model: Any, input_ids: torch.Tensor, logits_processor: Any =
             mask is read.
 
     Raises:
-        ValueError: a hook the call added, or a streamer.
+        ValueError: a hook the call added, or a streamer; no generation_config or inputs_tensor.
     """
+    if generation_config is None or inputs_tensor is None:
+        raise ValueError("custom_generate is called by model.generate(..., custom_generate=...), which passes "
+                         f"generation_config and inputs_tensor; got generation_config={generation_config!r}, "
+                         f"inputs_tensor of type {type(inputs_tensor).__name__}")
     if streamer is not None:
         raise ValueError("streamer= with custom_generate=hf.custom_generate: generate has already streamed the "
                          "prompt; call beamsearch.hf.generate(model, ..., streamer=...) instead")

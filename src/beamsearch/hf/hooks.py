@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
@@ -64,7 +65,7 @@ _FROM_SETTING = {
     "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id", "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
     "SuppressTokensLogitsProcessor": "suppress_tokens", "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
 }
-_OFF = (None, 0, 1.0, [], ())  # a setting at one of these builds no processor in generate
+_OFF: tuple[Any, ...] = (None, 0, 1.0, [], ())  # a setting at one of these builds no processor in generate
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ def held_prompts(model: Any, inputs: Any, rows: list[list[int]], pad: int, start
     with ``pad``; ``start`` (the decoder start token) for an encoder-decoder."""
     device = model.device
     if model.config.is_encoder_decoder:
+        if start is None:
+            raise ValueError("an encoder-decoder's hooks read the decoder start token: set decoder_start_token_id "
+                             "(or bos_token_id) in the generation config; got None for both")
         return HeldPrompts(torch.full((len(rows), 1), start, dtype=torch.long, device=device), [1] * len(rows))
     if isinstance(inputs, torch.Tensor):
         ids = inputs.to(device=device, dtype=torch.long)

@@ -37,7 +37,7 @@ class ImageCache(DynamicCache):
     image: torch.Tensor | None = None
 
     @classmethod
-    def holding(cls, cache: DynamicCache, image: torch.Tensor) -> "ImageCache":
+    def holding(cls, cache: DynamicCache, image: torch.Tensor) -> ImageCache:
         """``cache``'s layers (the same objects) and ``image`` in an :class:`ImageCache`."""
         new = cls.__new__(cls)
         new.__dict__.update(vars(cache))

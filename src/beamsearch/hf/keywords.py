@@ -9,7 +9,8 @@ and the way to get it here.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from beamsearch.hf.calls import MODEL_INPUTS
 
@@ -29,7 +30,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     # generate's own parameters
     "inputs": (HONOURED, "a tensor [N, P] of ids, a BatchEncoding, N strings (with tokenizer=), or N lists of ids"),
     "generation_config": (HONOURED, "the call's config, its unset fields from the model's, then the keyword overrides"),
-    "logits_processor": (HONOURED, "a LogitsProcessorList, run on the search's scores with the history generate gives it"),
+    "logits_processor": (HONOURED, "a LogitsProcessorList, run on the search's scores with the history generate "
+                                   "gives it"),
     "stopping_criteria": (HONOURED, "a StoppingCriteriaList, called each step: an input it flags stops"),
     "prefix_allowed_tokens_fn": (HONOURED, "fn(batch_id, input_ids) -> allowed ids, as generate calls it"),
     "streamer": (HONOURED, "with beams, the prefix every live beam of the input shares, as it grows"),
@@ -58,8 +60,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "num_beam_groups": (MAPPED, "num_groups of diverse_beam_search (mode='diverse')"),
     "diversity_penalty": (MAPPED, "diversity_penalty of diverse_beam_search (mode='diverse')"),
     "force_words_ids": (MAPPED, "constraints of constrained_beam_search (mode='constrained')"),
-    "constraints": (REFUSED, "constraints are transformers Constraint objects: give force_words_ids, or constraints= as constrained_beam_search "
-                             "takes them (one list per input)"),
+    "constraints": (REFUSED, "constraints are transformers Constraint objects: give force_words_ids, or constraints= "
+                             "as constrained_beam_search takes them (one list per input)"),
     "do_sample": (REFUSED, "True in the call: mode='stochastic' samples k outputs without replacement (k=, seed=); "
                            "True in the model's config: a warning, and not used"),
     # token ids

@@ -6,8 +6,9 @@
 
 - a causal vision-language model (LLaVA, Qwen2-VL, PaliGemma, Idefics3, SmolVLM, Gemma 3,
   BLIP-2; BLIP and GIT by :mod:`beamsearch.hf.image_decoders`) gets them in its prefill, one
-  row per input, so its vision tower runs once per input whatever the beam; the steps feed the text model one token per row (:func:`step_model`), the
-  image's keys and values held in the cache's rows, which follow their inputs like any prompt's;
+  row per input, so its vision tower runs once per input whatever the beam; the steps feed the
+  text model one token per row (:func:`step_model`), the image's keys and values held in the
+  cache's rows, which follow their inputs like any prompt's;
 - an encoder-decoder (Whisper, Speech2Text, Pix2Struct, Florence-2, ``VisionEncoderDecoderModel``)
   gets them in its encoder, once per input (:func:`encoded`), as ``generate`` runs it.
 
@@ -29,8 +30,8 @@ from beamsearch.core import validate as check
 from beamsearch.hf.calls import call_inputs
 from beamsearch.hf.image_decoders import blip_prompts, decoding_model, is_blip
 
-__all__ = ["NOT_SUPPORTED", "ModelInputs", "call_model_inputs", "check_model_inputs", "decoder_rows", "encoded", "inputs_count", "is_multimodal", "media_rows",
-           "prefill_positions", "step_model", "take_model_inputs"]
+__all__ = ["NOT_SUPPORTED", "ModelInputs", "call_model_inputs", "check_model_inputs", "decoder_rows", "encoded",
+           "inputs_count", "is_multimodal", "media_rows", "prefill_positions", "step_model", "take_model_inputs"]
 
 # the forward's arguments the adapters fill themselves (or that are not inputs)
 _OWN = frozenset({"self", "input_ids", "attention_mask", "position_ids", "cache", "past_key_values", "use_cache",

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -119,26 +120,27 @@ class RewardScorer:
             raise ValueError(f"prompts and partial_solutions must hold one entry per candidate; got {len(heads)} and "
                              f"{len(given)}")
         tails = [s + self.step_tag for s in given]
-        empty = [i for i, (h, t) in enumerate(zip(heads, tails)) if not h and not t]
+        empty = [i for i, (h, t) in enumerate(zip(heads, tails, strict=True)) if not h and not t]
         if empty:
             raise ValueError(f"prompts[{empty[0]}] + partial_solutions[{empty[0]}] is empty (and no step_tag): the "
                              "reward model reads at least one token")
-        in_vocab(self.model, [h + t for h, t in zip(heads, tails)], "prompts + partial_solutions")
+        in_vocab(self.model, [h + t for h, t in zip(heads, tails, strict=True)], "prompts + partial_solutions")
         self._fits(heads, tails)
         if not heads:
             return np.zeros(0)
         if not self.keeping:
-            return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails)], KeptRows()))
+            return self._read(self._scored([Row(-1, 0, h + t) for h, t in zip(heads, tails, strict=True)], KeptRows()))
         tag, fresh = len(self.step_tag), KeptRows(self.keep_bytes)
-        rows = [self.kept.row(h, t, tag) for h, t in zip(heads, tails)]
-        unread = list(dict.fromkeys(tuple(h) for h, t, r in zip(heads, tails, rows) if r.at < 0 and h and t))
+        rows = [self.kept.row(h, t, tag) for h, t in zip(heads, tails, strict=True)]
+        unread = list(dict.fromkeys(tuple(h) for h, t, r in zip(heads, tails, rows, strict=True)
+                                    if r.at < 0 and h and t))
         if unread:  # each prompt that no kept row extends, read once for every row that starts with it
             self._scored([Row(-1, 0, list(p)) for p in unread], self.kept, fresh, [(p, ()) for p in unread])
             kept = self.kept.joined(fresh)
-            rows = [kept.row(h, t, tag) if r.at < 0 else r for h, t, r in zip(heads, tails, rows)]
+            rows = [kept.row(h, t, tag) if r.at < 0 else r for h, t, r in zip(heads, tails, rows, strict=True)]
         else:
             kept = self.kept
-        names = [(tuple(h), tuple(t[: len(t) - tag])) for h, t in zip(heads, tails)]
+        names = [(tuple(h), tuple(t[: len(t) - tag])) for h, t in zip(heads, tails, strict=True)]
         logits = self._scored(rows, kept, fresh, names, tag)
         self.kept = fresh
         return self._read(logits)
@@ -148,7 +150,7 @@ class RewardScorer:
         limit = position_limit(self.model)
         if limit is None:
             return
-        long = [i for i, (h, t) in enumerate(zip(heads, tails)) if len(h) + len(t) > limit]
+        long = [i for i, (h, t) in enumerate(zip(heads, tails, strict=True)) if len(h) + len(t) > limit]
         if long:
             i, tag = long[0], len(self.step_tag)
             parts = f"{len(heads[i])} + {len(tails[i]) - tag}" + (f" + {tag}" if tag else "")
@@ -187,10 +189,10 @@ class RewardScorer:
         new, past = (np.array(x, np.int64) for x in ([len(r.new) for r in rows], [r.past for r in rows]))
         width, lead = int(new.max()), int(past.max())
         fed = np.arange(width) >= width - new[:, None]  # --> [c, width]: the row's new tokens, at its end
-        ids = np.full(fed.shape, self.pad, np.int64)
-        ids[fed] = np.concatenate([r.new for r in rows])
-        mask = np.concatenate([np.arange(lead) >= lead - past[:, None], fed], axis=1).astype(np.int64)
-        ids, mask = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+        host_ids = np.full(fed.shape, self.pad, np.int64)
+        host_ids[fed] = np.concatenate([r.new for r in rows])
+        host_mask = np.concatenate([np.arange(lead) >= lead - past[:, None], fed], axis=1).astype(np.int64)
+        ids, mask = torch.from_numpy(host_ids).to(device), torch.from_numpy(host_mask).to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:]
         inputs: dict[str, Any] = dict(attention_mask=mask, position_ids=positions, use_cache=self.keeping)
         cache = None
@@ -295,7 +297,7 @@ class KeptRows:
             return
         past, new, counts = past[kept], new[kept], counts[kept]
         self.bytes += int(counts.sum()) * per_column
-        for i, n in zip(kept.tolist(), counts.tolist()):
+        for i, n in zip(kept.tolist(), counts.tolist(), strict=True):
             prompt, partial = names[i]
             self.index.setdefault(prompt, {})[partial] = (self.size, n)
             self.size += n
@@ -324,9 +326,10 @@ class KeptRows:
         keys and values ``[c, heads, lead, dh]`` a layer."""
         if self.store is None:
             self.store = []
-            for layer in zip(*self.parts):  # per model layer, every batch's (keys, values)
+            for layer in zip(*self.parts, strict=True):  # per model layer, every batch's (keys, values)
                 zero = torch.zeros_like(layer[0][0][:1])
-                self.store.append((torch.cat([zero] + [k for k, _ in layer]), torch.cat([zero] + [v for _, v in layer])))
+                self.store.append((torch.cat([zero] + [k for k, _ in layer]),
+                                   torch.cat([zero] + [v for _, v in layer])))
         at, past = (np.array(x, np.int64)[:, None] for x in ([r.at for r in rows], [r.past for r in rows]))
         col = np.arange(lead)
         place = np.where(col >= lead - past, at + col - (lead - past), 0)  # --> [c, lead]: 0, the zeros, before

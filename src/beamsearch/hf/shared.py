@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Iterator
+from typing import Any, cast
+from collections.abc import Iterator
 
 import torch
 from transformers import AttentionInterface
@@ -150,7 +151,8 @@ def shared_cache(model: Any, prefill: DynamicCache, mask: torch.Tensor, room: in
     # first write allocates its column and room for T - 2 more
     cache.layers = [SuffixLayer(max(room - 2, 0)) for _ in prefill.layers]
     n = mask.shape[0]
-    cache.shared = SharedPrompt([layer.keys for layer in prefill.layers], [layer.values for layer in prefill.layers],
+    filled: list[Any] = list(prefill.layers)  # the prefill's attention layers, each holding its keys and values
+    cache.shared = SharedPrompt([layer.keys for layer in filled], [layer.values for layer in filled],
                                 mask.bool(), torch.arange(n, device=mask.device))
     return cache
 
@@ -231,7 +233,8 @@ def shared_prompt_attention(module: torch.nn.Module, query: torch.Tensor, key: t
     work = torch.promote_types(dtype, torch.float32)
     query = query.to(work)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    top1, total1, out1 = _prompt_part(query, shared_prompt, module.layer_idx, scale)
+    layer_idx = cast(int, module.layer_idx)  # (an attention module's int attribute, typed Tensor | Module by torch)
+    top1, total1, out1 = _prompt_part(query, shared_prompt, layer_idx, scale)
     k, heads, q, dh = query.shape
     hkv = key.shape[1]
     rep = heads // hkv
@@ -259,9 +262,11 @@ def _select_shared_cache(cache: SharedPromptCache, idx: Any) -> SharedPromptCach
     out.layers = []
     for layer in cache.layers:
         own: Any = layer
-        keys = None if own.keys is None else own.keys.index_select(0, idx)
-        values = None if own.values is None else own.values.index_select(0, idx)
-        out.layers.append(SuffixLayer(own.room) if keys is None else SuffixLayer.holding(keys, values, own.room))
+        if own.keys is None:
+            out.layers.append(SuffixLayer(own.room))
+        else:
+            out.layers.append(SuffixLayer.holding(own.keys.index_select(0, idx), own.values.index_select(0, idx),
+                                                  own.room))
     out.shared = copy.copy(cache.shared)
     out.shared.regroup(cache.shared.rows.index_select(0, idx))
     return out
@@ -281,16 +286,17 @@ def joined_shared(caches: list[SharedPromptCache], rows: list[int], columns: lis
     for i, layer in enumerate(first.layers):
         like = first.shared.keys[i]
         parts = []
-        for cache, n, c in zip(caches, rows, columns):
+        for cache, n, c in zip(caches, rows, columns, strict=True):
             own: Any = cache.layers[i]
             if c:
                 parts.append((own.keys, own.values))
             else:
                 empty = like.new_zeros((n, like.shape[1], 0, like.shape[3]))
                 parts.append((empty, empty))
-        keys = torch.cat(pad_axis([kv[0] for kv in parts], 2, 0.0, side="left"))
-        values = torch.cat(pad_axis([kv[1] for kv in parts], 2, 0.0, side="left"))
-        out.layers.append(SuffixLayer.holding(keys, values, layer.room))  # type: ignore[attr-defined]
+        own_keys = torch.cat(pad_axis([kv[0] for kv in parts], 2, 0.0, side="left"))
+        own_values = torch.cat(pad_axis([kv[1] for kv in parts], 2, 0.0, side="left"))
+        room = cast(SuffixLayer, layer).room  # (a shared cache's layers are SuffixLayers: shared_cache makes them)
+        out.layers.append(SuffixLayer.holding(own_keys, own_values, room))
     keys = [torch.cat(pad_axis([p.keys[i] for p in prompts], 2, 0.0, side="left")) for i in range(len(first.layers))]
     values = [torch.cat(pad_axis([p.values[i] for p in prompts], 2, 0.0, side="left"))
               for i in range(len(first.layers))]

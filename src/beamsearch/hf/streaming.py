@@ -120,7 +120,7 @@ class HookCallback:
             finished = record.status[ended] == FINISHED
             self.streaming.step(record.tokens(going).tolist(),
                                 list(zip(record.tokens(ended).tolist(), record.score[ended].tolist(),
-                                         finished.tolist())))
+                                         finished.tolist(), strict=True)))
         return stop
 
     def _flagged(self, record: StepRecord, kept: np.ndarray) -> np.ndarray:

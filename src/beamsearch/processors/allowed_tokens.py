@@ -14,7 +14,8 @@ there, as SPEC section 6 says for any row that processing empties.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -55,7 +56,8 @@ class AllowedTokens:
         start = np.argmax(history >= 0, axis=1)  # --> [k], first column of each row's prompt
         inputs = ctx.row_input.tolist()
         allowed = []
-        for row, (tokens, s) in enumerate(zip(history.tolist(), start.tolist())):  # the callback is per row
+        # the callback is per row
+        for row, (tokens, s) in enumerate(zip(history.tolist(), start.tolist(), strict=True)):
             allowed.append(_ids(self.fn(inputs[row], tuple(tokens[s:])), inputs[row], logits.shape[1]))
         counts = [a.shape[0] for a in allowed]
         rows = np.repeat(np.arange(len(allowed)), counts)

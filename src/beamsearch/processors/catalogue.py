@@ -17,8 +17,9 @@ allowed ``(row, token)`` pairs of all rows come from the CSR arrays in a few arr
 the host for numpy and CPU tensors; for tensors on an accelerator, on that device, from copies of
 the arrays kept there: only the ``[k]`` node ids are sent), and everything else is set to -inf on
 the logits' device in three backend operations; the pairs are also left on the step's context
-(``ctx.support``) so that the search ranks those entries only, not the whole ``[k, V]`` array. Called outside a search (no carried state), the nodes are found by
-walking the generated tokens from the root (one vectorized lookup per position).
+(``ctx.support``) so that the search ranks those entries only, not the whole ``[k, V]`` array.
+Called outside a search (no carried state), the nodes are found by walking the generated tokens
+from the root (one vectorized lookup per position).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import itertools
 from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -138,9 +140,9 @@ class Catalogue(RowCarrier):
         depth = self._trie.depth
         if steps > depth:
             return None
-        return (f"the catalogue's longest entry has {depth} tokens, {depth + 1} with its eos, but {name} is {steps}: "
-                f"an output that follows an entry of {steps} tokens or more ends unfinished, cut to a prefix of it (not "
-                f"an entry); set {name} to at least {depth + 1}")
+        return (f"the catalogue's longest entry has {depth} tokens, {depth + 1} with its eos, but {name} is "
+                f"{steps}: an output that follows an entry of {steps} tokens or more ends unfinished, cut to a "
+                f"prefix of it (not an entry); set {name} to at least {depth + 1}")
 
     def save(self, path: str | Path) -> None:
         """Write the catalogue (its trie and eos ids) to ``path``, one safetensors file."""
@@ -233,7 +235,8 @@ def _text_entries(path: Path) -> list[list[int]]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"catalogue file {str(path)!r} is not UTF-8 text (byte {e.start}) nor a saved catalogue") from None
+        raise ValueError(f"catalogue file {str(path)!r} is not UTF-8 text (byte {e.start}) nor a saved "
+                         "catalogue") from None
     except OSError as e:
         raise ValueError(f"catalogue file {str(path)!r} cannot be read: {e.strerror}") from None
     entries = []
@@ -285,11 +288,13 @@ def _from_array(outputs: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
     """An integer array ``[M, L]``: each row's entry runs to its first ``pad`` (then pads only)."""
     items = outputs.detach().cpu().numpy() if hasattr(outputs, "detach") else np.asarray(outputs)
     if items.ndim != 2 or not np.issubdtype(items.dtype, np.integer):
-        raise TypeError(f"outputs as an array must be integers [M, L]; got shape {tuple(items.shape)} dtype {items.dtype}")
+        raise TypeError(f"outputs as an array must be integers [M, L]; got shape {tuple(items.shape)} "
+                        f"dtype {items.dtype}")
     past = items > np.iinfo(np.int64).max if items.dtype == np.uint64 else None  # would wrap to < 0 (-1: the pad)
     if past is not None and past.any():
         i, j = (int(v[0]) for v in np.nonzero(past))
-        raise ValueError(f"outputs[{i}][{j}] must be in [0, V); got {int(items[i, j])}, and no V is larger than 2**63 - 1")
+        raise ValueError(f"outputs[{i}][{j}] must be in [0, V); got {int(items[i, j])}, and no V is larger than "
+                         "2**63 - 1")
     if items.shape[1] == 0 and items.shape[0] > 0:
         raise ValueError(f"outputs as an array [M, L] must have L >= 1 (every entry is non-empty); got shape "
                          f"{tuple(items.shape)}")
@@ -329,7 +334,7 @@ def _from_lists(outputs: Any) -> tuple[np.ndarray, np.ndarray]:
     plain = flat is not None and flat.shape == (int(lengths.sum()),) and (lengths > 0).all() and \
         np.issubdtype(flat.dtype, np.signedinteger) and int(flat.min()) >= 0 and \
         not {bool, np.bool_} & set(map(type, ids))  # numpy reads [3, True] as integers: a bool is no id
-    if not plain:  # mixed id types (int64 and uint64 entries), or a bad entry: the check names it
+    if flat is None or not plain:  # mixed id types (int64 and uint64 entries), or a bad entry: the check names it
         entries = [check.token_list(f"outputs[{i}]", out) for i, out in enumerate(outputs)]
         lengths = np.fromiter(map(len, entries), dtype=np.int64)
         flat = np.fromiter(itertools.chain.from_iterable(entries), dtype=np.int64)

@@ -24,7 +24,8 @@ prompt is not read). Guarantees and limits: ``docs/grammar.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -95,7 +96,8 @@ def _select_matchers(rows: MatcherRows, idx: Any) -> MatcherRows:
 @concat_state.register(MatcherRows)
 def _concat_matchers(parts: list[MatcherRows]) -> MatcherRows:
     """The rows of ``parts`` one after the other (their matchers moved into the result)."""
-    return MatcherRows(parts[0].compiled, [m for p in parts for m in p.matchers], np.concatenate([p.dead for p in parts]))
+    return MatcherRows(parts[0].compiled, [m for p in parts for m in p.matchers],
+                       np.concatenate([p.dead for p in parts]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,8 +153,8 @@ class Grammar(RowCarrier):
         object.__setattr__(self, "_compiled", compiled)
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | str, tokenizer: Any, *, eos_token_id: int | Sequence[int] | None = None,
-                    options: dict[str, Any] | None = None) -> Grammar:
+    def json_schema(cls, schema: dict[str, Any] | str, tokenizer: Any, *,
+                    eos_token_id: int | Sequence[int] | None = None, options: dict[str, Any] | None = None) -> Grammar:
         """JSON text valid under ``schema`` (a dict or its JSON text; JSON Schema as llguidance
         supports it: ``docs/grammar.md``)."""
         return cls("json_schema", schema, tokenizer, eos_token_id, options)

@@ -15,7 +15,8 @@ import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class Compiled:
         accepted it (a rejected token leaves its matcher in an error state)."""
         # one call per row: cheaper than the executor's parallel call, whose dispatch costs more
         # than advancing a matcher by one token
-        return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist())), bool)
+        return np.fromiter((m.consume_token(t) for m, t in zip(matchers, tokens.tolist(), strict=True)), bool)
 
 
 def executor(threads: int | None) -> Any:
@@ -186,7 +187,8 @@ def json_schema(source: Any) -> dict[str, Any]:
         raise ValueError(f"json_schema is not valid JSON text: {e}") from e
     if not isinstance(schema, dict):
         raise ValueError(f"json_schema must be a JSON object; got {source!r:.80}")
-    level, depth = [schema], 1
+    level: list[dict | list] = [schema]  # the objects and arrays at one depth
+    depth = 1
     while level:  # one level at a time, never recursing (a schema may be deeper than Python's stack)
         if depth > MAX_SCHEMA_DEPTH:
             raise ValueError(deep)
@@ -240,7 +242,8 @@ class _VocabTokenizer:
         self.bos_token_id = None
         self.special_token_ids = list(eos)
         self.tokens = [text.encode() for text in vocab]  # UTF-8
-        self._by_length = sorted((v for v, t in enumerate(self.tokens) if t and v not in eos), key=lambda v: -len(self.tokens[v]))
+        self._by_length = sorted((v for v, t in enumerate(self.tokens) if t and v not in eos),
+                                 key=lambda v: -len(self.tokens[v]))
 
     def __call__(self, text: bytes | str) -> list[int]:
         data = text.encode() if isinstance(text, str) else text

@@ -24,7 +24,8 @@ processor scans ``ctx.history`` (:func:`banned_ngram_tokens`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -96,7 +97,8 @@ class NGramTable:
     (entries are only added, for rows that all hold them)."""
 
     def __init__(self, width: int) -> None:
-        empty = (np.empty(0, np.uint64), np.empty((0, 1), np.int64), _NONE)  # n wide once added to
+        # (ident is n wide once added to)
+        empty: tuple[np.ndarray, ...] = (np.empty(0, np.uint64), np.empty((0, 1), np.int64), _NONE)
         self.old, self.new = empty, empty  # each (key [m], ident [m, n], token [m]), sorted by key
 
     def __len__(self) -> int:
@@ -147,7 +149,7 @@ def _merged(base: tuple[np.ndarray, ...], more: tuple[np.ndarray, ...]) -> tuple
     rest = np.ones(size, bool)
     rest[at] = False
     out = []
-    for a, b in zip(base, more):
+    for a, b in zip(base, more, strict=True):
         merged = np.empty((size, *a.shape[1:]), a.dtype)
         merged[at], merged[rest] = b, a
         out.append(merged)

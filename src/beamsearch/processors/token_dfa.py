@@ -26,7 +26,8 @@ one add.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -140,8 +141,8 @@ class TokenDFA(RowCarrier):
 
     def accepts(self, tokens: Sequence[int]) -> bool:
         """Whether the automaton accepts the token sequence (without eos)."""
-        tokens = np.asarray(check.token_list("tokens", tokens, allow_empty=True), dtype=np.int64)
-        state = int(self.states(tokens[None, :])[0])
+        ids = np.asarray(check.token_list("tokens", tokens, allow_empty=True), dtype=np.int64)
+        state = int(self.states(ids[None, :])[0])
         return state >= 0 and bool(self._mask[state, self._eos[0]] == 0.0)
 
     def __call__(self, logits: Any, ctx: StepContext) -> Any:

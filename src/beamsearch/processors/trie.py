@@ -28,8 +28,8 @@ def _check_keys(nodes: int, width: int, name: str = "the trie") -> None:
     """The keys ``node * width + token`` of a trie of ``nodes`` nodes (tokens ``< width``), at most
     ``nodes * width - 1``, must fit int64, and ``width`` too (numpy would wrap silently)."""
     if nodes * width >= 2**63:
-        raise ValueError(f"{name}: a trie of {nodes} nodes over token ids up to {width - 1} does not fit its int64 keys "
-                         "(nodes x (largest id + 1) must be < 2**63); token ids are a vocabulary's, < V")
+        raise ValueError(f"{name}: a trie of {nodes} nodes over token ids up to {width - 1} does not fit its int64 "
+                         "keys (nodes x (largest id + 1) must be < 2**63); token ids are a vocabulary's, < V")
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,7 +189,8 @@ class Trie:
                 if meta.get("format") != FORMAT:
                     raise ValueError(f"catalogue file {str(path)!r} is not a saved catalogue (its safetensors "
                                      f"metadata has format {meta.get('format')!r}, not {FORMAT!r})")
-                missing = [name for name in ("first", "token", "ends", "eos") if name not in f.keys()]
+                stored = set(f.keys())  # (a safetensors file handle has no `in`)
+                missing = [name for name in ("first", "token", "ends", "eos") if name not in stored]
                 if missing:
                     raise ValueError(f"catalogue file {str(path)!r} has no field {missing[0]!r} (a saved catalogue "
                                      "has first, token, ends and eos)")

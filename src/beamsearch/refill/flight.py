@@ -4,7 +4,8 @@ flight and their joint state) and the phases of one step, as its methods."""
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Generator, Iterator
+from typing import Any
+from collections.abc import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Cohort:
         self.alive &= has_rows
         outcome = self.search.outcome()
         hyps, info = self.plan.hypotheses(outcome, now), self.plan.info(outcome, now)
-        return [Decoded(self.inputs[i].index, h, None, d) for i, h, d in zip(now.tolist(), hyps, info)]
+        return [Decoded(self.inputs[i].index, h, None, d) for i, h, d in zip(now.tolist(), hyps, info, strict=True)]
 
 
 _END = object()
@@ -153,6 +154,7 @@ class Flight:
         """The step's one model call on every row in flight, checked and counted. At the first,
         V is known: the inputs' token ids are checked against it (:meth:`_check_ids`); yields the
         errors. Returns the logits ``[k, V]`` as floats (``Backend.compute``) and the new state."""
+        assert self.index is not None, "a call follows a join"
         logits, new_state = model_checks.step_output(step_fn(self.state, self.index(self.tokens)))
         x = backend_of(logits).compute(logits)
         model_checks.logits_shape(x, self.tokens.shape[0], self.vocab)
@@ -161,7 +163,7 @@ class Flight:
         stats.mixed_calls += len(self.cohorts) > 1
         if self.vocab is None:  # the first call: the inputs' ids can be checked against V only now
             self.vocab = int(x.shape[1])
-            errors, left = self._check_ids()
+            errors, left = self._check_ids(self.vocab)
             self.reserved -= len(left) * self.rows
             for i in left:
                 del self.held[i]
@@ -191,13 +193,14 @@ class Flight:
             offset += k
         self.cohorts = live
         if self.cohorts:
+            assert self.index is not None, "a retire follows a join"
             self.state = reorder(new_state, np.concatenate(parents), offset, self.index)
             self.tokens = np.concatenate(next_tokens)
         else:
             self.state, self.tokens = None, np.zeros(0, np.int64)
 
-    def _check_ids(self) -> tuple[list[Decoded], list[int]]:
-        """At the first call: each input's token ids against ``[0, V)``. A cohort with a bad
+    def _check_ids(self, vocab: int) -> tuple[list[Decoded], list[int]]:
+        """At the first call: each input's token ids against ``[0, vocab)``. A cohort with a bad
         input is dropped before its first step (its rows are left out of the reorder): the bad
         inputs' errors are returned, the others go back to the front of ``waiting`` and join the
         next call as a new cohort (``make_state`` is called for them again).
@@ -211,7 +214,7 @@ class Flight:
             bad = []
             for i in cohort.inputs:  # setup of the first call: a few ids per input
                 try:
-                    model_checks.token_ids_below(i.plan.opts.controls.vocab_checks, self.vocab)
+                    model_checks.token_ids_below(i.plan.opts.controls.vocab_checks, vocab)
                 except ValueError as error:
                     bad.append(Decoded(i.index, [], error))
             if bad:

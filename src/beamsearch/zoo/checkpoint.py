@@ -70,7 +70,9 @@ def _read_config(path: pathlib.Path, name: str) -> ModelConfig:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"checkpoint file {path} is not a model config: {_one_line(e)}") from e
     config = raw.get("config") if isinstance(raw, dict) else None
-    problem = "it has no \"config\" object" if not isinstance(config, dict) else _config_problem(config, name)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint file {path} is not a model config: it has no \"config\" object")
+    problem = _config_problem(config, name)
     if problem is not None:
         raise CheckpointError(f"checkpoint file {path} is not a model config: {problem}")
     return ModelConfig(**config)

@@ -31,7 +31,7 @@ def right(translator: Translator, outputs: list[Output], examples: list[Example]
 
 def _judged(shown: list[bool], outputs: list[Output], examples: list[Example]) -> list[bool]:
     """:func:`right` given which outputs are printed."""
-    return [s and o.text == e.target if e.target else not s for s, o, e in zip(shown, outputs, examples)]
+    return [s and o.text == e.target if e.target else not s for s, o, e in zip(shown, outputs, examples, strict=True)]
 
 
 def evaluate_model(translator: Translator, name: str, beams: list[int], *, alpha: float = 0.6, limit: int = 2000,

@@ -7,7 +7,8 @@ import math
 import pathlib
 import random
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -33,7 +34,7 @@ def _batch(examples: list[Example], pad: int, bos: int, eos: int) -> tuple[torch
 
 def exact_match(translator: Translator, examples: list[Example]) -> float:
     outputs = translator.greedy([e.source for e in examples])
-    return sum(o.text == e.target for o, e in zip(outputs, examples)) / len(examples)
+    return sum(o.text == e.target for o, e in zip(outputs, examples, strict=True)) / len(examples)
 
 
 EPOCHS = {"seq2seq": 10, "transformer": 7}  # each about 13 minutes on one idle CPU core

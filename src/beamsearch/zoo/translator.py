@@ -15,10 +15,12 @@ two-digit year whose century the model cannot tell (its readings in the other ce
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 
@@ -67,7 +69,7 @@ class Translator:
         self.max_steps = self.cfg.max_target - 1  # positions: bos + up to max_target - 1 tokens
 
     @classmethod
-    def load(cls, name: str = "seq2seq", directory: str | pathlib.Path | None = None) -> Translator:
+    def load(cls, name: str = "seq2seq", directory: str | os.PathLike | None = None) -> Translator:
         """Load ``<directory>/<name>.safetensors`` and ``<name>.json`` (default: the shipped ones,
         :data:`CHECKPOINTS`), as ``beamsearch train --out DIR`` writes them.
 
@@ -149,7 +151,7 @@ class Translator:
         if rescore and hyps:
             rows = [i for i, row in enumerate(results) for _ in row]
             model_logprobs = self._model_logprobs(select_state(state, rows), [h.tokens for h in hyps])
-        found = iter(zip(hyps, model_logprobs))
+        found = iter(zip(hyps, model_logprobs, strict=True))
         return [[Output(TARGET_VOCAB.decode(h.tokens), h, lp) for h, lp in (next(found) for _ in row)]
                 for row in results]
 
@@ -206,9 +208,11 @@ class Translator:
         """:meth:`verdict` of each text on its outputs (searched with ``max_steps[i]`` steps;
         None: the model's own), the :meth:`century_readings` computed ``chunk`` texts at a time."""
         steps = list(max_steps) if max_steps is not None else [None] * len(texts)
-        readings = [r for start in range(0, len(texts), self.chunk)
-                    for r in self.century_readings(texts[start : start + self.chunk], outputs[start : start + self.chunk])]
-        return [self.verdict(text, out, n, r) for text, out, n, r in zip(texts, outputs, steps, readings)]
+        chunks = ((texts[start : start + self.chunk], outputs[start : start + self.chunk])
+                  for start in range(0, len(texts), self.chunk))
+        readings = [r for chunk in chunks for r in self.century_readings(*chunk)]
+        return [self.verdict(text, out, n, r)
+                for text, out, n, r in zip(texts, outputs, steps, readings, strict=True)]
 
     @torch.no_grad()
     def century_readings(self, texts: Sequence[str], outputs: Sequence[Sequence[Output] | None]
@@ -220,8 +224,10 @@ class Translator:
         None for any other text, and where one century alone makes a real date (the calendar
         tells it: February 29 of '00 is 2000)."""
         wanted: list[tuple[int, str]] = []  # (text's position, a reading)
-        for i, (text, outs) in enumerate(zip(texts, outputs)):
-            year = written_year(readable(text)) if self.problem(text) is None and outs else None
+        for i, (text, outs) in enumerate(zip(texts, outputs, strict=True)):
+            if not outs or self.problem(text) is not None:
+                continue
+            year = written_year(readable(text))
             if year is None or len(year) != 2 or why_not_a_date(outs[0].text) is not None:
                 continue
             dates = [f"{c}{outs[0].text[2:]}" for c in ("18", "19", "20")]
@@ -233,7 +239,7 @@ class Translator:
             state = self.model.init_state(self.encode([texts[i] for i in row]))
             logprobs = self._model_logprobs(select_state(state, [row[i] for i, _ in wanted]),
                                             [TARGET_VOCAB.encode(d) + [self.cfg.eos] for _, d in wanted])
-            for (i, date), logprob in zip(wanted, logprobs):
+            for (i, date), logprob in zip(wanted, logprobs, strict=True):
                 out[i] = {**(out[i] or {}), date: logprob}
         return out
 
