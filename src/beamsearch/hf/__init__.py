@@ -75,6 +75,7 @@ from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_genera
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.states import Prepared, joinable
 from beamsearch.hf.reward import RewardScorer
+from beamsearch.hf.ctc import CTCDecoder, ctc_emissions
 
 importlib.import_module("beamsearch.hf.static_layers")  # registers the static key/value layers' rules
 
