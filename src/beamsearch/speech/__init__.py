@@ -7,6 +7,7 @@ enough, torch emissions are taken as they are.
 """
 
 from beamsearch.speech.ctc import ctc_beam_search
+from beamsearch.speech.ctc import CTCStream
 from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word
@@ -14,3 +15,4 @@ from beamsearch.speech.tokenlm import TokenLM
 from beamsearch.speech.vocabulary import Vocabulary
 
 __all__ = ["CTCHypothesis", "KenLMModel", "NgramLM", "TokenLM", "Vocabulary", "Word", "ctc_beam_search"]
+__all__ += ["CTCStream"]
