@@ -15,7 +15,7 @@ import numpy as np
 
 from beamsearch.backends import backend_of
 from beamsearch.core import validate
-from beamsearch.speech.align import label_frames
+from beamsearch.speech.align import label_frames, run_confidence
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords, hotwords_of
@@ -253,19 +253,22 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
     for i, (u, s) in enumerate(zip(utt.tolist(), slot.tolist())):
         text, words = None, None
         if opts.vocabulary is not None:
-            words = words_of(opts, labels[i], frames[i])
+            words = words_of(opts, labels[i], frames[i], lp[u])
             text = " ".join(w.text for w in words)
         out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, words,
                                     float(bonus[u, s]), float(lm_term[u, s]), float(word_term[u, s])))
     return out
 
 
-def words_of(opts: CTCOptions, labels: list[int], frames: np.ndarray) -> list[Word]:
-    """The words of one hypothesis with their frames (and seconds given a frame duration)."""
+def words_of(opts: CTCOptions, labels: list[int], frames: np.ndarray, lp: np.ndarray) -> list[Word]:
+    """The words of one hypothesis with their frames (and seconds given a frame duration) and
+    confidence (``lp`` float ``[T, V]``: its utterance's log-probs)."""
     assert opts.vocabulary is not None
     out = []
+    conf = run_confidence(lp, labels, frames) if labels else np.zeros(0)  # --> [L]
     for text, first, last in opts.vocabulary.words(labels, opts.blank):
         start, end = int(frames[first, 0]), int(frames[last, 1])
         d = opts.frame_duration
-        out.append(Word(text, start, end, None if d is None else start * d, None if d is None else (end + 1) * d))
+        out.append(Word(text, start, end, None if d is None else start * d, None if d is None else (end + 1) * d,
+                        float(conf[first : last + 1].min())))
     return out
