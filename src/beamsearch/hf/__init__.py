@@ -54,6 +54,9 @@ The package's modules, by concern (each importing only those above it):
   scorer (:class:`RewardScorer`);
 - :mod:`beamsearch.hf.custom`: the search behind ``model.generate(custom_generate=...)``
   (:func:`custom_generate`, :data:`CUSTOM_GENERATE_DIR`).
+- :mod:`beamsearch.hf.ctc`: CTC models (``AutoModelForCTC``) as emissions and lengths
+  (:func:`ctc_emissions`) and a drop-in for ``Wav2Vec2ProcessorWithLM``'s decoding
+  (:class:`CTCDecoder`).
 """
 
 from __future__ import annotations
@@ -81,3 +84,4 @@ importlib.import_module("beamsearch.hf.static_layers")  # registers the static k
 
 __all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer", "causal_lm", "generate", "joinable", "other_settings",
            "position_limit", "saved_generation_config", "search_settings", "seq2seq_lm"]
+__all__ += ["CTCDecoder", "ctc_emissions"]

@@ -35,7 +35,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
     by different alignments are merged by log-add, never max). With no pruning option and
-    ``beam_size`` at least the number of distinct prefixes, the result is exact.
+    ``beam_size`` at least the number of distinct prefixes, the result is exact. This is one
+    :class:`CTCStream` fed every frame as one chunk.
 
     Args:
         emissions: float ``[N, T, V]`` (numpy or torch, any device): per frame log-probabilities
