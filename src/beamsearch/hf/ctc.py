@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Any
 
@@ -124,11 +125,11 @@ class CTCDecoder:
         beam = 100 if beam_width is None else beam_width
         prune = -10.0 if beam_prune_logp is None else beam_prune_logp
         min_logp = -5.0 if token_min_logp is None else token_min_logp
-        if not isinstance(prune, (int, float)) or math.isnan(prune) or prune > 0:
+        if isinstance(prune, bool) or not isinstance(prune, numbers.Real) or math.isnan(prune) or prune > 0:
             raise ValueError(f"beam_prune_logp must be a log-probability difference (<= 0); got {prune!r}")
         return ctc_beam_search(
             logits, padding_lengths(logits) if lengths is None else lengths, blank=self.blank, beam_size=beam,
-            n_best=min(n_best, beam), token_min_logp=None if min_logp == -math.inf else min_logp,
+            n_best=min(n_best, beam) if isinstance(n_best, int) and isinstance(beam, int) else n_best, token_min_logp=None if min_logp == -math.inf else min_logp,
             beam_threshold=None if prune == -math.inf else -float(prune), vocabulary=self.vocabulary,
             frame_duration=self.frame_duration, hotwords=self.hotword_ids(hotwords),
             hotword_weight=10.0 if hotword_weight is None else hotword_weight, lm=self.lm,
