@@ -54,6 +54,9 @@ The package's modules, by concern (each importing only those above it):
   scorer (:class:`RewardScorer`);
 - :mod:`beamsearch.hf.custom`: the search behind ``model.generate(custom_generate=...)``
   (:func:`custom_generate`, :data:`CUSTOM_GENERATE_DIR`).
+- :mod:`beamsearch.hf.ctc`: CTC models (``AutoModelForCTC``) as emissions and lengths
+  (:func:`ctc_emissions`) and a drop-in for ``Wav2Vec2ProcessorWithLM``'s decoding
+  (:class:`CTCDecoder`).
 """
 
 from __future__ import annotations
@@ -75,9 +78,11 @@ from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_genera
 from beamsearch.hf.inputs import position_limit
 from beamsearch.hf.states import Prepared, joinable
 from beamsearch.hf.reward import RewardScorer
+from beamsearch.hf.ctc import CTCDecoder, ctc_emissions
 
 importlib.import_module("beamsearch.hf.static_layers")  # registers the static key/value layers' rules
 
 __all__ = ["CUSTOM_GENERATE_DIR", "SEARCH_SETTINGS", "Generation", "custom_generate", "Prepared", "RewardScorer",
            "causal_lm", "generate", "joinable", "other_settings", "position_limit", "saved_generation_config",
            "search_settings", "seq2seq_lm"]
+__all__ += ["CTCDecoder", "ctc_emissions"]

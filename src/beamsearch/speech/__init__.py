@@ -8,6 +8,7 @@ decode RNN-T and TDT models given as functions (docs/transducer.md).
 """
 
 from beamsearch.speech.ctc import ctc_beam_search
+from beamsearch.speech.ctc import CTCStream
 from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word
@@ -15,5 +16,5 @@ from beamsearch.speech.tokenlm import TokenLM
 from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_search, transducer_greedy
 from beamsearch.speech.vocabulary import Vocabulary
 
-__all__ = ["CTCHypothesis", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary", "Word",
+__all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary", "Word",
            "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]

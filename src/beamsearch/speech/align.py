@@ -90,3 +90,18 @@ def frames_of(viterbi_out: tuple[np.ndarray, np.ndarray], emit: np.ndarray, leng
         pair = np.stack([first[r, : labels[r]], last[r, : labels[r]]], 1)
         out.append(pair if found[r] else np.full_like(pair, -1))
     return out
+
+
+def run_confidence(lp: np.ndarray, labels: list[int], frames: np.ndarray) -> np.ndarray:
+    """float64 ``[L]``: per label, the least probability of it at the frames of its run on the
+    best alignment (``frames`` int ``[L, 2]``, first and last, inclusive), the blank frames left
+    out; ``lp`` float ``[T, V]``: the utterance's log-probs. NaN where a label has no frames."""
+    if not labels:
+        return np.zeros(0)
+    if (frames < 0).any():
+        return np.full(len(labels), np.nan)
+    sizes = frames[:, 1] - frames[:, 0] + 1  # --> [L]
+    starts = np.cumsum(sizes) - sizes
+    t = np.repeat(frames[:, 0], sizes) + np.arange(int(sizes.sum())) - np.repeat(starts, sizes)
+    p = np.exp(lp[t, np.repeat(np.asarray(labels, dtype=np.int64), sizes)].astype(np.float64))
+    return np.minimum.reduceat(p, starts)

@@ -2,6 +2,8 @@
 
 The frame loop (:func:`search`) runs every utterance's hypotheses of a frame as arrays
 (:mod:`beamsearch.speech.prefix`); Python objects are built once, for the results.
+:class:`CTCStream` holds the beams between chunks of frames; :func:`ctc_beam_search` is one
+stream fed every frame in one chunk.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends import backend_of
-from beamsearch.speech.align import label_frames
+from beamsearch.core import validate
+from beamsearch.speech.align import label_frames, run_confidence
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords, hotwords_of
@@ -32,7 +35,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
     by different alignments are merged by log-add, never max). With no pruning option and
-    ``beam_size`` at least the number of distinct prefixes, the result is exact.
+    ``beam_size`` at least the number of distinct prefixes, the result is exact. This is one
+    :class:`CTCStream` fed every frame as one chunk.
 
     Args:
         emissions: float ``[N, T, V]`` (numpy or torch, any device): per frame log-probabilities
@@ -65,19 +69,111 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
         (fewer when fewer label sequences have a finite probability).
     """
     emissions, (n, frames, vocab) = emissions_shape(emissions)
-    opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
-                       blank_skip_threshold, vocabulary, frame_duration)
-    lens = lengths_of(lengths, n, frames)
-    hw = hotwords_of(hotwords, hotword_weight, n, vocab, opts.blank, opts.vocabulary)
-    token = None
-    if isinstance(lm, TokenLM):
-        fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank)  # checks alpha and beta
-        token = TokenFusion(lm, float(alpha), opts.blank, vocab)
-    else:
-        fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank)
-    lp = normalized(emissions, lens)
-    beams, history = search(lp, lens, opts, hw, fusion, token)
-    return results(lp, lens, beams, history, opts, hw, fusion, token)
+    stream = CTCStream(n, vocab, blank=blank, beam_size=beam_size, n_best=n_best, token_min_logp=token_min_logp,
+                       token_top_k=token_top_k, beam_threshold=beam_threshold,
+                       blank_skip_threshold=blank_skip_threshold, vocabulary=vocabulary,
+                       frame_duration=frame_duration, hotwords=hotwords, hotword_weight=hotword_weight, lm=lm,
+                       alpha=alpha, beta=beta, max_frames=frames)
+    stream.feed(emissions, lengths, partial=False)
+    return stream.finish()
+
+
+class CTCStream:
+    """CTC prefix beam search fed frames a chunk at a time (docs/speech.md, "Streaming").
+
+    ``CTCStream(N, V, blank=..., beam_size=..., ...)`` takes every keyword of
+    :func:`ctc_beam_search`; :meth:`feed` advances every utterance by its frames of a chunk and
+    returns the hypotheses of the frames so far; :meth:`finish` returns the final ones. The frame
+    step is the one :func:`ctc_beam_search` runs (it is this object fed one chunk), so fed a
+    whole utterance in chunks of any sizes, the results equal decoding it at once, and the
+    hypotheses after each chunk equal decoding the frames so far at once.
+
+    Args:
+        batch_size: N, the utterances decoded side by side.
+        vocab_size: V, the labels of every frame.
+        max_frames: an upper bound on any utterance's frames, if known: a beam wider than the
+            prefixes that many frames can hold is narrowed (the same results, cheaper); feeding
+            more is a ValueError. None: no bound.
+        others: as :func:`ctc_beam_search`'s.
+    """
+
+    def __init__(self, batch_size: int, vocab_size: int, *, blank: int, beam_size: int, n_best: int = 1,
+                 token_min_logp: float | None = None, token_top_k: int | None = None,
+                 beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
+                 vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
+                 hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5, beta: float = 1.0,
+                 max_frames: int | None = None) -> None:
+        n, vocab = validate.at_least("batch_size", batch_size, 0), validate.at_least("vocab_size", vocab_size, 1)
+        opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
+                           blank_skip_threshold, vocabulary, frame_duration)
+        self.max_frames = None if max_frames is None else validate.at_least("max_frames", max_frames, 0)
+        self.opts, self.shape = opts, (n, vocab)
+        self.hw = hotwords_of(hotwords, hotword_weight, n, vocab, opts.blank, opts.vocabulary)
+        self.token = None
+        if isinstance(lm, TokenLM):
+            self.fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank)  # checks alpha and beta
+            self.token = TokenFusion(lm, float(alpha), opts.blank, vocab)
+        else:
+            self.fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank)
+        width = opts.beam_size if max_frames is None else min(opts.beam_size,
+                                                               prefix_count(self.max_frames, vocab - 1, opts.beam_size))
+        self.beams = Beams.start(n, width, None if self.hw is None else self.hw.starts, self.fusion, self.token)
+        self.history, self.frames = History(), np.zeros(n, dtype=np.int64)
+        self.chunks: list[tuple[np.ndarray, np.ndarray]] | None = []
+
+    def feed(self, emissions: Any, lengths: Any = None, *, partial: bool = True) -> list[list[CTCHypothesis]] | None:
+        """Advance every utterance by its frames of this chunk.
+
+        Args:
+            emissions: float ``[N, t, V]`` (numpy or torch): the chunk's log-probabilities or logits.
+            lengths: int ``[N]``, each utterance's frames in this chunk (in ``[0, t]``; 0 for one
+                that has ended or has none yet); None: all ``t``.
+            partial: return the hypotheses of the frames so far (as :func:`ctc_beam_search` of
+                them; a Viterbi pass over all of them for the timestamps); False: return None.
+        """
+        if self.chunks is None:
+            raise RuntimeError("this CTCStream is finished: start a new one for new utterances")
+        emissions, (n, frames, vocab) = emissions_shape(emissions)
+        if (n, vocab) != self.shape:
+            raise ValueError(f"emissions must be [N={self.shape[0]}, t, V={self.shape[1]}]; got shape {(n, frames, vocab)}")
+        lens = lengths_of(lengths, n, frames)
+        over = np.flatnonzero(self.frames + lens > (np.inf if self.max_frames is None else self.max_frames))
+        if over.size:
+            raise ValueError(f"utterance {over[0]} would have {int(self.frames[over[0]] + lens[over[0]])} frames, "
+                             f"more than max_frames={self.max_frames}")
+        lp = normalized(emissions, lens)
+        self.beams = search(self.beams, lp, lens, self.opts, self.history, self.hw, self.fusion, self.token)
+        self.chunks.append((lp, lens))
+        self.frames = self.frames + lens
+        return self.hypotheses() if partial else None
+
+    def hypotheses(self) -> list[list[CTCHypothesis]]:
+        """The hypotheses of the frames fed so far, as :func:`ctc_beam_search` of them returns."""
+        if self.chunks is None:
+            raise RuntimeError("this CTCStream is finished: start a new one for new utterances")
+        return results(frames_fed(self.chunks, self.frames, self.shape), self.frames, self.beams, self.history,
+                       self.opts, self.hw, self.fusion, self.token)
+
+    def finish(self) -> list[list[CTCHypothesis]]:
+        """The final hypotheses (per utterance, up to ``n_best``, best first); the stream then
+        takes no more frames and lets go of them."""
+        out = self.hypotheses()
+        self.chunks = None
+        return out
+
+
+def frames_fed(chunks: list[tuple[np.ndarray, np.ndarray]], frames: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """float ``[N, max(frames), V]``: each utterance's frames of every chunk, one after another."""
+    if len(chunks) == 1:
+        return chunks[0][0]
+    dtype = np.result_type(*(lp.dtype for lp, _ in chunks)) if chunks else np.float32
+    out = np.zeros((shape[0], int(frames.max(initial=0)), shape[1]), dtype=dtype)
+    offset = np.zeros(shape[0], dtype=np.int64)
+    for lp, lens in chunks:
+        rows, cols = np.nonzero(np.arange(lp.shape[1])[None, :] < lens[:, None])
+        out[rows, offset[rows] + cols] = lp[rows, cols]
+        offset = offset + lens
+    return out
 
 
 def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
@@ -97,14 +193,13 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
     return lp
 
 
-def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, hw: Hotwords | None = None,
-           fusion: WordFusion | None = None, token: TokenFusion | None = None) -> tuple[Beams, History]:
-    """The frame loop: every live utterance advanced one frame at a time (an utterance stops at
-    its length). Returns the final beams ``[N, B]`` and the history of their prefixes."""
-    n, longest = lp.shape[0], int(lengths.max(initial=0))
-    width = min(opts.beam_size, prefix_count(longest, lp.shape[2] - 1, opts.beam_size))
-    beams, history = Beams.start(n, width, None if hw is None else hw.starts, fusion, token), History()
-    for t in range(longest):
+def search(beams: Beams, lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, history: History,
+           hw: Hotwords | None = None, fusion: WordFusion | None = None,
+           token: TokenFusion | None = None) -> Beams:
+    """The frame loop: every live utterance advanced one frame at a time from ``beams`` (an
+    utterance stops at its length in this chunk, ``lp`` ``[N, t, V]``). Returns the beams after it."""
+    n, width = beams.last.shape
+    for t in range(int(lengths.max(initial=0))):
         live = lengths > t
         rows = None if live.all() else np.flatnonzero(live)
         part = beams if rows is None else beams.rows(rows)
@@ -116,7 +211,7 @@ def search(lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, hw: Hotwords |
             idx = np.arange(n) if rows is None else rows
             part = replace(part, next_lp=token.update(idx, width, src, grown, label, part.next_lp))
         beams = part if rows is None else beams.put(rows, part)
-    return beams, history
+    return beams
 
 
 def prefix_count(frames: int, labels: int, cap: int) -> int:
@@ -159,19 +254,22 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
     for i, (u, s) in enumerate(zip(utt.tolist(), slot.tolist())):
         text, words = None, None
         if opts.vocabulary is not None:
-            words = words_of(opts, labels[i], frames[i])
+            words = words_of(opts, labels[i], frames[i], lp[u])
             text = " ".join(w.text for w in words)
         out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, words,
                                     float(bonus[u, s]), float(lm_term[u, s]), float(word_term[u, s])))
     return out
 
 
-def words_of(opts: CTCOptions, labels: list[int], frames: np.ndarray) -> list[Word]:
-    """The words of one hypothesis with their frames (and seconds given a frame duration)."""
+def words_of(opts: CTCOptions, labels: list[int], frames: np.ndarray, lp: np.ndarray) -> list[Word]:
+    """The words of one hypothesis with their frames (and seconds given a frame duration) and
+    confidence (``lp`` float ``[T, V]``: its utterance's log-probs)."""
     assert opts.vocabulary is not None
     out = []
+    conf = run_confidence(lp, labels, frames) if labels else np.zeros(0)  # --> [L]
     for text, first, last in opts.vocabulary.words(labels, opts.blank):
         start, end = int(frames[first, 0]), int(frames[last, 1])
         d = opts.frame_duration
-        out.append(Word(text, start, end, None if d is None else start * d, None if d is None else (end + 1) * d))
+        out.append(Word(text, start, end, None if d is None else start * d, None if d is None else (end + 1) * d,
+                        float(conf[first : last + 1].min())))
     return out

@@ -14,13 +14,17 @@ class Word:
     ``start_frame``/``end_frame``: the first frame of its first label and the last frame of its
     last label on the hypothesis's best alignment (0-based, inclusive). ``start``/``end``: the same
     in seconds, ``start_frame * frame_duration`` and ``(end_frame + 1) * frame_duration`` (the
-    end of its last frame); None when no frame duration was given."""
+    end of its last frame); None when no frame duration was given. ``confidence``: the least
+    probability, over the non-blank frames of its labels on that alignment, of the label
+    emitted there (the max-probability measure aggregated by minimum, docs/speech.md, "Word
+    confidence"), in ``[0, 1]``."""
 
     text: str
     start_frame: int
     end_frame: int
     start: float | None
     end: float | None
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
