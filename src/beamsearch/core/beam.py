@@ -94,9 +94,9 @@ class Candidates:
         ``[sum j_p]``. Tags are joined name by name when every part has them, else None."""
         if not parts:
             return Candidates.empty()
-        tags = None
-        if all(p.tags is not None for p in parts):
-            tags = {name: np.concatenate([p.tags[name] for p in parts]) for name in parts[0].tags}  # type: ignore[index]
+        tags, given = None, [p.tags for p in parts if p.tags is not None]
+        if len(given) == len(parts):
+            tags = {name: np.concatenate([t[name] for t in given]) for name in given[0]}
         return Candidates(np.concatenate([p.parent for p in parts]), np.concatenate([p.token for p in parts]),
                           np.concatenate([p.logprob for p in parts]), tags)
 

@@ -30,7 +30,7 @@ import numpy as np
 from beamsearch.core import model_checks
 from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
-from beamsearch.core.protocols import Controls, RowCarrier, Selection, StepContext, Strategy
+from beamsearch.core.protocols import Controls, GeneratedTokens, RowCarrier, Selection, StepContext, Strategy
 from beamsearch.core.select import StepScores, Terminals
 from beamsearch.core.state import select_state, take_state
 
@@ -226,14 +226,14 @@ def carriers(controls: Controls) -> dict[int, Any]:
     return found
 
 
-def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
+def score_step(out: Any, beam: Beam, step: int, controls: Controls, trail: GeneratedTokens,
                vocab: int | None, scratch: Any = None) -> tuple[StepScores, Any]:
     """Check the model's output ``(logits, new_state)`` and score it (:func:`score_logits`)."""
     logits, new_state = model_checks.step_output(out)
     return score_logits(logits, beam, step, controls, trail, vocab, scratch), new_state
 
 
-def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: Trail,
+def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: GeneratedTokens,
                  vocab: int | None, scratch: Any = None) -> StepScores:
     """Turn the model's logits ``[k, V]`` into the step's processed log-probabilities.
 
@@ -254,6 +254,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         ctx = StepContext(step, _history(beam, step, trail), row_input, backend, beam.carried)
     buffer = scratch if scratch is not None and backend.reusable(scratch, x) else None
     if processors:
+        assert ctx is not None  # made above for processors or masks
         if x is logits:  # processors may write: never into the model's array
             x = backend.copy(x, out=buffer)
         for processor in processors:  # a support holds while only processors that just mask follow its own
@@ -268,7 +269,7 @@ def score_logits(logits: Any, beam: Beam, step: int, controls: Controls, trail: 
         model_checks.bad_rows(backend, logits, rows, processors, ctx)  # raises unless processing emptied them
         logp = backend.fill_rows(logp, rows, NEG_INF)  # left with no finite entry: no extension
     for mask in masks:  # a processor acting after log_softmax (mode "transformers") may set a support too
-        if not mask.masks_only:
+        if not mask.masks_only and ctx is not None:  # ctx is made whenever there are masks
             ctx.support = None
         logp = mask(logp, ctx)
     if controls.stops is not None and beam.recent is not None:
@@ -384,7 +385,7 @@ def extend_recent(recent: np.ndarray | None, live: Candidates) -> np.ndarray | N
     return out
 
 
-def _history(beam: Beam, step: int, trail: Trail) -> Any:
+def _history(beam: Beam, step: int, trail: GeneratedTokens) -> Any:
     """``ctx.history``: prompt + generated when kept, else generated only, rebuilt lazily."""
     if beam.history is not None:
         return beam.history

@@ -67,7 +67,7 @@ class BatchResults(list[list[Hypothesis]]):
     """``results[i]`` is input i's list of :class:`Hypothesis`, best first."""
 
     def __init__(self, *args: object, pad_token_id: int | None = None) -> None:
-        super().__init__(*args)  # type: ignore[arg-type]
+        super().__init__(*args)
         self.pad_token_id = pad_token_id
 
     def arrays(self, n_best: int | None = None) -> BatchArrays:

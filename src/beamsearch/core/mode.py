@@ -58,7 +58,7 @@ class Mode:
             stream (stochastic: its one seed), before any input is read.
         stream_only: the options the stream consumes itself (not passed to each plan).
         defaults: a shared control's default in this mode where it differs (greedy: ``alpha`` 0).
-        check: ``check(keywords) -> None``: the checks of the mode's sizes and own options that no
+        check: ``check(keywords)`` (what it returns is not used): the checks of the mode's sizes and own options that no
             prompt changes (:meth:`configure`; its plan or batch function makes them too), each
             error naming the keyword; ``keywords`` holds the function's defaults for those not
             given. Without it, they are checked with each batch only (in a stream: per input).
@@ -79,7 +79,7 @@ class Mode:
     start: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     stream_only: frozenset[str] = frozenset()
     defaults: Mapping[str, Any] = field(default_factory=dict)
-    check: Callable[[Mapping[str, Any]], None] | None = None
+    check: Callable[[Mapping[str, Any]], object] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sizes) - set(SEARCH_SIZES))

@@ -131,9 +131,10 @@ def processor_label(processor: Any) -> str:
     ``logits_processors[i]`` and its repr, one built from a keyword by that keyword and value."""
     if isinstance(processor, CheckedProcessor):
         return processor.name
-    keyword, attribute = _KEYWORDS.get(type(processor).__name__, (None, None))
-    if keyword is None:
+    named = _KEYWORDS.get(type(processor).__name__)
+    if named is None:
         return repr(processor)
+    keyword, attribute = named
     return f"{keyword}={getattr(processor, attribute)!r}"
 
 

@@ -24,7 +24,7 @@ from beamsearch.core.beam import Candidates
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import select_state
 
-__all__ = ["Controls", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext", "StopRule",
+__all__ = ["Controls", "GeneratedTokens", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext", "StopRule",
            "Strategy"]
 
 
@@ -203,3 +203,12 @@ class StopRule(Protocol):
     def pairs(self, recent: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
         """The (row, token) extensions that complete a stop sequence at step t (``recent``: int64
         ``[k, w]``, each row's last w generated tokens): int64 ``rows [p]`` and ``tokens [p]``."""
+
+
+class GeneratedTokens(Protocol):
+    """The generated tokens of a step's rows, rebuilt from the back-pointers on demand
+    (:class:`beamsearch.core.beam.Trail`, or a view of it from one call of a split step)."""
+
+    def generated(self, rows: np.ndarray, step: int) -> np.ndarray:
+        """int64 ``[len(rows), step]``: the tokens rows ``rows`` generated before ``step``."""
+        ...

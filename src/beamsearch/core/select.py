@@ -178,6 +178,7 @@ def best_of_support(scores: StepScores, logp: Any, width: np.ndarray) -> Candida
     precision, then per input by value, ties to the lower flat index ``b*V + v`` (row-major order
     within an input is that order). No pass over ``[k, V]``; the same candidates, values and order."""
     beam, vocab = scores.beam, scores.vocab
+    assert scores.support is not None, "called only for scores with a support"
     rows, tokens = scores.support
     flat = np.unique(rows * vocab + tokens)  # --> [p'], sorted, each pair once
     rows, tokens = flat // vocab, flat % vocab

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def _is_array(leaf: Any) -> bool:
 
 
 @functools.singledispatch
-def _concat_as(states: list) -> Any:
+def _concat_as(states: Any) -> Any:
     """The default: ``states`` are leaves. Array leaves are concatenated on axis 0 (their other
     axes must agree); a leaf of a type registered with :func:`select_state` only (a cache object)
     is a TypeError; any other leaf (a scalar, a string, None, a 0-d array) must be equal in every
@@ -142,6 +142,29 @@ def _concat_as(states: list) -> Any:
     return first
 
 
+class Registering(Protocol):
+    """A function of states whose cases are chosen by the type of its first state, taught new types
+    with ``@f.register(cls)`` (the interface of :func:`functools.singledispatch`)."""
+
+    registry: Mapping[Any, Callable[..., Any]]
+
+    def __call__(self, states: Sequence[Any], /) -> Any: ...
+
+    def register(self, cls: Any, func: Callable[..., Any] | None = None) -> Any: ...
+
+    def dispatch(self, cls: Any) -> Callable[..., Any]: ...
+
+
+def _dispatched_by(dispatcher: Any) -> Callable[[Callable[[Sequence[Any]], Any]], Registering]:
+    """A decorator giving a function ``dispatcher``'s ``register``, ``dispatch`` and ``registry``."""
+    def attach(function: Any) -> Registering:
+        function.register, function.dispatch = dispatcher.register, dispatcher.dispatch
+        function.registry = dispatcher.registry
+        return function
+    return attach
+
+
+@_dispatched_by(_concat_as)
 def concat_state(states: Sequence[Any]) -> Any:
     """The rows of several states, one state after the other (axis 0 of every array leaf).
 
@@ -169,11 +192,6 @@ def concat_state(states: Sequence[Any]) -> Any:
     if not states:
         raise ValueError("concat_state needs at least one state; got none")
     return _concat_as.dispatch(type(states[0]))(states)
-
-
-concat_state.register = _concat_as.register  # type: ignore[attr-defined]
-concat_state.dispatch = _concat_as.dispatch  # type: ignore[attr-defined]
-concat_state.registry = _concat_as.registry  # type: ignore[attr-defined]
 
 
 def copy_if_shared(state: Any) -> Any:
@@ -223,7 +241,7 @@ def _concat_tuple(states: list) -> tuple:
     first = states[0]
     items = [concat_state([s[i] for s in states]) for i in range(len(first))]
     if hasattr(type(first), "_fields"):  # NamedTuple: keep the class
-        return type(first)._make(items)  # type: ignore[attr-defined]
+        return type(first)._make(items)
     return tuple(items) if type(first) is tuple else type(first)(items)
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
 from beamsearch.controls.shared import options
+from beamsearch.controls.stop_sequences import StopSequences
 from beamsearch.core import validate as check
 from beamsearch.core.config import DecodingConfig
 from beamsearch.core.engine import StepFn, run
@@ -65,7 +66,7 @@ def score_sequences(
     opts = options(prompts, config, limits=lengths)
     if not rows:
         return []
-    controls, stops = opts.controls, opts.controls.stops
+    controls, stops = opts.controls, cast(StopSequences | None, opts.controls.stops)  # options() makes them
     ends = set(eos.tolist())
     finished = np.array([t[-1] in ends or (stops is not None and len(t) > stops.min_new_tokens and
                                            any(tuple(t[len(t) - len(s):]) == s for s in stops.sequences))

@@ -15,7 +15,7 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -225,8 +225,8 @@ def run_rounds(step_fn: StepFn, init_state: Any, s: StepSettings, pad_token_id: 
         width = s.n if r == 0 else s.m
         limit, going = _round_limits(live, s, book, width)
         done_now, live = live.split(going)
-        for sol in done_now.solutions(s.aggregation):
-            done[sol[0]].append(sol[1])
+        for p, sol in done_now.solutions(s.aggregation):
+            done[p].append(sol)
         if live.size == 0:
             break
         cand = _segments(step_fn, live, s, limit[live.prompt], width, r, book)
@@ -313,8 +313,8 @@ def _fixed_batch(step_fn: StepFn, init_state: Any, prompts: list[list[int]], max
 
 def _report(results: StepResults, i: int) -> dict[str, Any]:
     """Prompt i's spending and each solution's step scores."""
-    info = dict(results.info[i])
-    info["step_scores"] = [h.step_scores for h in results[i]]
+    info: dict[str, Any] = dict(results.info[i])
+    info["step_scores"] = [h.step_scores for h in cast(list[StepSolution], results[i])]
     return info
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -135,7 +135,8 @@ def stochastic_beam_search(
         raise TypeError("stochastic_beam_search() got an unexpected keyword argument 'positions'")
     plan = stochastic_plan(prompts, k=k, rng=rng, seed=seed, pad_token_id=pad_token_id,
                            return_token_logprobs=return_token_logprobs, **controls)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    results = run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    return cast(StochasticResults, results)  # a StochasticPlan's results (StochasticPlan.results)
 
 
 class StochasticPlan(Plan):

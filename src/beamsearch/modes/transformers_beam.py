@@ -21,7 +21,7 @@ from beamsearch.strategies.transformers_beam import TransformersBeam
 
 __all__ = ["TRANSFORMERS", "TransformersOptions", "transformers_beam_search", "transformers_plan"]
 
-_DEFAULTS = {"length_penalty": "power", "alpha": 1.0}
+_DEFAULTS: dict[str, Any] = {"length_penalty": "power", "alpha": 1.0}
 """generate's length penalty, ``len ** 1.0``: the rule's defaults of the shared controls that differ
 (its function's, its plan's and its mode's, from here)."""
 
@@ -96,7 +96,7 @@ def transformers_beam_search(
     return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
 
 
-_EARLY_STOPPING = {False: False, True: True, "never": "never", "false": False, "true": True}
+_EARLY_STOPPING: dict[Any, bool | str] = {False: False, True: True, "never": "never", "false": False, "true": True}
 
 
 def transformers_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int = 1,
