@@ -11,9 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from beamsearch.speech import KenLMModel, NgramLM, Vocabulary, transducer_beam_search, transducer_greedy
+from beamsearch.speech import KenLMModel, NgramLM, TokenLM, Vocabulary, transducer_beam_search, transducer_greedy
 from ctc_oracle import PlainLM, random_arpa
 from test_speech_hotwords import final_positions
+from test_speech_lm import rnn_lm, token_lm_logprob
 from transducer_oracle import TinyTransducer, brute_force
 
 TOKENS = ["<pad>", "a", "b", "|"]  # blank 0; "|" ends a word
@@ -212,3 +213,86 @@ def test_tdt_words_end_at_the_last_frame_their_last_label_covers():
         assert h.token_durations.tolist() == [2, 3, 0]
         assert [(w.text, w.start_frame, w.end_frame) for w in h.words] == [("a", 0, 1), ("b", 5, 5)]
         assert [x for w in h.words for x in (w.start, w.end)] == pytest.approx([0.0, 0.08, 0.2, 0.24])
+
+
+# ---- a token-level LM (a step function) ----
+
+def token_objective(model, u, frames, m, step, init, bos, eos, alpha, hot=None, weight=0.0):
+    """Every label sequence with acoustic + alpha * token LM (+ bonus), the LM computed one label
+    at a time by the plain reference of the CTC tests."""
+    out = []
+    for labels, acoustic in brute_force(model, u, frames, m).items():
+        if acoustic > -math.inf:
+            bonus = 0.0 if hot is None else weight * final_positions(list(labels), hot)
+            lm = alpha * token_lm_logprob(step, init, bos, labels, 0, eos)
+            out.append((labels, acoustic, acoustic + lm + bonus, lm))
+    return sorted(out, key=lambda x: -x[2])
+
+
+@pytest.mark.parametrize("durations,m", CASES)
+@pytest.mark.parametrize("method", ["modified", "alsd"])
+@pytest.mark.parametrize("eos", [None, 3])
+def test_nothing_pruned_a_token_lm_is_brute_force(durations, m, method, eos):
+    step, init = rnn_lm(5, vocab=4)
+    model = TinyTransducer.make(12, n=2, frames=3, vocab=4, durations=durations, scale=1.5)
+    lengths = np.array([3, 2])
+    res = transducer_beam_search(model.enc, lengths, predictor=model.predictor, joint=model.joint, blank=0,
+                                 state=model.state0(), durations=durations, max_symbols_per_frame=m, beam_size=4000,
+                                 n_best=4000, method=method, lm=TokenLM(step, init, bos=1, eos=eos), alpha=0.7)
+    for u in range(2):
+        ranked = token_objective(model, u, int(lengths[u]), m, step, init, 1, eos, 0.7)
+        hyps = res[u]
+        assert len(hyps) == len(ranked)
+        np.testing.assert_allclose([h.score for h in hyps], [r[2] for r in ranked], rtol=1e-9, atol=1e-9)
+        truth = {r[0]: r for r in ranked}
+        for h in hyps:
+            _, acoustic, total, lm = truth[tuple(h.tokens)]
+            assert h.acoustic_score == pytest.approx(acoustic, abs=1e-9) and h.word_score == 0.0
+            assert h.lm_score == pytest.approx(lm, abs=1e-9) and h.score == pytest.approx(total, abs=1e-9)
+
+
+@pytest.mark.parametrize("durations,m", CASES[:3])
+def test_nothing_pruned_a_token_lm_with_hotwords_is_brute_force(durations, m):
+    step, init = rnn_lm(6, vocab=4)
+    hot = [(2, 1), (3,)]
+    model = TinyTransducer.make(13, n=1, frames=3, vocab=4, durations=durations, scale=1.5)
+    hyps = transducer_beam_search(model.enc, predictor=model.predictor, joint=model.joint, blank=0,
+                                  state=model.state0(), durations=durations, max_symbols_per_frame=m, beam_size=4000,
+                                  n_best=4000, method="alsd", lm=TokenLM(step, init, bos=2, eos=1), alpha=0.9,
+                                  hotwords=[list(h) for h in hot], hotword_weight=1.3)[0]
+    ranked = token_objective(model, 0, 3, m, step, init, 2, 1, 0.9, hot, 1.3)
+    np.testing.assert_allclose([h.score for h in hyps], [r[2] for r in ranked], rtol=1e-9, atol=1e-9)
+    for h in hyps:
+        assert h.score == pytest.approx(h.acoustic_score + h.lm_score + h.hotword_bonus, abs=1e-9)
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2]])
+def test_a_token_lm_on_torch_equals_numpy_and_batches_are_independent(durations):
+    torch = pytest.importorskip("torch")
+    model = TinyTransducer.make(14, n=4, frames=7, vocab=4, durations=durations, scale=1.5)
+    lengths = np.array([7, 3, 0, 6])
+    step_np, init_np = rnn_lm(7, vocab=4)
+    step_t, init_t = rnn_lm(7, vocab=4, torch=torch)
+    kw = dict(blank=0, beam_size=4, n_best=3, durations=durations, max_symbols_per_frame=2, alpha=0.8,
+              method="alsd")
+    fns = dict(predictor=model.predictor, joint=model.joint, state=model.state0())
+    batch = transducer_beam_search(model.enc, lengths, lm=TokenLM(step_np, init_np, bos=1, eos=2), **fns, **kw)
+    on_torch = transducer_beam_search(model.enc, lengths, lm=TokenLM(step_t, init_t, bos=1, eos=2), **fns, **kw)
+    for i in range(4):
+        alone = transducer_beam_search(model.enc[i : i + 1, : lengths[i]], predictor=model.predictor,
+                                       joint=model.joint, state=model.state0()[i : i + 1],
+                                       lm=TokenLM(step_np, init_np, bos=1, eos=2), **kw)[0]
+        for a, b, c in zip(batch[i], alone, on_torch[i], strict=True):
+            assert a.tokens == b.tokens == c.tokens
+            assert np.isclose(a.score, b.score, rtol=1e-9) and np.isclose(a.score, c.score, rtol=1e-9)
+            assert np.isclose(a.lm_score, 0.8 * token_lm_logprob(step_np, init_np, 1, a.tokens, 0, 2))
+
+
+def test_a_token_lm_of_another_size_is_refused():
+    step, init = rnn_lm(0, vocab=5)
+    model = TinyTransducer.make(0, n=1, frames=2, vocab=4)
+    args = dict(predictor=model.predictor, joint=model.joint, blank=0, beam_size=2, state=model.state0())
+    with pytest.raises(ValueError, match="logits"):
+        transducer_beam_search(model.enc, lm=TokenLM(step, init, bos=1), **args)
+    with pytest.raises(ValueError, match="TokenLM.bos"):
+        transducer_beam_search(model.enc, lm=TokenLM(step, init, bos=9), **args)

@@ -10,16 +10,19 @@ hypotheses at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
+from beamsearch.backends import first_foreign_leaf, index_like
 from beamsearch.core import validate
+from beamsearch.core.model_checks import step_output
 from beamsearch.speech.checks import emissions_shape, lengths_of, vocabulary_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import hotwords_of
 from beamsearch.speech.results import Word
+from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.transducer_merge import Plan, Pool
 from beamsearch.core.state import select_state
 from beamsearch.speech.transducer_model import Network, start
@@ -46,9 +49,9 @@ class TransducerHypothesis:
             that frame + its duration - 1) and, with ``frame_duration``, seconds.
         hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
             occurrences (0.0 without hotwords; the rule of docs/speech.md).
-        lm_score: ``alpha`` x the natural-log word LM probability of its words and ``</s>``
-            (0.0 without an LM).
-        word_score: ``beta`` x its number of words (0.0 without an LM).
+        lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
+            LM) or of its labels and the LM's ``eos`` if given (a token LM); 0.0 without an LM.
+        word_score: ``beta`` x its number of words (0.0 without a word LM).
     """
 
     tokens: list[int]
@@ -124,12 +127,14 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
         frame_duration: seconds per encoder frame: words then have times in seconds.
         hotwords, hotword_weight: phrases to favour and the bonus per label position inside a
             phrase, as for :func:`~beamsearch.speech.ctc_beam_search`.
-        lm, alpha, beta: a word n-gram LM (:class:`~beamsearch.speech.NgramLM`,
-            :class:`~beamsearch.speech.KenLMModel` or an ARPA file's path; needs ``vocabulary``)
-            fused as in :func:`~beamsearch.speech.ctc_beam_search`: ``alpha`` x its natural-log
-            probability of each word, scored when the word ends (the last one and ``</s>`` when
-            the hypothesis finishes), plus ``beta`` per word; hypotheses are ranked by
-            acoustic score + LM terms + hotword bonus while decoding and in the results.
+        lm, alpha, beta: fused as in :func:`~beamsearch.speech.ctc_beam_search`. A word n-gram
+            LM (:class:`~beamsearch.speech.NgramLM`, :class:`~beamsearch.speech.KenLMModel` or an
+            ARPA file's path; needs ``vocabulary``): ``alpha`` x its natural-log probability of
+            each word, scored when the word ends (the last one and ``</s>`` when the hypothesis
+            finishes), plus ``beta`` per word. A :class:`~beamsearch.speech.TokenLM` (a step
+            function over the joint's V labels): ``alpha`` x its log-probability of each label
+            (and of its ``eos`` at the end). Hypotheses are ranked by acoustic score + LM terms
+            + hotword bonus while decoding and in the results.
 
     Returns:
         per utterance, up to ``n_best`` :class:`TransducerHypothesis`, best first.
@@ -141,21 +146,29 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
     m = 1 if method == "modified" else 10
     if max_symbols_per_frame is not None:
         m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
-    hw = None
-    fusion = WordFusion.of(lm, alpha, beta, opts[0], net.blank)
-    if hotwords is not None or opts[0] is not None:
-        vocab = vocabulary_size(net, state, opts[0])
+    hw, token = None, None
+    fusion = WordFusion.of(None if isinstance(lm, TokenLM) else lm, alpha, beta, opts[0], net.blank)
+    if hotwords is not None or opts[0] is not None or isinstance(lm, TokenLM):
+        vocab = vocabulary_size(net, state, opts[0], lm)
         hw = hotwords_of(hotwords, hotword_weight, lens.size, vocab, net.blank, opts[0])
-    plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion)
+        if isinstance(lm, TokenLM):
+            token = TokenFusion(lm, float(alpha), net.blank, vocab)
+            net = replace(net, token=token)
+    plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion, token)
     pool, aligns = search(net, lens, state, plan)
     return [hyps[:best] for hyps in results(pool, aligns, opts, plan)]
 
 
-def vocabulary_size(net: Network, state: Any, voc: Any) -> int:
+def vocabulary_size(net: Network, state: Any, voc: Any, lm: Any = None) -> int:
     """V, the joint's number of token logits, from one predictor and joint call on the first
     utterance (hotwords are compiled over V labels); a vocabulary of another size is a
-    ValueError. Without frames: the vocabulary's size, else ``blank + 1``."""
+    ValueError. Without frames: the vocabulary's size, else a token LM's (the width of its
+    logits on its ``bos``), else ``blank + 1``."""
     if net.enc.shape[0] == 0:
+        if voc is None and isinstance(lm, TokenLM):
+            like = first_foreign_leaf(lm.init_state)
+            y = np.array([lm.bos]) if like is None else index_like(np.array([lm.bos]), like)
+            return int(step_output(lm.step_fn(lm.init_state, y))[0].shape[-1])
         return len(voc) if voc is not None else net.blank + 1
     carried = start(net, select_state(state, [0]), 1)
     tok, _ = net.log_probs(np.zeros(1, np.int64), np.zeros(1, np.int64), carried[0])
@@ -196,6 +209,8 @@ def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[Trans
     paths = aligns.paths(pool.align[uu, ss])
     weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
     alpha, beta = (0.0, 0.0) if plan.fusion is None else (plan.fusion.alpha, plan.fusion.beta)
+    if plan.token is not None:
+        alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
     for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
         words = None if voc is None else words_of(voc, labels, frames, durs if tdt else None, fd)

@@ -9,15 +9,18 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends import NEG_INF
+from beamsearch.core.state import select_state
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords
+from beamsearch.speech.tokenlm import TokenFusion
 from beamsearch.speech.transducer_model import Network, carry
 
 
 @dataclass(frozen=True)
 class Plan:
     """How to search: ``width`` hypotheses kept per utterance, ``pool`` finished ones, at most
-    ``max_symbols`` labels per frame, the ``schedule``, hotwords or None, the word LM or None."""
+    ``max_symbols`` labels per frame, the ``schedule``, hotwords or None, the word LM or None,
+    the token LM or None (then ``lm[3]`` of the LM state sums its log-probs of the labels)."""
 
     width: int
     pool: int
@@ -25,6 +28,7 @@ class Plan:
     schedule: str
     hotwords: Hotwords | None
     fusion: WordFusion | None = None
+    token: TokenFusion | None = None
 
     def lm_start(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
         """The word-LM state of empty label sequences (zeros without an LM): ``(ctx, key, size,
@@ -40,9 +44,14 @@ class Plan:
         out: np.ndarray | float = 0.0
         if self.hotwords is not None:
             out = out + self.hotwords.weight * self.hotwords.count(*hot)
+        return out + self.fused(lm[3], lm[4])
+
+    def fused(self, lm: np.ndarray, words: np.ndarray) -> np.ndarray | float:
+        """The LM terms of LM log-probs ``lm`` and word counts ``words``: ``alpha * lm + beta *
+        words`` (word LM), ``alpha * lm`` (token LM), 0.0 (none)."""
         if self.fusion is not None:
-            out = out + self.fusion.fused(lm[3], lm[4])
-        return out
+            return self.fusion.fused(lm, words)
+        return 0.0 if self.token is None else self.token.alpha * lm
 
 
 @dataclass
@@ -109,8 +118,7 @@ class Pool:
     def rank(self, plan: Plan) -> np.ndarray:
         """float64 ``[N, P]``: the score results are ranked by: acoustic + bonus + LM terms."""
         weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
-        fused = 0.0 if plan.fusion is None else plan.fusion.fused(self.lm, self.words)
-        return self.score + weight * self.done + fused
+        return self.score + weight * self.done + plan.fused(self.lm, self.words)
 
 
 def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndarray, plan: Plan,
@@ -119,7 +127,22 @@ def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndar
     finished (a TDT step may overshoot it), the others kept as the new ``[N, B]`` beams."""
     done = cands.t >= lengths[cands.u]
     live, fin = cands.take(np.flatnonzero(~done)), cands.take(np.flatnonzero(done))
+    if plan.token is not None and plan.token.lm.eos is not None:
+        fin.lm = fin.lm[:3] + (fin.lm[3] + eos_logp(plan.token, beams.carried[2], fin),) + fin.lm[4:]
     return keep_live(net, beams, live, plan, prefixes), keep_finished(pool, fin, plan)
+
+
+def eos_logp(token: TokenFusion, lm: Any, fin: Cands) -> np.ndarray:
+    """float64 ``[K]``: the token LM's log-prob of its ``eos`` after each finished candidate's
+    labels: read from its source row, or, where its last move emitted a label, from one LM step
+    on that label."""
+    lp, state = lm
+    out = lp[fin.src, token.lm.eos]
+    lab = np.flatnonzero(fin.label >= 0)
+    if lab.size:
+        after, _ = token.call(select_state(state, token.index(fin.src[lab])), fin.label[lab])
+        out[lab] = after[:, token.lm.eos]
+    return out
 
 
 def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +197,7 @@ def keep_finished(pool: Pool, fin: Cands, plan: Plan) -> Pool:
     terms (the last word and ``</s>`` scored as they finish)."""
     n, p = pool.score.shape
     pu, ps = np.nonzero(np.isfinite(pool.score))
-    lm, words = fin.lm[3], fin.lm[4]
+    lm, words = fin.lm[3], fin.lm[4]  # a token LM's eos is in (admit)
     if plan.fusion is not None:
         lm, words = plan.fusion.finish(*fin.lm)
     u = np.concatenate([pu, fin.u])

@@ -87,7 +87,7 @@ def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
     the same duration in its row (only the blank's duration 0 is ruled out among them), so it is
     never among the ``2 * width`` an utterance keeps."""
     k = 2 * plan.width + 1
-    if plan.hotwords is not None or plan.fusion is not None or k >= tok.shape[1]:
+    if plan.hotwords is not None or plan.fusion is not None or plan.token is not None or k >= tok.shape[1]:
         return None
     return np.argpartition(-tok, k - 1, axis=1)[:, :k]
 
@@ -133,13 +133,13 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
 def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
     """float64 ``[N * B, w + 1]``: the hotword bonus plus the word-LM term of every candidate
     while decoding (0.0 without either); the last column is a waiting hypothesis's own."""
-    hw, fusion = plan.hotwords, plan.fusion
-    if hw is None and fusion is None:
+    hw, fusion, token = plan.hotwords, plan.fusion, plan.token
+    if hw is None and fusion is None and token is None:
         return 0.0
     hot = tuple(h.reshape(-1, 1) for h in beams.hot)
     lm = tuple(h.reshape(-1, 1) for h in beams.lm)
     own = plan.terms(hot, lm)  # --> [N * B, 1]
-    vocab = hw.vocab if hw is not None else fusion.ends.size  # type: ignore[union-attr]
+    vocab = hw.vocab if hw is not None else (fusion.ends.size if fusion is not None else token.vocab)  # type: ignore[union-attr]
     per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
     if hw is not None:  # what each label adds
         per_label = per_label + hw.weight * (hw.count(*hw.step(*hot, np.arange(vocab)[None, :])) - hw.count(*hot))
@@ -147,6 +147,9 @@ def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
         ends, logp, _ = fusion.close(*lm[:3])
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)  # the word a label ends, scored
         per_label = per_label + np.where(fusion.ends[None, :], gain, 0.0)
+    if token is not None:  # each label's LM log-prob (the blank adds nothing)
+        next_lp = beams.carried[2][0]
+        per_label = per_label + token.alpha * np.where(np.arange(vocab) == token.blank, 0.0, next_lp)
     per_col = np.repeat(per_label, w // vocab, axis=1)  # grid column = label * Dn + duration
     return np.concatenate([per_col, own], axis=1)
 
@@ -182,4 +185,6 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
         if plan.fusion is not None:
             for h, v in zip(lm, plan.fusion.step(*(h[lab] for h in lm), tok[lab])):
                 h[lab] = v
+        if plan.token is not None:  # the token LM's log-prob of the label, from its source row
+            lm[3][lab] += beams.carried[2][0][(u * b + s)[lab], tok[lab]]
     return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm)  # type: ignore[arg-type]
