@@ -202,7 +202,8 @@ def test_tdt_words_end_at_the_last_frame_their_last_label_covers():
     """A TDT label emitted at frame t with duration d covers frames t .. t + d - 1 (the next
     symbol is read at t + d); a label of duration 0 covers its own frame. So the word "a" (label
     at frame 0, duration 2) spans frames 0..1, and "b" (frame 5, duration 0) frame 5 alone; in
-    seconds (frame 0.04 s): [0, 0.08] and [0.2, 0.24]. Greedy and beam agree."""
+    seconds (frame 0.04 s): [0, 0.08] and [0.2, 0.24]; each label's times likewise. Greedy and
+    beam agree."""
     net = Scripted()
     kw = dict(predictor=net.predictor, joint=net.joint, blank=0, durations=net.durations,
               vocabulary=Vocabulary(TOKENS), frame_duration=0.04, max_symbols_per_frame=2)
@@ -213,6 +214,15 @@ def test_tdt_words_end_at_the_last_frame_their_last_label_covers():
         assert h.token_durations.tolist() == [2, 3, 0]
         assert [(w.text, w.start_frame, w.end_frame) for w in h.words] == [("a", 0, 1), ("b", 5, 5)]
         assert [x for w in h.words for x in (w.start, w.end)] == pytest.approx([0.0, 0.08, 0.2, 0.24])
+        # labels: "a" frames 0..1, "|" frames 2..4, "b" frame 5
+        np.testing.assert_allclose(h.token_times, [[0.0, 0.08], [0.08, 0.2], [0.2, 0.24]])
+    rnnt = TinyTransducer.make(11, n=1, frames=4, vocab=4, scale=2.0)
+    g = transducer_greedy(rnnt.enc, predictor=rnnt.predictor, joint=rnnt.joint, blank=0, state=rnnt.state0(),
+                          frame_duration=0.04)[0]
+    assert len(g.tokens) > 0  # RNN-T: a label covers its own frame
+    np.testing.assert_allclose(g.token_times, np.stack([g.token_frames, g.token_frames + 1], 1) * 0.04)
+    assert transducer_greedy(rnnt.enc, predictor=rnnt.predictor, joint=rnnt.joint, blank=0,
+                             state=rnnt.state0())[0].token_times is None
 
 
 # ---- a token-level LM (a step function) ----

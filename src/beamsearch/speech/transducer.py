@@ -52,6 +52,9 @@ class TransducerHypothesis:
         lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
             LM) or of its labels and the LM's ``eos`` if given (a token LM); 0.0 without an LM.
         word_score: ``beta`` x its number of words (0.0 without a word LM).
+        token_times: with ``frame_duration``, float64 ``[L, 2]``: each label's start and end in
+            seconds, ``frame * frame_duration`` and ``(last frame it covers + 1) *
+            frame_duration`` (RNN-T: its frame; TDT: ``frame + max(duration, 1) - 1``); else None.
     """
 
     tokens: list[int]
@@ -64,6 +67,7 @@ class TransducerHypothesis:
     hotword_bonus: float = 0.0
     lm_score: float = 0.0
     word_score: float = 0.0
+    token_times: np.ndarray | None = None
 
 
 def transducer_greedy(encoder_out: Any, lengths: Any = None, *, predictor: Callable, joint: Callable, blank: int,
@@ -213,20 +217,26 @@ def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[Trans
         alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
     for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
-        words = None if voc is None else words_of(voc, labels, frames, durs if tdt else None, fd)
+        ends = label_ends(frames, durs if tdt else None)
+        words = None if voc is None else words_of(voc, labels, frames, ends, fd)
+        times = None if fd is None else np.stack([frames, ends + 1], 1) * fd
         out[u].append(TransducerHypothesis(
             labels, float(rank[u, s]), float(pool.score[u, s]), frames, durs if tdt else None,
             None if words is None else " ".join(w.text for w in words), words, weight * float(pool.done[u, s]),
-            alpha * float(pool.lm[u, s]), beta * float(pool.words[u, s])))
+            alpha * float(pool.lm[u, s]), beta * float(pool.words[u, s]), times))
     return out
 
 
-def words_of(voc: Any, labels: list[int], frames: np.ndarray, durs: np.ndarray | None,
-             fd: float | None) -> list[Word]:
+def label_ends(frames: np.ndarray, durs: np.ndarray | None) -> np.ndarray:
+    """int64 ``[L]``: the last frame each label covers: RNN-T its emission frame; TDT ``frame +
+    duration - 1`` (a label emitted at frame t with duration d spans frames t .. t + d - 1; one
+    of duration 0 its frame t alone)."""
+    return frames if durs is None else frames + np.maximum(durs, 1) - 1
+
+
+def words_of(voc: Any, labels: list[int], frames: np.ndarray, ends: np.ndarray, fd: float | None) -> list[Word]:
     """The words of one hypothesis: from its first label's frame to the last frame its last label
-    covers: RNN-T its emission frame; TDT ``frame + duration - 1`` (a label emitted at frame t
-    with duration d spans frames t .. t + d - 1; duration 0: frame t alone)."""
-    ends = frames if durs is None else frames + np.maximum(durs, 1) - 1
+    covers (``ends``, :func:`label_ends`)."""
     out = []
     for text, first, last in voc.words(labels):
         start, end = int(frames[first]), int(ends[last])
