@@ -306,3 +306,43 @@ def test_a_token_lm_of_another_size_is_refused():
         transducer_beam_search(model.enc, lm=TokenLM(step, init, bos=1), **args)
     with pytest.raises(ValueError, match="TokenLM.bos"):
         transducer_beam_search(model.enc, lm=TokenLM(step, init, bos=9), **args)
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2]])
+@pytest.mark.parametrize("hot", [None, [[1, 2], [3, 1, 3]]])
+def test_while_decoding_a_candidate_ranks_by_the_terms_it_will_have(durations, hot):
+    """Pruning ranks each candidate (label, duration) of a hypothesis by the hotword and LM terms
+    it gets once stepped by its label (the rank keep_live then uses): every column of the
+    ranking grid equals the terms of the stepped states, one label at a time; the blank steps
+    nothing, so a match in progress keeps its bonus (it was ranked as if the blank reset it)."""
+    from beamsearch.speech.fusion import WordFusion
+    from beamsearch.speech.hotwords import hotwords_of
+    from beamsearch.speech.transducer_merge import Beams, Plan
+    from beamsearch.speech.transducer_search import bonus_grid
+
+    rng, text, alpha, beta = case(21)
+    n, b, vocab = 3, 4, len(TOKENS)
+    fusion = WordFusion.of(NgramLM.from_lines(text.splitlines()), alpha, beta, Vocabulary(TOKENS), 0)
+    hw = None if hot is None else hotwords_of(hot, 1.5, n, vocab, 0, None)
+    plan = Plan(b, b, 2, "alignment", hw, fusion)
+    beams = Beams.empty(n, b, plan)
+    hs = tuple(h.ravel() for h in beams.hot)
+    if hw is not None:
+        hs = (np.repeat(hw.starts, b), hs[1], hs[2])
+    ls = tuple(h.ravel() for h in beams.lm)
+    for _ in range(6):  # random label sequences, one per slot
+        label = rng.integers(1, vocab, size=n * b)
+        ls = fusion.step(*ls, label)
+        if hw is not None:
+            hs = hw.step(*hs, label)
+    beams.hot = tuple(h.reshape(n, b) for h in hs)  # type: ignore[assignment]
+    beams.lm = tuple(h.reshape(n, b) for h in ls)
+    dn = 1 if durations is None else len(durations)
+    grid = bonus_grid(beams, plan, vocab * dn, 0)
+    np.testing.assert_allclose(grid[:, -1], plan.terms(hs, ls), rtol=1e-12)
+    for k in range(vocab):
+        label = np.full(n * b, k)
+        stepped_h = hs if (hw is None or k == 0) else hw.step(*hs, label)
+        stepped_l = ls if k == 0 else fusion.step(*ls, label)
+        for d in range(dn):
+            np.testing.assert_allclose(grid[:, k * dn + d], plan.terms(stepped_h, stepped_l), rtol=1e-12, err_msg=f"label {k}")

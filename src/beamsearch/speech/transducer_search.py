@@ -70,7 +70,7 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
         is_blank = (np.arange(tok.shape[1]) == net.blank)[None, :] if ids is None else ids == net.blank
         grid = grid_scores(beams.score[u, s], sub, dur, is_blank, net.durations, stay_ok)
-        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan)
+        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan, net.blank)
         nd = 1 if dur is None else dur.shape[1]
         ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
         if ids is not None:
@@ -108,8 +108,8 @@ def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: 
     return best, np.where(forced, fallback, d)
 
 
-def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray,
-                   plan: Plan) -> tuple[np.ndarray, ...]:
+def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray, plan: Plan,
+                   blank: int) -> tuple[np.ndarray, ...]:
     """Each utterance's best ``2 * width`` candidates (every finite one when fewer) by score plus
     hotword bonus and LM terms: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
     n, b = beams.score.shape
@@ -118,7 +118,7 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
     acoustic[rows, :w] = grid
     wait = (np.isfinite(beams.score) & ~grow).ravel()
     acoustic[wait, w] = beams.score.ravel()[wait]
-    rank = acoustic + bonus_grid(beams, plan, w)
+    rank = acoustic + bonus_grid(beams, plan, w, blank)
     flat = rank.reshape(n, b * (w + 1))
     k = min(2 * plan.width, flat.shape[1])
     part = np.argpartition(-flat, k - 1, axis=1)[:, :k] if k < flat.shape[1] else np.broadcast_to(
@@ -130,9 +130,10 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
     return uu, s, np.where(col == w, -1, col), score
 
 
-def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
-    """float64 ``[N * B, w + 1]``: the hotword bonus plus the word-LM term of every candidate
-    while decoding (0.0 without either); the last column is a waiting hypothesis's own."""
+def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | float:
+    """float64 ``[N * B, w + 1]``: the hotword bonus plus the LM terms of every candidate while
+    decoding (0.0 without either): those of its labels once stepped by the candidate's label
+    (the blank steps nothing); the last column is a waiting hypothesis's own."""
     hw, fusion, token = plan.hotwords, plan.fusion, plan.token
     if hw is None and fusion is None and token is None:
         return 0.0
@@ -141,15 +142,17 @@ def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
     own = plan.terms(hot, lm)  # --> [N * B, 1]
     vocab = hw.vocab if hw is not None else (fusion.ends.size if fusion is not None else token.vocab)  # type: ignore[union-attr]
     per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
+    labels = np.arange(vocab)[None, :]
     if hw is not None:  # what each label adds
-        per_label = per_label + hw.weight * (hw.count(*hw.step(*hot, np.arange(vocab)[None, :])) - hw.count(*hot))
+        gain = hw.weight * (hw.count(*hw.step(*hot, labels)) - hw.count(*hot))
+        per_label = per_label + np.where(labels == blank, 0.0, gain)
     if fusion is not None:
         ends, logp, _ = fusion.close(*lm[:3])
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)  # the word a label ends, scored
         per_label = per_label + np.where(fusion.ends[None, :], gain, 0.0)
     if token is not None:  # each label's LM log-prob (the blank adds nothing)
         next_lp = beams.carried[2][0]
-        per_label = per_label + token.alpha * np.where(np.arange(vocab) == token.blank, 0.0, next_lp)
+        per_label = per_label + token.alpha * np.where(labels == blank, 0.0, next_lp)
     per_col = np.repeat(per_label, w // vocab, axis=1)  # grid column = label * Dn + duration
     return np.concatenate([per_col, own], axis=1)
 
