@@ -346,3 +346,36 @@ def test_while_decoding_a_candidate_ranks_by_the_terms_it_will_have(durations, h
         stepped_l = ls if k == 0 else fusion.step(*ls, label)
         for d in range(dn):
             np.testing.assert_allclose(grid[:, k * dn + d], plan.terms(stepped_h, stepped_l), rtol=1e-12, err_msg=f"label {k}")
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2]])
+def test_while_decoding_a_token_lm_candidate_ranks_by_its_label_log_prob(durations):
+    """With a token LM, column (label k, duration) of the ranking grid is alpha x (the LM
+    log-prob of the labels so far + that of k from the slot's carried row); the blank adds
+    nothing; hotwords add their stepped bonus as above."""
+    from beamsearch.speech.hotwords import hotwords_of
+    from beamsearch.speech.tokenlm import TokenFusion
+    from beamsearch.speech.transducer_merge import Beams, Plan
+    from beamsearch.speech.transducer_search import bonus_grid
+
+    rng = np.random.default_rng(4)
+    n, b, vocab = 2, 3, len(TOKENS)
+    step, init = rnn_lm(2, vocab=vocab)
+    token = TokenFusion(TokenLM(step, init, bos=1), 0.6, 0, vocab)
+    hw = hotwords_of([[2, 3]], 0.7, n, vocab, 0, None)
+    plan = Plan(b, b, 2, "alignment", hw, None, token)
+    beams = Beams.empty(n, b, plan)
+    so_far = rng.uniform(-5, 0, size=(n, b))
+    beams.lm = beams.lm[:3] + (so_far,) + beams.lm[4:]
+    beams.hot = (np.broadcast_to(hw.starts[:, None], (n, b)).copy(),) + beams.hot[1:]
+    next_lp = np.log(rng.dirichlet(np.ones(vocab), size=n * b))
+    beams.carried = (None, None, (next_lp, None))
+    dn = 1 if durations is None else len(durations)
+    grid = bonus_grid(beams, plan, vocab * dn, 0)
+    hs = tuple(h.ravel() for h in beams.hot)
+    for k in range(vocab):
+        stepped = hs if k == 0 else hw.step(*hs, np.full(n * b, k))
+        want = 0.7 * hw.count(*stepped) + 0.6 * (so_far.ravel() + (0.0 if k == 0 else next_lp[:, k]))
+        for d in range(dn):
+            np.testing.assert_allclose(grid[:, k * dn + d], want, rtol=1e-12, err_msg=f"label {k}")
+    np.testing.assert_allclose(grid[:, -1], 0.7 * hw.count(*hs) + 0.6 * so_far.ravel(), rtol=1e-12)
