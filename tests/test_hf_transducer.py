@@ -101,3 +101,23 @@ def test_beam_through_hf(kind):
                                   max_symbols_per_frame=1, hotwords=[[1, 2]], hotword_weight=0.0)
         g1 = transducer_generate(model, x, mask, max_symbols_per_frame=1)
         assert [h[0].tokens for h in one] == [h[0].tokens for h in g1]
+
+
+def test_an_lm_through_hf_is_fused_with_one_beam_too():
+    """With ``lm`` given, ``num_beams=1`` runs the beam search of one (greedy has no LM): the
+    results equal transducer_beam_search on the wrapped functions, LM terms included."""
+    from beamsearch.speech import NgramLM, transducer_beam_search
+    from ctc_oracle import random_arpa
+
+    model = make("rnnt", 0)
+    x, mask = inputs(0)
+    tokens = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "|", "<blk>"]
+    text = random_arpa(np.random.default_rng(0), 2, ["a", "b", "ab", "ca", "d", "e"], 8)
+    lm = NgramLM.from_lines(text.splitlines())
+    kw = dict(vocabulary=tokens, lm=lm, alpha=0.5, beta=1.0)
+    ours = transducer_generate(model, x, mask, **kw)
+    want = transducer_beam_search(**transducer_functions(model, x, mask).options(), beam_size=1, **kw)
+    for got, exp in zip(ours, want, strict=True):
+        assert got[0].tokens == exp[0].tokens
+        assert got[0].lm_score == pytest.approx(exp[0].lm_score) and got[0].score == pytest.approx(exp[0].score)
+        assert got[0].lm_score < 0.0  # </s> at least was scored

@@ -88,11 +88,12 @@ def transducer_generate(model: Any, input_features: Any, attention_mask: Any = N
     """Decode with a transformers transducer: greedy with ``num_beams=1`` (the model's own rule:
     at most ``config.max_symbols_per_step`` labels per frame), else
     :func:`~beamsearch.speech.transducer_beam_search` with ``beam_size=num_beams`` and
-    ``n_best=num_return_sequences``; ``options`` are that function's other keywords
-    (``vocabulary``, ``frame_duration``, ``hotwords``, ...); ``audio_kwargs`` go to the model's
+    ``n_best=num_return_sequences`` (also with one beam when ``hotwords`` or ``lm`` are given);
+    ``options`` are that function's other keywords (``vocabulary``, ``frame_duration``,
+    ``hotwords``, ``lm``, ``alpha``, ``beta``, ...); ``audio_kwargs`` go to the model's
     ``get_audio_features``. Per utterance, a list of hypotheses."""
     fns = transducer_functions(model, input_features, attention_mask, **(audio_kwargs or {}))
-    if num_beams == 1 and num_return_sequences == 1 and not options.get("hotwords"):
+    if num_beams == 1 and num_return_sequences == 1 and not options.get("hotwords") and options.get("lm") is None:
         m = max_symbols_per_frame if max_symbols_per_frame is not None else int(model.config.max_symbols_per_step)
         keep = {k: v for k, v in options.items() if k in ("vocabulary", "frame_duration")}
         return [[h] for h in transducer_greedy(**fns.options(), max_symbols_per_frame=m, **keep)]

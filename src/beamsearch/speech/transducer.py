@@ -10,16 +10,20 @@ hypotheses at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
+from beamsearch.backends import first_foreign_leaf, index_like
 from beamsearch.core import validate
+from beamsearch.core.model_checks import step_output
 from beamsearch.speech.checks import emissions_shape, lengths_of, vocabulary_of
+from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import hotwords_of
 from beamsearch.speech.results import Word
-from beamsearch.speech.transducer_merge import Plan
+from beamsearch.speech.tokenlm import TokenFusion, TokenLM
+from beamsearch.speech.transducer_merge import Plan, Pool
 from beamsearch.core.state import select_state
 from beamsearch.speech.transducer_model import Network, start
 from beamsearch.speech.transducer_search import search
@@ -33,16 +37,24 @@ class TransducerHypothesis:
 
     Fields:
         tokens: the label ids (Python ints, no blanks).
-        score: what the results are ranked by: ``acoustic_score + hotword_bonus``.
+        score: what the results are ranked by:
+            ``acoustic_score + lm_score + word_score + hotword_bonus``.
         acoustic_score: the natural-log probability of ``tokens`` summed over the alignments the
             search kept and merged (greedy: its one alignment's).
         token_frames: int64 ``[L]``, the encoder frame each label was emitted at (on the kept
             alignment of highest probability).
         token_durations: int64 ``[L]``, each label's duration in frames (TDT); None for RNN-T.
         text, words: with a vocabulary, the words joined by spaces and the words with their
-            frames (a word ends at its last label's frame) and, with ``frame_duration``, seconds.
+            frames (a word ends at the last frame its last label covers: RNN-T its emission frame, TDT
+            that frame + its duration - 1) and, with ``frame_duration``, seconds.
         hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
             occurrences (0.0 without hotwords; the rule of docs/speech.md).
+        lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
+            LM) or of its labels and the LM's ``eos`` if given (a token LM); 0.0 without an LM.
+        word_score: ``beta`` x its number of words (0.0 without a word LM).
+        token_times: with ``frame_duration``, float64 ``[L, 2]``: each label's start and end in
+            seconds, ``frame * frame_duration`` and ``(last frame it covers + 1) *
+            frame_duration`` (RNN-T: its frame; TDT: ``frame + max(duration, 1) - 1``); else None.
     """
 
     tokens: list[int]
@@ -53,6 +65,9 @@ class TransducerHypothesis:
     text: str | None = None
     words: list[Word] | None = None
     hotword_bonus: float = 0.0
+    lm_score: float = 0.0
+    word_score: float = 0.0
+    token_times: np.ndarray | None = None
 
 
 def transducer_greedy(encoder_out: Any, lengths: Any = None, *, predictor: Callable, joint: Callable, blank: int,
@@ -74,15 +89,17 @@ def transducer_greedy(encoder_out: Any, lengths: Any = None, *, predictor: Calla
     m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
     if opts[0] is not None:
         vocabulary_size(net, state, opts[0])
-    pool, aligns = search(net, lens, state, Plan(1, 1, m, "greedy", None))
-    return [hyps[0] for hyps in results(pool, aligns, opts, None)]
+    plan = Plan(1, 1, m, "greedy", None)
+    pool, aligns = search(net, lens, state, plan)
+    return [hyps[0] for hyps in results(pool, aligns, opts, plan)]
 
 
 def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: Callable, joint: Callable,
                            blank: int, beam_size: int, method: str = "modified", state: Any = None,
                            durations: Any = None, max_symbols_per_frame: int | None = None, n_best: int = 1,
                            vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
-                           hotword_weight: float = 10.0) -> list[list[TransducerHypothesis]]:
+                           hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
+                           beta: float = 1.0) -> list[list[TransducerHypothesis]]:
     """Transducer beam search, batched over utterances and hypotheses.
 
     Each step a hypothesis emits one symbol (blank or label; TDT: with a duration). Candidates
@@ -114,6 +131,14 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
         frame_duration: seconds per encoder frame: words then have times in seconds.
         hotwords, hotword_weight: phrases to favour and the bonus per label position inside a
             phrase, as for :func:`~beamsearch.speech.ctc_beam_search`.
+        lm, alpha, beta: fused as in :func:`~beamsearch.speech.ctc_beam_search`. A word n-gram
+            LM (:class:`~beamsearch.speech.NgramLM`, :class:`~beamsearch.speech.KenLMModel` or an
+            ARPA file's path; needs ``vocabulary``): ``alpha`` x its natural-log probability of
+            each word, scored when the word ends (the last one and ``</s>`` when the hypothesis
+            finishes), plus ``beta`` per word. A :class:`~beamsearch.speech.TokenLM` (a step
+            function over the joint's V labels): ``alpha`` x its log-probability of each label
+            (and of its ``eos`` at the end). Hypotheses are ranked by acoustic score + LM terms
+            + hotword bonus while decoding and in the results.
 
     Returns:
         per utterance, up to ``n_best`` :class:`TransducerHypothesis`, best first.
@@ -125,20 +150,29 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
     m = 1 if method == "modified" else 10
     if max_symbols_per_frame is not None:
         m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
-    hw = None
-    if hotwords is not None or opts[0] is not None:
-        vocab = vocabulary_size(net, state, opts[0])
+    hw, token = None, None
+    fusion = WordFusion.of(None if isinstance(lm, TokenLM) else lm, alpha, beta, opts[0], net.blank)
+    if hotwords is not None or opts[0] is not None or isinstance(lm, TokenLM):
+        vocab = vocabulary_size(net, state, opts[0], lm)
         hw = hotwords_of(hotwords, hotword_weight, lens.size, vocab, net.blank, opts[0])
-    schedule = "frame" if method == "modified" else "alignment"
-    pool, aligns = search(net, lens, state, Plan(beam, beam, m, schedule, hw))
-    return [hyps[:best] for hyps in results(pool, aligns, opts, hw)]
+        if isinstance(lm, TokenLM):
+            token = TokenFusion(lm, float(alpha), net.blank, vocab)
+            net = replace(net, token=token)
+    plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion, token)
+    pool, aligns = search(net, lens, state, plan)
+    return [hyps[:best] for hyps in results(pool, aligns, opts, plan)]
 
 
-def vocabulary_size(net: Network, state: Any, voc: Any) -> int:
+def vocabulary_size(net: Network, state: Any, voc: Any, lm: Any = None) -> int:
     """V, the joint's number of token logits, from one predictor and joint call on the first
     utterance (hotwords are compiled over V labels); a vocabulary of another size is a
-    ValueError. Without frames: the vocabulary's size, else ``blank + 1``."""
+    ValueError. Without frames: the vocabulary's size, else a token LM's (the width of its
+    logits on its ``bos``), else ``blank + 1``."""
     if net.enc.shape[0] == 0:
+        if voc is None and isinstance(lm, TokenLM):
+            like = first_foreign_leaf(lm.init_state)
+            y = np.array([lm.bos]) if like is None else index_like(np.array([lm.bos]), like)
+            return int(step_output(lm.step_fn(lm.init_state, y))[0].shape[-1])
         return len(voc) if voc is not None else net.blank + 1
     carried = start(net, select_state(state, [0]), 1)
     tok, _ = net.log_probs(np.zeros(1, np.int64), np.zeros(1, np.int64), carried[0])
@@ -169,29 +203,42 @@ def prepare(encoder_out: Any, lengths: Any, predictor: Any, joint: Any, blank: A
     return Network(flat, frames, predictor, joint, b, dur), lens, (voc, fd, dur is not None)
 
 
-def results(pool: Any, aligns: Any, opts: tuple, hw: Any) -> list[list[TransducerHypothesis]]:
-    """The pool's hypotheses, best first, with their labels, frames and words."""
+def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[TransducerHypothesis]]:
+    """The pool's hypotheses, best first, with their labels, frames, words and score terms."""
     voc, fd, tdt = opts
-    weight = 0.0 if hw is None else hw.weight
-    rank = pool.score + weight * pool.done
+    rank = pool.rank(plan)
     order = np.argsort(-rank, axis=1, kind="stable")
     uu, kk = np.nonzero(np.take_along_axis(np.isfinite(pool.score), order, 1))
     ss = order[uu, kk]
     paths = aligns.paths(pool.align[uu, ss])
+    weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
+    alpha, beta = (0.0, 0.0) if plan.fusion is None else (plan.fusion.alpha, plan.fusion.beta)
+    if plan.token is not None:
+        alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
     for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
-        words = None if voc is None else words_of(voc, labels, frames, fd)
-        bonus = weight * float(pool.done[u, s])
-        out[u].append(TransducerHypothesis(labels, float(rank[u, s]), float(pool.score[u, s]), frames,
-                                           durs if tdt else None,
-                                           None if words is None else " ".join(w.text for w in words), words, bonus))
+        ends = label_ends(frames, durs if tdt else None)
+        words = None if voc is None else words_of(voc, labels, frames, ends, fd)
+        times = None if fd is None else np.stack([frames, ends + 1], 1) * fd
+        out[u].append(TransducerHypothesis(
+            labels, float(rank[u, s]), float(pool.score[u, s]), frames, durs if tdt else None,
+            None if words is None else " ".join(w.text for w in words), words, weight * float(pool.done[u, s]),
+            alpha * float(pool.lm[u, s]), beta * float(pool.words[u, s]), times))
     return out
 
 
-def words_of(voc: Any, labels: list[int], frames: np.ndarray, fd: float | None) -> list[Word]:
-    """The words of one hypothesis: from its first label's frame to its last label's frame."""
+def label_ends(frames: np.ndarray, durs: np.ndarray | None) -> np.ndarray:
+    """int64 ``[L]``: the last frame each label covers: RNN-T its emission frame; TDT ``frame +
+    duration - 1`` (a label emitted at frame t with duration d spans frames t .. t + d - 1; one
+    of duration 0 its frame t alone)."""
+    return frames if durs is None else frames + np.maximum(durs, 1) - 1
+
+
+def words_of(voc: Any, labels: list[int], frames: np.ndarray, ends: np.ndarray, fd: float | None) -> list[Word]:
+    """The words of one hypothesis: from its first label's frame to the last frame its last label
+    covers (``ends``, :func:`label_ends`)."""
     out = []
     for text, first, last in voc.words(labels):
-        start, end = int(frames[first]), int(frames[last])
+        start, end = int(frames[first]), int(ends[last])
         out.append(Word(text, start, end, None if fd is None else start * fd, None if fd is None else (end + 1) * fd))
     return out

@@ -9,20 +9,49 @@ from typing import Any
 import numpy as np
 
 from beamsearch.backends import NEG_INF
+from beamsearch.core.state import select_state
+from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords
+from beamsearch.speech.tokenlm import TokenFusion
 from beamsearch.speech.transducer_model import Network, carry
 
 
 @dataclass(frozen=True)
 class Plan:
     """How to search: ``width`` hypotheses kept per utterance, ``pool`` finished ones, at most
-    ``max_symbols`` labels per frame, the ``schedule``, hotwords or None."""
+    ``max_symbols`` labels per frame, the ``schedule``, hotwords or None, the word LM or None,
+    the token LM or None (then ``lm[3]`` of the LM state sums its log-probs of the labels)."""
 
     width: int
     pool: int
     max_symbols: int
     schedule: str
     hotwords: Hotwords | None
+    fusion: WordFusion | None = None
+    token: TokenFusion | None = None
+
+    def lm_start(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """The word-LM state of empty label sequences (zeros without an LM): ``(ctx, key, size,
+        lm, words)`` (:mod:`beamsearch.speech.fusion`)."""
+        if self.fusion is not None:
+            return self.fusion.start(shape)
+        zero = np.zeros(shape, np.int64)
+        return zero, zero.copy(), zero.copy(), np.zeros(shape), zero.copy()
+
+    def terms(self, hot: tuple[np.ndarray, ...], lm: tuple[np.ndarray, ...]) -> np.ndarray | float:
+        """The hotword bonus plus the fused word-LM term (``alpha * lm + beta * words``, completed
+        words only) of label sequences with these states, while decoding."""
+        out: np.ndarray | float = 0.0
+        if self.hotwords is not None:
+            out = out + self.hotwords.weight * self.hotwords.count(*hot)
+        return out + self.fused(lm[3], lm[4])
+
+    def fused(self, lm: np.ndarray, words: np.ndarray) -> np.ndarray | float:
+        """The LM terms of LM log-probs ``lm`` and word counts ``words``: ``alpha * lm + beta *
+        words`` (word LM), ``alpha * lm`` (token LM), 0.0 (none)."""
+        if self.fusion is not None:
+            return self.fusion.fused(lm, words)
+        return 0.0 if self.token is None else self.token.alpha * lm
 
 
 @dataclass
@@ -35,13 +64,22 @@ class Beams:
     t: np.ndarray
     j: np.ndarray
     hot: tuple[np.ndarray, np.ndarray, np.ndarray]
+    lm: tuple[np.ndarray, ...]
     carried: Any
+
+    @staticmethod
+    def empty(n: int, b: int, plan: Plan) -> "Beams":
+        """``[N, B]`` empty slots (no carried rows)."""
+        return Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
+                     tuple(np.zeros((n, b), np.int64) for _ in range(3)), plan.lm_start((n, b)),  # type: ignore[arg-type]
+                     None)
 
 
 @dataclass
 class Cands:
     """Flat candidates: utterance, source slot row (``u * B + s``), emitted label (-1: none),
-    acoustic score, label-sequence id, alignment node, frame, labels at the frame, hotword state."""
+    acoustic score, label-sequence id, alignment node, frame, labels at the frame, hotword state,
+    word-LM state."""
 
     u: np.ndarray
     src: np.ndarray
@@ -52,21 +90,35 @@ class Cands:
     t: np.ndarray
     j: np.ndarray
     hot: tuple[np.ndarray, np.ndarray, np.ndarray]
+    lm: tuple[np.ndarray, ...]
 
     def take(self, idx: np.ndarray) -> "Cands":
         return Cands(*(getattr(self, f)[idx] for f in ("u", "src", "label", "score", "node", "align", "t", "j")),
-                     tuple(h[idx] for h in self.hot))  # type: ignore[arg-type]
+                     tuple(h[idx] for h in self.hot), tuple(h[idx] for h in self.lm))  # type: ignore[arg-type]
 
 
 @dataclass
 class Pool:
     """Finished hypotheses ``[N, P]``: acoustic score (-inf: empty), label-sequence id, alignment
-    node, hotword positions in completed occurrences."""
+    node, hotword positions in completed occurrences, the natural-log LM probability of the words
+    and ``</s>`` (the last word scored) and the number of words (0 without an LM)."""
 
     score: np.ndarray
     node: np.ndarray
     align: np.ndarray
     done: np.ndarray
+    lm: np.ndarray
+    words: np.ndarray
+
+    @staticmethod
+    def empty(n: int, p: int) -> "Pool":
+        return Pool(np.full((n, p), NEG_INF), *(np.zeros((n, p), np.int64) for _ in range(3)), np.zeros((n, p)),
+                    np.zeros((n, p), np.int64))
+
+    def rank(self, plan: Plan) -> np.ndarray:
+        """float64 ``[N, P]``: the score results are ranked by: acoustic + bonus + LM terms."""
+        weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
+        return self.score + weight * self.done + plan.fused(self.lm, self.words)
 
 
 def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndarray, plan: Plan,
@@ -75,7 +127,22 @@ def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndar
     finished (a TDT step may overshoot it), the others kept as the new ``[N, B]`` beams."""
     done = cands.t >= lengths[cands.u]
     live, fin = cands.take(np.flatnonzero(~done)), cands.take(np.flatnonzero(done))
+    if plan.token is not None and plan.token.lm.eos is not None:
+        fin.lm = fin.lm[:3] + (fin.lm[3] + eos_logp(plan.token, beams.carried[2], fin),) + fin.lm[4:]
     return keep_live(net, beams, live, plan, prefixes), keep_finished(pool, fin, plan)
+
+
+def eos_logp(token: TokenFusion, lm: Any, fin: Cands) -> np.ndarray:
+    """float64 ``[K]``: the token LM's log-prob of its ``eos`` after each finished candidate's
+    labels: read from its source row, or, where its last move emitted a label, from one LM step
+    on that label."""
+    lp, state = lm
+    out = lp[fin.src, token.lm.eos]
+    lab = np.flatnonzero(fin.label >= 0)
+    if lab.size:
+        after, _ = token.call(select_state(state, token.index(fin.src[lab])), fin.label[lab])
+        out[lab] = after[:, token.lm.eos]
+    return out
 
 
 def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,16 +177,13 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
     rep, total = merge([live.u, live.node, live.t, live.j], live.score)
     c = live.take(rep)
     c.score = total
-    hw = plan.hotwords
-    rank = total if hw is None else total + hw.weight * hw.count(*c.hot)
-    keep, slot = top_per_utterance(c.u, rank, b)
+    keep, slot = top_per_utterance(c.u, total + plan.terms(c.hot, c.lm), b)
     c = c.take(keep)
     flat = c.u * b + slot
-    out = Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
-                tuple(np.zeros((n, b), np.int64) for _ in range(3)), None)  # type: ignore[arg-type]
+    out = Beams.empty(n, b, plan)
     for name in ("score", "node", "align", "t", "j"):
         getattr(out, name).ravel()[flat] = getattr(c, name)
-    for h, v in zip(out.hot, c.hot):
+    for h, v in zip(out.hot + out.lm, c.hot + c.lm):
         h.ravel()[flat] = v
     src, label, key = np.zeros(n * b, np.int64), np.full(n * b, -1), np.zeros(n * b, np.int64)
     src[flat], label[flat], key[flat] = c.src, c.label, c.u * prefixes.size + c.node
@@ -129,20 +193,23 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
 
 def keep_finished(pool: Pool, fin: Cands, plan: Plan) -> Pool:
     """The pool and the newly finished candidates merged by labels (log-add over every way and
-    step they finished at) and cut to the pool's size by score plus final hotword bonus."""
+    step they finished at) and cut to the pool's size by score plus final hotword bonus and LM
+    terms (the last word and ``</s>`` scored as they finish)."""
     n, p = pool.score.shape
     pu, ps = np.nonzero(np.isfinite(pool.score))
+    lm, words = fin.lm[3], fin.lm[4]  # a token LM's eos is in (admit)
+    if plan.fusion is not None:
+        lm, words = plan.fusion.finish(*fin.lm)
     u = np.concatenate([pu, fin.u])
-    node = np.concatenate([pool.node[pu, ps], fin.node])
-    score = np.concatenate([pool.score[pu, ps], fin.score])
-    align = np.concatenate([pool.align[pu, ps], fin.align])
-    done = np.concatenate([pool.done[pu, ps], fin.hot[2]])
-    rep, total = merge([u, node], score)
-    weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
-    keep, slot = top_per_utterance(u[rep], total + weight * done[rep], p)
+    cols = {"node": fin.node, "score": fin.score, "align": fin.align, "done": fin.hot[2], "lm": lm, "words": words}
+    cat = {k: np.concatenate([getattr(pool, k)[pu, ps], v]) for k, v in cols.items()}
+    rep, total = merge([u, cat["node"]], cat["score"])
+    cat["score"] = np.zeros_like(cat["score"])
+    cat["score"][rep] = total
+    merged = Pool(*(cat[k][rep][None, :] for k in ("score", "node", "align", "done", "lm", "words")))
+    keep, slot = top_per_utterance(u[rep], merged.rank(plan)[0], p)
     idx, uk = rep[keep], u[rep[keep]]
-    out = Pool(np.full((n, p), NEG_INF), np.zeros((n, p), np.int64), np.zeros((n, p), np.int64),
-               np.zeros((n, p), np.int64))
-    out.score[uk, slot], out.node[uk, slot] = total[keep], node[idx]
-    out.align[uk, slot], out.done[uk, slot] = align[idx], done[idx]
+    out = Pool.empty(n, p)
+    for k in ("score", "node", "align", "done", "lm", "words"):
+        getattr(out, k)[uk, slot] = cat[k][idx]
     return out

@@ -9,6 +9,10 @@ and a joint network, called on the rows of many hypotheses at once.
 - ``joint(enc_frames, pred_out) -> logits``: ``enc_frames`` ``[K, D]``, ``pred_out`` ``[K, H]``,
   logits ``[K, V]`` over the labels and the blank (RNN-T), or ``[K, V + len(durations)]`` (TDT:
   the token logits, then the duration logits). Each part is normalized with a log-softmax here.
+
+The carried rows of the hypotheses are ``(pred_out, state, lm)``: ``lm`` None, or with a token
+LM (:class:`~beamsearch.speech.tokenlm.TokenFusion`) ``(next_lp [K, V], lm_state)``: the LM's
+log-probs of the next label and its state, stepped with the predictor on each new label.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Network:
     joint: Callable[[Any, Any], Any]
     blank: int
     durations: np.ndarray | None
+    token: Any = None
 
     def log_probs(self, utt: np.ndarray, t: np.ndarray, pred_out: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """float64 token log-probs ``[R, V]`` and (TDT) duration log-probs ``[R, len(durations)]``
@@ -52,20 +57,29 @@ class Network:
         return tok, dur
 
     def predict(self, carried: Any, labels: np.ndarray) -> Any:
-        """``(pred_out, state)`` after ``labels`` (int ``[K]``) from ``carried`` (K rows)."""
-        pred_out, state = carried
+        """``(pred_out, state, lm)`` after ``labels`` (int ``[K]``) from ``carried`` (K rows);
+        the token LM (if any) steps on the same labels."""
+        state, lm = carried[1], carried[2]
         y = index_like(labels, self.enc)
         out, new_state = self.predictor(state, y)
         if not hasattr(out, "shape") or len(out.shape) < 1 or int(out.shape[0]) != labels.size:
             raise ValueError(f"predictor must return (pred_out [K={labels.size}, H], new_state); "
                              f"got pred_out of shape {getattr(out, 'shape', None)}")
-        return out, new_state
+        if lm is not None:
+            lm = self.token.call(lm[1], labels)
+        return out, new_state, lm
 
 
 def start(net: Network, state: Any, n: int) -> Any:
-    """The carried ``(pred_out, state)`` of the N empty hypotheses: the predictor run once on the
-    blank (the start symbol) from ``state`` (N rows, or None)."""
-    return net.predict((None, state), np.full(n, net.blank, dtype=np.int64))
+    """The carried ``(pred_out, state, lm)`` of the N empty hypotheses: the predictor run once on
+    the blank (the start symbol) from ``state`` (N rows, or None); the token LM once on its
+    ``bos`` from its initial state."""
+    out, new_state, _ = net.predict((None, state, None), np.full(n, net.blank, dtype=np.int64))
+    lm = None
+    if net.token is not None:
+        lp, lm_state = net.token.call(net.token.lm.init_state, np.array([net.token.lm.bos]))
+        lm = (np.repeat(lp, n, axis=0), select_state(lm_state, net.token.index(np.zeros(n, dtype=np.int64))))
+    return out, new_state, lm
 
 
 def carry(net: Network, carried: Any, src: np.ndarray, label: np.ndarray, key: np.ndarray) -> Any:

@@ -32,13 +32,12 @@ def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan) -> tuple[P
     hw = plan.hotwords
     zeros = np.zeros(n, dtype=np.int64)
     h0 = (zeros.copy() if hw is None else hw.starts.copy(), zeros.copy(), zeros.copy())
-    first = Cands(np.arange(n), np.arange(n) * b, zeros - 1, np.zeros(n), zeros, zeros, zeros, zeros, h0)
-    pool = Pool(np.full((n, plan.pool), NEG_INF), np.zeros((n, plan.pool), np.int64),
-                np.zeros((n, plan.pool), np.int64), np.zeros((n, plan.pool), np.int64))
+    first = Cands(np.arange(n), np.arange(n) * b, zeros - 1, np.zeros(n), zeros, zeros, zeros, zeros, h0,
+                  plan.lm_start((n,)))
+    pool = Pool.empty(n, plan.pool)
     carried = start(net, state, n)
-    blank_rows = Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
-                       tuple(np.zeros((n, b), np.int64) for _ in range(3)), None)  # type: ignore[arg-type]
     carried = carry(net, carried, np.repeat(np.arange(n), b), np.full(n * b, -1), np.zeros(n * b, np.int64))
+    blank_rows = Beams.empty(n, b, plan)
     beams, pool = admit(net, replace(blank_rows, carried=carried), pool, first, lengths, plan, prefixes)
     while np.isfinite(beams.score).any():
         cands = expand(net, beams, lengths, plan, prefixes, aligns)
@@ -71,7 +70,7 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
         is_blank = (np.arange(tok.shape[1]) == net.blank)[None, :] if ids is None else ids == net.blank
         grid = grid_scores(beams.score[u, s], sub, dur, is_blank, net.durations, stay_ok)
-        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan)
+        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan, net.blank)
         nd = 1 if dur is None else dur.shape[1]
         ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
         if ids is not None:
@@ -83,12 +82,12 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
 
 def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
     """int64 ``[R, 2 * width + 1]``: each row's most probable tokens, or None (no cut: fewer
-    tokens than that, or hotwords, whose bonus can lift any label). Lossless: a candidate (k, d)
+    tokens than that, or hotwords or an LM, whose terms can lift any label). Lossless: a candidate (k, d)
     with ``2 * width + 1`` more probable tokens has at least ``2 * width`` better candidates of
     the same duration in its row (only the blank's duration 0 is ruled out among them), so it is
     never among the ``2 * width`` an utterance keeps."""
     k = 2 * plan.width + 1
-    if plan.hotwords is not None or k >= tok.shape[1]:
+    if plan.hotwords is not None or plan.fusion is not None or plan.token is not None or k >= tok.shape[1]:
         return None
     return np.argpartition(-tok, k - 1, axis=1)[:, :k]
 
@@ -109,17 +108,17 @@ def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: 
     return best, np.where(forced, fallback, d)
 
 
-def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray,
-                   plan: Plan) -> tuple[np.ndarray, ...]:
+def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray, plan: Plan,
+                   blank: int) -> tuple[np.ndarray, ...]:
     """Each utterance's best ``2 * width`` candidates (every finite one when fewer) by score plus
-    hotword bonus: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
+    hotword bonus and LM terms: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
     n, b = beams.score.shape
     w = grid.shape[1]
     acoustic = np.full((n * b, w + 1), NEG_INF)
     acoustic[rows, :w] = grid
     wait = (np.isfinite(beams.score) & ~grow).ravel()
     acoustic[wait, w] = beams.score.ravel()[wait]
-    rank = acoustic + bonus_grid(beams, plan, w)
+    rank = acoustic + bonus_grid(beams, plan, w, blank)
     flat = rank.reshape(n, b * (w + 1))
     k = min(2 * plan.width, flat.shape[1])
     part = np.argpartition(-flat, k - 1, axis=1)[:, :k] if k < flat.shape[1] else np.broadcast_to(
@@ -131,17 +130,30 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
     return uu, s, np.where(col == w, -1, col), score
 
 
-def bonus_grid(beams: Beams, plan: Plan, w: int) -> np.ndarray | float:
-    """float64 ``[N * B, w + 1]``: the hotword bonus of every candidate while decoding (0.0
-    without hotwords); the last column is a waiting hypothesis's own."""
-    hw = plan.hotwords
-    if hw is None:
+def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | float:
+    """float64 ``[N * B, w + 1]``: the hotword bonus plus the LM terms of every candidate while
+    decoding (0.0 without either): those of its labels once stepped by the candidate's label
+    (the blank steps nothing); the last column is a waiting hypothesis's own."""
+    hw, fusion, token = plan.hotwords, plan.fusion, plan.token
+    if hw is None and fusion is None and token is None:
         return 0.0
-    node, mask, done = (h.reshape(-1, 1) for h in beams.hot)
-    labels = np.arange(hw.vocab)[None, :]
-    per_label = hw.weight * hw.count(*hw.step(node, mask, done, labels))  # --> [N * B, V]
-    own = hw.weight * hw.count(node, mask, done)  # --> [N * B, 1]
-    per_col = np.repeat(per_label, w // hw.vocab, axis=1)  # grid column = label * Dn + duration
+    hot = tuple(h.reshape(-1, 1) for h in beams.hot)
+    lm = tuple(h.reshape(-1, 1) for h in beams.lm)
+    own = plan.terms(hot, lm)  # --> [N * B, 1]
+    vocab = hw.vocab if hw is not None else (fusion.ends.size if fusion is not None else token.vocab)  # type: ignore[union-attr]
+    per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
+    labels = np.arange(vocab)[None, :]
+    if hw is not None:  # what each label adds
+        gain = hw.weight * (hw.count(*hw.step(*hot, labels)) - hw.count(*hot))
+        per_label = per_label + np.where(labels == blank, 0.0, gain)
+    if fusion is not None:
+        ends, logp, _ = fusion.close(*lm[:3])
+        gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)  # the word a label ends, scored
+        per_label = per_label + np.where(fusion.ends[None, :], gain, 0.0)
+    if token is not None:  # each label's LM log-prob (the blank adds nothing)
+        next_lp = beams.carried[2][0]
+        per_label = per_label + token.alpha * np.where(labels == blank, 0.0, next_lp)
+    per_col = np.repeat(per_label, w // vocab, axis=1)  # grid column = label * Dn + duration
     return np.concatenate([per_col, own], axis=1)
 
 
@@ -165,6 +177,7 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
     t, j = np.where(waiting, t0, t), np.where(waiting, j0, j)
     node, align = beams.node[u, s].copy(), beams.align[u, s].copy()
     hot = tuple(h[u, s].copy() for h in beams.hot)
+    lm = tuple(h[u, s].copy() for h in beams.lm)
     lab = np.flatnonzero(is_label)
     if lab.size:
         node[lab] = prefixes.child(node[lab], tok[lab])
@@ -172,4 +185,9 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
         if plan.hotwords is not None:
             for h, v in zip(hot, plan.hotwords.step(*(h[lab] for h in hot), tok[lab])):
                 h[lab] = v
-    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot)  # type: ignore[arg-type]
+        if plan.fusion is not None:
+            for h, v in zip(lm, plan.fusion.step(*(h[lab] for h in lm), tok[lab])):
+                h[lab] = v
+        if plan.token is not None:  # the token LM's log-prob of the label, from its source row
+            lm[3][lab] += beams.carried[2][0][(u * b + s)[lab], tok[lab]]
+    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm)  # type: ignore[arg-type]
