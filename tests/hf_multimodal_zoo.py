@@ -1,6 +1,6 @@
 """Tiny random-weight multimodal models built from their configs (nothing downloaded), and each
 one's inputs as its processor would give them: one input at a time (:meth:`Case.item`) and a
-batch padded as the processor pads it (:meth:`Case.batch`). Used by tests/test_hf_multimodal.py
+batch padded as the processor pads it (:meth:`Case.batch`). Used by tests/hf/test_multimodal.py
 and benchmarks/bench_hf_multimodal.py."""
 
 from __future__ import annotations

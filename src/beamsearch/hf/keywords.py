@@ -2,7 +2,7 @@
 ``GenerationConfig`` (transformers 5.25): honoured, mapped, or refused with the library's way.
 
 :data:`KEYWORDS` is the one list: README's table "From generate() in one line" is checked against
-it (``tests/test_hf_keywords.py``), and :func:`refuse` raises its refusals, each naming the keyword
+it (``tests/hf/test_keywords.py``), and :func:`refuse` raises its refusals, each naming the keyword
 and the way to get it here.
 """
 

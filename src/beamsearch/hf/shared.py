@@ -31,7 +31,7 @@ SHARED_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3"})
 """Model types whose attention layers hand the registered attention function the layer's query,
 its cached keys and values, the mask, the scaling and the forward's keyword arguments, with
 nothing applied after the scores but the mask and softmax (no soft-capping, no attention sinks):
-the shared prompt reads the same attention for them (tests/test_hf_shared_prompt.py)."""
+the shared prompt reads the same attention for them (tests/hf/test_shared.py)."""
 
 
 class SharedPrompt:

@@ -328,7 +328,7 @@ def joinable(model: Any) -> bool:
 _TABLE_OFFSETS = {"BartLearnedPositionalEmbedding": 2, "MBartLearnedPositionalEmbedding": 2,
                   "MarianSinusoidalPositionalEmbedding": 0, "PegasusSinusoidalPositionalEmbedding": 0}
 """Position tables whose row for decoder position p is row ``p + offset`` (their forward reads
-``position_ids + offset``; tested in tests/test_hf_refill.py)."""
+``position_ids + offset``; tested in tests/hf/test_states.py)."""
 
 
 def position_table(model: Any) -> tuple[torch.nn.Embedding, int] | None:
@@ -350,8 +350,8 @@ _MASK_READY_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3", "bart", "mbart
 mask untouched) and applies it in every attention layer alike: the step passes them the boolean
 ``[k, 1, 1, t+1]`` mask that ``sdpa_mask`` would build for one query token, which skips the
 model's own mask construction at every step (about 6% of a step of a small model on the CPU).
-Each type is tested against the same search with the model's own mask (tests/test_hf_models.py,
-tests/test_hf_refill.py); GPT-2, Llama, Qwen2, Qwen3, BART and Marian also against ``generate``."""
+Each type is tested against the same search with the model's own mask (tests/hf/test_generation_models.py,
+tests/hf/test_states.py); GPT-2, Llama, Qwen2, Qwen3, BART and Marian also against ``generate``."""
 
 
 def mask_ready(model: Any, cache: DynamicCache) -> bool:
