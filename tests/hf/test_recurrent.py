@@ -1,10 +1,12 @@
 """Recurrent and hybrid ``transformers`` models through the adapter (small random weights, one core).
 
-Twenty-six causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
+Twenty-nine causal LMs built from tiny configs: state-space (Mamba, Mamba2, FalconMamba), RNNs whose
 state is outside a ``Cache`` (RWKV, xLSTM, RecurrentGemma), and hybrids of attention with
 state-space, convolution or linear-attention layers (Jamba, Bamba, Zamba, Zamba2, Falcon-H1,
 GraniteMoeHybrid, Nemotron-H, Qwen3-Next, Qwen3.5, Qwen3.5-MoE, LFM2, LFM2-MoE, LFM3, Kimi Linear,
-MiniMax, Qwen4-Exp (indexed attention), Inkling, LaraMini, OLMo-Hybrid, Zaya). Oracles: ``generate``
+MiniMax, Qwen4-Exp (indexed attention), Inkling, Inkling2 and Inkling2-Loop (windows of 4, shorter
+than the sequences), LaraMini, OLMo-Hybrid, Zaya, Bailing-Hybrid): every recurrent or hybrid
+``...ForCausalLM`` class ``transformers`` exports (the test below finds them). Oracles: ``generate``
 itself, and a teacher-forced rescoring (one row, the whole sequence at once, no cache).
 
 Where ``generate`` is not an oracle (transformers 5.25), it is run where it is right:
@@ -110,8 +112,29 @@ def _small(name: str, **extra):
     return cls(cls.config_class(**kw, **({"head_dim": 8} if hasattr(defaults, "head_dim") else {}), **extra))
 
 
+def _bailing_hybrid():
+    """Bailing-Hybrid: its layer pattern put a full-attention layer at every 6th place (two layers:
+    linear attention alone, and the mask needs an attention layer) and its MLA attention takes as
+    many key/value heads as query heads."""
+    return T.BailingHybridForCausalLM(T.BailingHybridConfig(
+        **dict(_BASE, num_key_value_heads=4), head_dim=8, layer_types=["linear_attention", "full_attention"],
+        kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4,
+        linear_head_dim=8, linear_num_heads=4, moe_intermediate_size=16, num_experts=2, num_experts_per_token=1,
+        num_shared_experts=1, num_expert_group=1, topk_group=1, first_k_dense_replace=1))
+
+
+def inkling2(loop: bool = False, window: int = 4):
+    """Inkling2 (or Inkling2-Loop): a hybrid layer with a sliding window of ``window`` and a hybrid
+    full-attention layer; its logits cover ``unpadded_vocab_size`` ids, set to the vocabulary's."""
+    return _small("Inkling2Loop" if loop else "Inkling2", unpadded_vocab_size=V, sliding_window_size=window,
+                  layer_types=["hybrid_sliding", "hybrid"])
+
+
 CONFIGS.update({  # later families, built from their defaults made small
+    "bailing_hybrid": _bailing_hybrid,
     "inkling": lambda: _small("Inkling"),
+    "inkling2": inkling2,
+    "inkling2_loop": lambda: inkling2(loop=True),
     "lara_mini": lambda: _small("LaraMini"),
     "lfm2_moe": lambda: _small("Lfm2Moe", layer_types=["conv", "full_attention"], num_dense_layers=1),
     "lfm3": lambda: _small("Lfm3"),
@@ -119,16 +142,30 @@ CONFIGS.update({  # later families, built from their defaults made small
     "zaya": lambda: _small("Zaya"),
 })
 NAMES = list(CONFIGS)
+CLASSES = {  # the class each config builds (checked where it is built)
+    "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
+    "rwkv": "RwkvForCausalLM", "xlstm": "xLSTMForCausalLM", "recurrent_gemma": "RecurrentGemmaForCausalLM",
+    "jamba": "JambaForCausalLM", "bamba": "BambaForCausalLM", "zamba": "ZambaForCausalLM",
+    "zamba2": "Zamba2ForCausalLM", "falcon_h1": "FalconH1ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM", "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM",
+    "qwen3_5_moe": "Qwen3_5MoeForCausalLM", "lfm2": "Lfm2ForCausalLM", "kimi_linear": "KimiLinearForCausalLM",
+    "minimax": "MiniMaxForCausalLM", "qwen4_exp": "Qwen4ExpForCausalLM", "bailing_hybrid": "BailingHybridForCausalLM",
+    "inkling": "InklingForCausalLM", "inkling2": "Inkling2ForCausalLM", "inkling2_loop": "Inkling2LoopForCausalLM",
+    "lara_mini": "LaraMiniForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM",
+    "olmo_hybrid": "OlmoHybridForCausalLM", "zaya": "ZayaForCausalLM",
+}
 NO_CACHED_BEAMS = {"rwkv", "xlstm", "minimax", "recurrent_gemma"}  # generate's beam search with a cache: see above
 _BUILT: dict = {}
 
 
-def build(name: str, eos_bias: float = 0.0):
-    """The model ``name``, seeded random weights, eval mode, logits x 8 (searches disagree) and the
-    eos logit raised by ``eos_bias`` (a hook on the output layer); built once per name and bias."""
+def build(name: str, eos_bias: float = 0.0, make=None):
+    """The model ``name`` (``make()``, default ``CONFIGS[name]()``), seeded random weights, eval
+    mode, logits x 8 (searches disagree) and the eos logit raised by ``eos_bias`` (a hook on the
+    output layer); built once per name and bias."""
     if (name, eos_bias) not in _BUILT:
         torch.manual_seed(0)
-        model = CONFIGS[name]().eval()
+        model = (make or CONFIGS[name])().eval()
         model.generation_config.eos_token_id = EOS
         model.generation_config.pad_token_id = PAD
         bias = torch.zeros(V)
@@ -167,9 +204,37 @@ def rescore(model, prompt, tokens):
     return sum(logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(tokens))
 
 
+_STATE_CALLS = ("update_conv_state", "update_recurrent_state", "get_conv_state", "get_recurrent_state")
+
+
+def recurrent_classes() -> set[str]:
+    """The ``...ForCausalLM`` classes ``transformers`` exports whose modeling file reads or writes a
+    cache's convolution or recurrent states, or whose model keeps its state beside or outside a
+    ``Cache`` (RWKV, xLSTM, RecurrentGemma, MiniMax): read from the files, nothing imported."""
+    from pathlib import Path
+
+    root = Path(transformers.__file__).parent
+    out = set()
+    for name, module in transformers._class_to_module.items():
+        if not name.endswith("ForCausalLM") or name.startswith("Auto"):
+            continue
+        folder = module.split(".")[1] if module.startswith("models.") else None
+        path = root.joinpath(*module.split(".")).with_suffix(".py")
+        source = path.read_text(encoding="utf-8") if path.exists() else ""
+        if folder in UNPADDED_TYPES or any(call in source for call in _STATE_CALLS):
+            out.add(name)
+    return out
+
+
+def test_every_recurrent_or_hybrid_class_transformers_exports_is_tested_here():
+    assert recurrent_classes() == set(CLASSES.values())
+    assert set(CLASSES) == set(NAMES)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_greedy_equals_generate(name):
     model = build(name, eos_bias=2.0)
+    assert type(model).__name__ == CLASSES[name]
     expected, _ = theirs(model, PROMPTS, num_beams=1, max_new_tokens=8)
     got = generate(model, PROMPTS, num_beams=1, max_new_tokens=8)
     assert [hyps[0].tokens for hyps in got.hypotheses] == expected
@@ -206,13 +271,14 @@ def test_every_hypothesis_scores_its_rescoring_and_decodes_alike_alone(name):
     assert [h.score for h in batch.hypotheses[1]] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
-def refilled(model, items, max_rows, max_steps):
-    """``decode_stream`` of ``items`` (dicts of ``prompt`` and ``max_steps``) through the adapter,
-    ``max_rows`` rows at a time (beam 2, two best): each input's result by index, and the stats."""
+def refilled(model, items, max_rows, max_steps, **prepare):
+    """``decode_stream`` of ``items`` (dicts of ``prompt`` and ``max_steps``) through the adapter
+    (``causal_lm(..., **prepare)``), ``max_rows`` rows at a time (beam 2, two best): each input's
+    result by index, and the stats."""
     latest = {}
 
     def make_state(batch):
-        latest["dec"] = causal_lm(model, [i["prompt"] for i in batch], max_new_tokens=max_steps)
+        latest["dec"] = causal_lm(model, [i["prompt"] for i in batch], max_new_tokens=max_steps, **prepare)
         return latest["dec"].init_state
 
     def step(state, y_prev):

@@ -11,8 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
+from transformers import LlamaConfig  # noqa: E402
 from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,  # noqa: E402
-                                      LinearAttentionAndFullAttentionLayer, LinearAttentionLayer)
+                                      LinearAttentionAndFullAttentionLayer, LinearAttentionLayer, StaticCache,
+                                      StaticLayer)
 
 from beamsearch.core.state import concat_state, select_state, take_state  # noqa: E402
 from beamsearch.hf.caches import reorder_in_place  # noqa: E402
@@ -187,12 +189,20 @@ class MadeUpLinear(LinearAttentionLayer):
     """A subclass of a registered kind that may hold more state: not moved as its base."""
 
 
-@pytest.mark.parametrize("kind", [MadeUpLayer, MadeUpLinear])
-def test_an_unknown_layer_kind_is_an_error_naming_it_and_how_to_register_it(kind):
-    cache = DynamicCache()
-    cache.layers = [kv(2, 0), kind(torch.arange(6.0).reshape(2, 3)) if kind is MadeUpLayer else kind()]
+class MadeUpStatic(StaticLayer):
+    """A subclass of a registered static kind (a model's own static layer, as transformers' model
+    files define): not moved as its base."""
+
+
+@pytest.mark.parametrize("kind", [MadeUpLayer, MadeUpLinear, MadeUpStatic])
+@pytest.mark.parametrize("container", [DynamicCache, StaticCache])
+def test_an_unknown_layer_kind_is_an_error_naming_it_and_how_to_register_it(kind, container):
+    cache = DynamicCache() if container is DynamicCache else StaticCache(config=LlamaConfig(), max_cache_len=4)
+    made = {MadeUpLayer: lambda: kind(torch.arange(6.0).reshape(2, 3)), MadeUpStatic: lambda: kind(8)}
+    cache.layers = [made.get(kind, kind)(), kv(2, 0)]
     name = kind.__name__
     for move in (lambda: select_state(cache, torch.tensor([1, 0])),
+                 lambda: take_state(cache, torch.tensor([1, 0])),
                  lambda: reorder_in_place(cache, torch.tensor([1, 0])),
                  lambda: concat_state([state(cache, 2, 5), state(cache, 2, 5)])):
         with pytest.raises(TypeError, match=rf"cache layers of type {name} .*register_layer\({name}, LayerRule"):

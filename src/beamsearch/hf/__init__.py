@@ -2,8 +2,8 @@
 in the beamsearch checkout).
 
 Importing this package registers ``select_state`` for the library's cache classes
-(``DynamicCache``, ``EncoderDecoderCache``), so the search reorders a model's KV cache row by
-row like any other state, and rows of inputs that have stopped simply leave the cache.
+(``DynamicCache``, ``StaticCache``, ``EncoderDecoderCache``), so the search reorders a model's KV
+cache row by row like any other state, and rows of inputs that have stopped simply leave the cache.
 
 Two layers:
 
@@ -28,7 +28,7 @@ The package's modules, by concern (each importing only those above it):
   reorder deferred into the next write), a cache's rows reordered, and ``inference``;
 - :mod:`beamsearch.hf.recurrent`: the rules moving the rows of each other kind of cache layer
   (recurrent, hybrid, indexed attention); :mod:`beamsearch.hf.static_layers`: those of static
-  key/value layers;
+  layers, and a whole ``StaticCache`` (``cache_implementation="static"``);
 - :mod:`beamsearch.hf.shared`: the prompt cache shared by every beam (``causal_lm(...,
   share_prompt=True)``): the prompts once per input, the rows' own columns, and the attention
   function that reads both;

@@ -13,7 +13,7 @@ from typing import Any, cast
 from collections.abc import Callable
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
@@ -23,7 +23,7 @@ from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, ke
 from beamsearch.hf.caches import (DeferredLayer, PromptLayer, cache_keyword, cache_of, inference, skip_dummy_column,
                                   windows_held)
 from beamsearch.hf.carried import carrier_for
-from beamsearch.hf.image_decoders import image_columns, is_blip
+from beamsearch.hf.image_decoders import ADDITIVE_TYPES, image_columns, is_blip
 from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held,
                                      restore)
 from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
@@ -31,6 +31,7 @@ from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input
 from beamsearch.hf.multimodal import (check_model_inputs, decoder_rows, encoded, inputs_count, prefill_positions,
                                       step_model)
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
+from beamsearch.hf.static_layers import room
 from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqState, as_4d, joinable, mask_ready,
                                   position_table)
 
@@ -38,7 +39,8 @@ from beamsearch.hf.states import (CausalState, Prepared, RowPositions, Seq2SeqSt
 @inference
 def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer: Any = None,
               pad_token_id: int | None = None, eos_token_id: Any = "model",
-              max_new_tokens: int | None = None, share_prompt: bool = False, **model_inputs: Any) -> Prepared:
+              max_new_tokens: int | None = None, share_prompt: bool = False, cache_implementation: str | None = None,
+              max_cache_len: int | None = None, **model_inputs: Any) -> Prepared:
     """Prepare a decoder-only ``transformers`` model (GPT-2, Llama, Qwen, Mistral, ...) for the search.
 
     Args:
@@ -60,6 +62,17 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
             (:mod:`beamsearch.hf.shared`; docs/hf_shared_prompt.md). The same results (to float
             rounding); the model types of :data:`beamsearch.hf.shared.SHARED_TYPES`, full
             attention only.
+        cache_implementation: ``"static"``: the prompt runs into a ``transformers``
+            ``StaticCache`` of ``max_cache_len`` columns (default: the longest prompt plus
+            ``max_new_tokens - 1``, as ``generate`` sizes it), which the search carries: its rows
+            reordered, copied and joined by :mod:`beamsearch.hf.static_layers` (every row writes
+            at one shared position: rows that join a search mid-way are aligned at their last
+            token, and have that many fewer places left; a step past ``max_cache_len`` is a
+            ValueError). None or ``"dynamic"``: the adapter's own dynamic cache. The same
+            results either way (to float rounding).
+        max_cache_len: the static cache's length (only with ``cache_implementation="static"``):
+            at least the longest prompt plus ``max_new_tokens - 1``; give every cohort of a
+            refill one length (caches of different lengths are not joined).
         **model_inputs: a vision-language model's other inputs, as its processor gives them
             (``pixel_values`` ``[N, ...]``, ``image_grid_thw``, ``mm_token_type_ids``,
             ``pixel_attention_mask``, ``token_type_ids``, ...; :mod:`beamsearch.hf.multimodal`):
@@ -71,7 +84,9 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     Raises:
         ValueError: an empty batch or prompt, a malformed tensor or mask, a prompt longer than the
             model's ``n_positions`` / ``max_position_embeddings``; ``share_prompt=True`` with a
-            model it is not implemented for; model inputs with a row count other than N.
+            model it is not implemented for; model inputs with a row count other than N; a
+            static cache asked of a model that keeps its state elsewhere, with
+            ``share_prompt``, without a length, or shorter than the prompts and new tokens.
             TypeError: a non-integer id, model inputs given to a text model.
     """
     if not isinstance(share_prompt, bool):
@@ -87,6 +102,7 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     capacity = CAPACITY if max_new_tokens is None else check.at_least("max_new_tokens", max_new_tokens, 1)
     longest = max(len(r) for r in rows)
     check_positions(model, longest, "prompts", max_new_tokens, decoder_start=False)
+    static = _static_length(model, cache_implementation, max_cache_len, longest, max_new_tokens, share_prompt)
     prepared = Prepared(None, None, rows, eos)
     stepped = step_model(model)
     if share_prompt:
@@ -97,18 +113,58 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
         prepared.init_state = by_length(rows, lambda part: _prefill(prepared, model, part, pad, capacity, extra, False))
     else:
         runner = stepped if is_blip(model) else model  # BLIP: its decoding embeds the image once, in the prefill
-        prepared.init_state = _prefill(prepared, runner, rows, pad, capacity, extra, False, model_inputs)
+        prepared.init_state = _prefill(prepared, runner, rows, pad, capacity, extra, False, model_inputs, static)
     cache = prepared.init_state.cache
     ready = model.config.model_type in FOUR_D_TYPES or (carrier_for(model) is None and mask_ready(stepped, cache))
     prepared.step = CausalStep(prepared, stepped, extra, ready)
     return prepared
 
 
+def _static_length(model: Any, implementation: Any, length: Any, longest: int, new_tokens: int | None,
+                   share_prompt: bool) -> int | None:
+    """The ``max_cache_len`` of the ``StaticCache`` :func:`causal_lm` is asked for, None for its
+    own dynamic cache.
+
+    Raises:
+        ValueError: an implementation other than ``"static"`` / ``"dynamic"`` / None; a static
+            cache with ``share_prompt``, for a model that keeps its state in a cache of its own
+            or outside one, without ``max_new_tokens`` or ``max_cache_len``, or too short.
+    """
+    if implementation is None or implementation == "dynamic":
+        if length is not None:
+            raise ValueError("max_cache_len sizes a static cache: pass cache_implementation=\"static\" with it")
+        return None
+    if implementation != "static":
+        raise ValueError(f"cache_implementation must be None, \"dynamic\" or \"static\"; got {implementation!r}")
+    kind = model.config.model_type
+    if share_prompt:
+        raise ValueError("share_prompt=True holds the prompts in a dynamic cache of its own (read by every beam): "
+                         "it cannot be a static cache; pass one or the other")
+    if carrier_for(model) is not None or kind in OWN_CACHE_TYPES or kind in ADDITIVE_TYPES:
+        where = ("in its own cache" if kind in OWN_CACHE_TYPES else "partly outside a Cache"
+                 if kind not in ADDITIVE_TYPES else "with its image's columns before the prompt's")
+        raise ValueError(f"cache_implementation=\"static\": a {kind} model keeps its state {where}, not in a "
+                         "StaticCache of the prompt's and new tokens' length; leave cache_implementation unset "
+                         "(the same results)")
+    need = None if new_tokens is None else longest + new_tokens - 1
+    if length is None:
+        if need is None:
+            raise ValueError("cache_implementation=\"static\" needs max_new_tokens or max_cache_len: a static "
+                             "cache's length is fixed when the prompt runs")
+        return need
+    length = check.at_least("max_cache_len", length, 1)
+    if length < (longest if need is None else need):
+        fed = f" and {new_tokens - 1} generated tokens fed back" if new_tokens is not None else ""
+        raise ValueError(f"max_cache_len={length} is shorter than a prompt of {longest} tokens{fed}")
+    return length
+
+
 def _prefill(prepared: Prepared, model: Any, rows: list[list[int]], pad: int, capacity: int, extra: bool,
-             share_prompt: bool, model_inputs: dict[str, Any] | None = None) -> CausalState:
+             share_prompt: bool, model_inputs: dict[str, Any] | None = None, static: int | None = None) -> CausalState:
     """Run the prompts ``rows`` (left-padded) and ``model_inputs`` through the model once, one row
     per input: the state after them, its first logits the last position's. ``capacity``: generated
-    columns allocated; ``share_prompt``: the state of :class:`SharedCausalStep`."""
+    columns allocated; ``share_prompt``: the state of :class:`SharedCausalStep`; ``static``: the
+    length of the ``StaticCache`` the prompts run into (None: the adapter's dynamic cache)."""
     model_inputs = model_inputs or {}
     device = next(model.parameters()).device
     ids, mask = left_padded(rows, pad, device)
@@ -128,7 +184,9 @@ def _prefill(prepared: Prepared, model: Any, rows: list[list[int]], pad: int, ca
         cache: Any = carrier.read(model, carried, out, width)
     else:
         fresh = None if model.config.model_type in OWN_CACHE_TYPES else \
-            DynamicCache(config=model.config) if share_prompt else adapter_cache(model, layer)
+            DynamicCache(config=model.config) if share_prompt else \
+            StaticCache(config=model.config, max_cache_len=static) if static is not None else \
+            adapter_cache(model, layer)
         out = timed(prepared, model, **inputs, **{cache_keyword(step_model(model)): fresh})
         if getattr(out, "language_model_outputs", None) is not None:  # BLIP-2: its language model's output holds it
             out = out.language_model_outputs
@@ -172,6 +230,8 @@ class CausalStep(AdapterStep):
             raise ValueError(f"the search asks for a token at position {int(state.positions.max())}, beyond the "
                              f"model's {limit} positions: lower max_steps")
         t = state.columns
+        if type(state.cache) is StaticCache:
+            _check_room(state.cache, t)
         if t == state.mask.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
             state = state._replace(mask=torch.cat([state.mask, state.mask.new_ones(len(y_prev), CAPACITY)], dim=1))
         mask, fed = state.mask, torch.ones_like(state.positions)
@@ -217,6 +277,14 @@ class CausalStep(AdapterStep):
             out = timed(self.prepared, self.model, **inputs, **{self.cache_kw: cache})
             return out, cache_of(out)
         return carrier.forward(lambda **kw: timed(self.prepared, self.model, **kw), self.model, cache, inputs)
+
+
+def _check_room(cache: StaticCache, columns: int) -> None:
+    """Refuse a step that would write past a static cache's ``max_cache_len``."""
+    length = room(cache)
+    if length is not None and columns >= length:
+        raise ValueError(f"the static cache is full: its max_cache_len={length} places hold the prompt, the tokens "
+                         "fed and the left padding of rows that joined mid-way; prepare with a larger max_cache_len")
 
 
 class SharedCausalStep(CausalStep):

@@ -14,10 +14,11 @@ import inspect
 from typing import Any, Callable
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
 
-from beamsearch.core.state import concat_state, select_state
-from beamsearch.hf.recurrent import STATIC_REASON, dropped, layer_rule, reorder_extras
+from beamsearch.core.state import concat_state, select_state, take_state
+from beamsearch.hf.recurrent import dropped, layer_rule, reorder_extras
+from beamsearch.hf.static_layers import count, drop_columns, full_columns, is_static, roll_rows, slots
 
 
 def inference(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -252,18 +253,24 @@ def _select_encoder_decoder_cache(cache: EncoderDecoderCache, idx: Any) -> Encod
     return out
 
 
+@take_state.register(DynamicCache)
+@take_state.register(EncoderDecoderCache)
+def _take_cache(cache: Any, idx: Any) -> Any:
+    """Rows ``idx`` in a new cache: the selection builds one (new layers, new tensors), ``cache``
+    left as it was."""
+    return select_state(cache, idx)
+
+
 def _refused(cache: Cache) -> TypeError:
     kind = type(cache).__name__
-    if isinstance(cache, StaticCache):
-        return TypeError(f"a {kind} cannot be a search state: {STATIC_REASON}")
-    return TypeError(f"a {kind} cannot be a search state: the search moves the rows of a DynamicCache or an "
-                     f"EncoderDecoderCache (and of the layer kinds registered for them); register how to move a "
+    return TypeError(f"a {kind} cannot be a search state: the search moves the rows of a DynamicCache, a StaticCache "
+                     f"or an EncoderDecoderCache (and of the layer kinds registered for them); register how to move a "
                      f"{kind}'s rows with @select_state.register({kind}) and @concat_state.register({kind})")
 
 
 @select_state.register(Cache)
 def _select_other_cache(cache: Cache, idx: Any) -> Cache:
-    """Any other ``Cache`` (static, quantized, offloaded, ...): refused, never passed through as
+    """Any other ``Cache`` (quantized, offloaded, ...): refused, never passed through as
     if it held no rows (its rows would silently stay where they were)."""
     raise _refused(cache)
 
@@ -290,25 +297,32 @@ def skip_dummy_column(cache: Any, rows: torch.Tensor, kept: list[tuple[torch.Ten
                       columns: int) -> None:
     """After that forward: the dummy column of rows ``rows`` moved before their first column, out
     of their sliding windows (it would take a place in a window, so a joined row would see a token
-    fewer than alone until it slid out). Each full-attention layer (``columns`` columns) has those
-    rows' columns rolled right by one (the dummy's to column 0); each sliding-window layer those
-    rows' windows set to the ``kept`` ones shifted by one column (the dummy's key filling the
-    first place when the window grew). The caller rolls the rows' mask columns alike."""
+    fewer than alone until it slid out). Each full-attention layer (``columns`` columns; a static
+    one's first ``columns`` places) has those rows' columns rolled right by one (the dummy's to
+    column 0); each sliding-window layer those rows' windows set to the ``kept`` ones shifted by
+    one column (the dummy's key filling the first place when the window grew; a static window's
+    filled places alone). The caller rolls the rows' mask columns alike."""
     settled(cache)
     windows = _windows(cache)
     if len(windows) != len(kept):
         raise RuntimeError(f"the model changed its sliding-window layers during a step ({len(kept)} before, "
                            f"{len(windows)} after)")
     for layer, old in zip(windows, kept):
-        width = layer.keys.shape[2]
-        for name, before in zip(("keys", "values"), old):
+        if is_static(layer):  # places [0, width) filled now, [0, before) before the dummy
+            tokens = count(layer)
+            width, before = slots(layer, tokens), slots(layer, tokens - 1)
+        else:
+            width, before = layer.keys.shape[2], old[0].shape[2]
+        for name, then in zip(("keys", "values"), old):
             now = getattr(layer, name)
-            now[rows] = torch.cat([now.index_select(0, rows)[:, :, -1:], before], dim=2)[:, :, -width:]
+            now[rows, :, :width] = torch.cat([now.index_select(0, rows)[:, :, width - 1: width],
+                                              then[:, :, :before]], dim=2)[:, :, -width:]
     for layer in getattr(cache, "layers", ()):
         keys = getattr(layer, "keys", None)
-        if keys is not None and keys.dim() == 4 and keys.shape[2] == columns and all(layer is not w for w in windows):
-            for now in (layer.keys, layer.values):
-                now[rows] = now.index_select(0, rows).roll(1, dims=2)
+        if keys is None or keys.dim() != 4 or any(layer is w for w in windows):
+            continue
+        if (full_columns(layer) if is_static(layer) else keys.shape[2]) == columns:
+            roll_rows(layer, rows, columns)
 
 
 def reorder_in_place(cache: DynamicCache, idx: torch.Tensor, same_inputs: bool = False) -> None:
@@ -341,16 +355,20 @@ def drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple
     growing with the length of the whole run (full-attention caches only: a sliding-window layer
     keeps its own window; a reorder waiting in a layer is not applied: it indexes rows, this
     drops columns; recurrent layers hold no columns, and count the columns dropped off their
-    tokens). Returns the mask ``[k, M]`` and the columns left."""
+    tokens; a static layer moves its columns left in its buffer, freeing as many places). Returns
+    the mask ``[k, M]`` and the columns left."""
     held = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]  # not a recurrent state alone
-    full = bool(held) and all(layer.keys.dim() == 4 and layer.keys.shape[2] == columns
-                              and not getattr(layer, "is_sliding", False) for layer in held)
+    full = bool(held) and all(layer.keys.dim() == 4 and not getattr(layer, "is_sliding", False)
+                              and (full_columns(layer) if is_static(layer) else layer.keys.shape[2]) == columns
+                              for layer in held)
     lead = int((~mask[:, :columns].bool().any(0)).cumprod(0).sum()) if columns and full else 0
     if lead:
         for layer in held:
             layer_: Any = layer
             if isinstance(layer_, PromptLayer):
                 layer_.drop_leading(lead)
+            elif is_static(layer_):
+                drop_columns(layer_, lead)
             else:
                 layer_.keys, layer_.values = layer_.keys[:, :, lead:], layer_.values[:, :, lead:]
         dropped(cache, lead)

@@ -27,7 +27,7 @@ import torch
 from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,
                                       DynamicSlidingWindowLayer, LinearAttentionAndFullAttentionLayer,
                                       LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionCacheLayerMixin,
-                                      LinearAttentionLayer, StaticLayer)
+                                      LinearAttentionLayer)
 
 from beamsearch.core.state import concat_state, pad_axis, select_state
 
@@ -59,14 +59,6 @@ KEY_VALUE_TYPES = (DynamicLayer, DynamicSlidingWindowLayer)
 (:mod:`beamsearch.hf.caches`), with its in-place layouts."""
 
 
-STATIC_REASON = ("a static cache (cache_implementation=\"static\" in the generation config, or a StaticCache "
-                 "built by hand) writes every row at one shared position into max_cache_len preallocated columns, "
-                 "so rows of searches at different steps cannot be joined. beamsearch.hf's adapters build their own "
-                 "dynamic cache whatever cache_implementation says (the results are the same); in a step function "
-                 "of your own, carry a DynamicCache")
-"""Why static caches and their layers are refused."""
-
-
 def register_layer(cls: type, rule: LayerRule) -> None:
     """Teach the adapter a kind of cache layer: ``rule`` moves the rows of layers of type ``cls``
     exactly (not of its subclasses: register each)."""
@@ -86,8 +78,6 @@ def layer_rule(layer: Any) -> LayerRule | None:
         return rule
     if kind in KEY_VALUE_TYPES or kind.__module__.startswith("beamsearch."):
         return None
-    if isinstance(layer, StaticLayer):
-        raise TypeError(f"select_state: cache layers of type {kind.__name__} are not supported: {STATIC_REASON}")
     raise TypeError(f"select_state: cache layers of type {kind.__name__} ({kind.__module__}) are not supported: "
                     "the search cannot tell which of their tensors hold rows. Register how to move their rows "
                     f"with beamsearch.hf.recurrent.register_layer({kind.__name__}, LayerRule(reorder, take, join))")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
 
 from beamsearch.core.state import concat_state, pad_axis, select_state, take_state
 from beamsearch.hf.caches import (DeferredLayer, PromptLayer, drop_leading, inference, plain_layer, reorder_in_place,
@@ -176,6 +176,10 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
     if any(shared) and not all(shared):
         raise TypeError("concat_state: states with a shared prompt cache (share_prompt=True) and states without "
                         "one cannot be joined; prepare every cohort alike")
+    static = [type(s.cache) is StaticCache for s in states]
+    if any(static) and not all(static):
+        raise TypeError("concat_state: states with a static cache (cache_implementation=\"static\") and states with "
+                        "a dynamic one cannot be joined; prepare every cohort alike")
     if all(shared):
         cache: Any = joined_shared([s.cache for s in states], [s.mask.shape[0] for s in states],
                                    [s.columns for s in states])
