@@ -71,7 +71,8 @@ try:  # the hf extra's packages first: a missing one says which extra brings it,
 except ModuleNotFoundError as e:
     raise ModuleNotFoundError(f"beamsearch.hf: {missing_package(e.name, 'hf')}", name=e.name) from None
 
-from beamsearch.hf.adapters import causal_lm, seq2seq_lm
+from beamsearch.hf.adapters import causal_lm
+from beamsearch.hf.seq2seq import seq2seq_lm
 from beamsearch.hf.generation import Generation, generate
 from beamsearch.hf.custom import CUSTOM_GENERATE_DIR, custom_generate
 from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_generation_config, search_settings

@@ -75,7 +75,7 @@ def adapter_cache(model: Any, layer: Callable[[], DynamicLayer]) -> DynamicCache
 
 class AdapterStep:
     """What the adapters' step objects share: ``step(state, y_prev [k]) -> (logits [k, V'], new
-    state)`` is a subclass's ``__call__`` (:class:`CausalStep`, :class:`Seq2SeqStep`).
+    state)`` is a subclass's ``__call__`` (:class:`~beamsearch.hf.adapters.CausalStep`, :class:`~beamsearch.hf.seq2seq.Seq2SeqStep`).
 
     Attributes:
         prepared: the :class:`~beamsearch.hf.states.Prepared` whose forward time and calls it counts.

@@ -18,11 +18,7 @@ from transformers import GenerationConfig
 from beamsearch.core import validate as check
 from beamsearch.core.config import GrammarOptions
 from beamsearch.core.hypothesis import BatchResults
-from beamsearch.hf.adapters import causal_lm, seq2seq_lm
 from beamsearch.hf.caches import inference
-from beamsearch.hf.carried import carrier_for
-from beamsearch.hf.image_decoders import ADDITIVE_TYPES
-from beamsearch.hf.recurrent import OWN_CACHE_TYPES
 from beamsearch.hf.forced import ForcedTokens
 from beamsearch.hf.hooks import generate_hooks, held_prompts
 from beamsearch.hf.catalogue import catalogues, check_catalogue
@@ -33,6 +29,7 @@ from beamsearch.hf.calls import inferred_mask
 from beamsearch.hf.multimodal import call_model_inputs, media_rows
 from beamsearch.hf.keywords import refuse, refuse_arguments
 from beamsearch.hf.settings import generate_defaults, search_settings
+from beamsearch.hf.prefill import prefill
 from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
 from beamsearch.hf.modes import choose_mode, generate_rule, mode_keywords, once_per_solution, own_options
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
@@ -222,25 +219,6 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
-STATIC_IMPLEMENTATIONS = ("static", "sliding_window", "hybrid", "hybrid_chunked")
-"""The ``cache_implementation`` values ``generate`` makes a ``StaticCache`` for (its deprecated names
-included; the offloaded ones keep the adapter's dynamic cache: the same results)."""
-
-
-def _static(model: Any, cfg: GenerationConfig, rows: list[list[int]], new_tokens: int) -> dict[str, Any]:
-    """:func:`causal_lm`'s keywords for the generation config's cache: a ``StaticCache`` where
-    ``generate`` makes one and the model keeps its state in a ``Cache`` (not RWKV, xLSTM,
-    RecurrentGemma, MiniMax, GIT: their own, the same results; nor with ``share_prompt_cache``,
-    whose prompt cache is its own), sized as ``generate`` sizes it (the padded prompt plus the new
-    tokens but one, or the config's ``max_cache_len`` when longer)."""
-    kind = model.config.model_type
-    if cfg.cache_implementation not in STATIC_IMPLEMENTATIONS or carrier_for(model) is not None or \
-            kind in OWN_CACHE_TYPES or kind in ADDITIVE_TYPES:
-        return {}
-    need = max(len(r) for r in rows) + new_tokens - 1
-    return {"cache_implementation": "static", "max_cache_len": max(need, getattr(cfg, "max_cache_len", None) or 0)}
-
-
 def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
     """The pad id of :func:`generate`'s ``hypotheses.arrays()``: the generation config's (the
     call's, else the model's), else the first eos id, as ``generate`` pads; None without either."""
@@ -374,15 +352,8 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     steps = step_outputs(spec, search, cfg, processed=rule)  # its refusal too, before the prefill
     if steps is not None and steps.tap is not None:
         search["logits_processors"] = [*search["logits_processors"], steps.tap]
-    prepare = seq2seq_lm if encoder_decoder else causal_lm
-    eos = cfg.eos_token_id if not isinstance(cfg.eos_token_id, torch.Tensor) else cfg.eos_token_id.tolist()
-    first = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else cfg.bos_token_id  # as generate
-    start = {"decoder_start_token_id": first} if encoder_decoder else \
-        {"share_prompt": share_prompt_cache,
-         **({} if share_prompt_cache else _static(model, cfg, rows, max(settings["max_steps"])))}
-    dec = prepare(model, None if inputs is None else rows,
-                  pad_token_id=cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else None,
-                  eos_token_id=eos, max_new_tokens=max(settings["max_steps"]), **start, **media.keywords())
+    dec = prefill(model, cfg, None if inputs is None else rows, rows, max(settings["max_steps"]), share_prompt_cache,
+                    media.keywords())
     search["eos_token_id"] = dec.eos_token_id
     step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
     hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)

@@ -90,22 +90,22 @@ def _states(layer: Any) -> list[tuple[dict, int]]:
             if d[i] is not None]
 
 
-def _reorder_linear(layer: Any, idx: torch.Tensor) -> None:
+def reorder_linear(layer: Any, idx: torch.Tensor) -> None:
     for states, i in _states(layer):
         states[i] = states[i].index_select(0, idx.to(states[i].device))
 
 
-def _take_linear(layer: Any, idx: torch.Tensor) -> Any:
+def take_linear(layer: Any, idx: torch.Tensor) -> Any:
     new = copy.copy(layer)
     new.conv_states, new.recurrent_states = dict(layer.conv_states), dict(layer.recurrent_states)
     new.has_previous_state = dict(layer.has_previous_state)
     new.cumulative_length_linear = layer.cumulative_length_linear.clone()
-    _reorder_linear(new, idx)
+    reorder_linear(new, idx)
     return new
 
 
-def _join_linear(layers: list[Any], columns: int) -> Any:
-    new = _take_linear(layers[0], torch.arange(0))  # the first layer's settings, its tensors replaced below
+def join_linear(layers: list[Any], columns: int) -> Any:
+    new = take_linear(layers[0], torch.arange(0))  # the first layer's settings, its tensors replaced below
     for states, i in _states(layers[0]):
         name = "conv_states" if states is layers[0].conv_states else "recurrent_states"
         getattr(new, name)[i] = torch.cat([getattr(layer, name)[i] for layer in layers])
@@ -142,18 +142,18 @@ def _rows(layer: Any) -> int:
 
 
 def _reorder_hybrid(layer: Any, idx: torch.Tensor) -> None:
-    _reorder_linear(layer, idx)
+    reorder_linear(layer, idx)
     _reorder_keys(layer, idx)
 
 
 def _take_hybrid(layer: Any, idx: torch.Tensor) -> Any:
-    new = _take_linear(layer, idx)
+    new = take_linear(layer, idx)
     _reorder_keys(new, idx)
     return new
 
 
 def _join_hybrid(layers: list[Any], columns: int) -> Any:
-    new = _join_linear(layers, columns)
+    new = join_linear(layers, columns)
     _join_keys(new, layers, columns)
     return new
 
@@ -218,7 +218,7 @@ def _take_dummy(layer: Any, idx: torch.Tensor) -> Any:
     return layer
 
 
-register_layer(LinearAttentionLayer, LayerRule(_reorder_linear, _take_linear, _join_linear))
+register_layer(LinearAttentionLayer, LayerRule(reorder_linear, take_linear, join_linear))
 register_layer(LinearAttentionAndFullAttentionLayer, LayerRule(_reorder_hybrid, _take_hybrid, _join_hybrid))
 register_layer(LinearAttentionAndSlidingWindowAttentionLayer, LayerRule(_reorder_hybrid, _take_hybrid, _join_hybrid))
 register_layer(DynamicIndexedLayer, LayerRule(_reorder_indexed, _take_indexed, _join_indexed))

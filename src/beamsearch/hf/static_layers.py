@@ -36,7 +36,7 @@ from transformers.cache_utils import (LinearAttentionAndStaticFullAttentionLayer
                                       StaticCache, StaticIndexedLayer, StaticLayer, StaticSlidingWindowLayer)
 
 from beamsearch.core.state import concat_state, select_state, take_state
-from beamsearch.hf.recurrent import (LayerRule, _join_linear, _reorder_linear, _take_linear, layer_rule,
+from beamsearch.hf.recurrent import (LayerRule, join_linear, reorder_linear, take_linear, layer_rule,
                                      register_layer, reorder_extras)
 
 STATIC_KINDS = (StaticLayer, StaticSlidingWindowLayer, StaticIndexedLayer, LinearAttentionAndStaticFullAttentionLayer,
@@ -97,7 +97,7 @@ def _reorder_static(layer: Any, idx: torch.Tensor) -> None:
 
 def _reorder(layer: Any, idx: torch.Tensor) -> None:
     if isinstance(layer, LinearAttentionLayer):
-        _reorder_linear(layer, idx)
+        reorder_linear(layer, idx)
     _reorder_static(layer, idx)
 
 
@@ -109,7 +109,7 @@ def _own_counts(new: Any) -> None:
 
 
 def _take(layer: Any, idx: torch.Tensor) -> Any:
-    new = _take_linear(layer, idx) if isinstance(layer, LinearAttentionLayer) else copy.copy(layer)
+    new = take_linear(layer, idx) if isinstance(layer, LinearAttentionLayer) else copy.copy(layer)
     _own_counts(new)
     _reorder_static(new, idx)
     return new
@@ -153,7 +153,7 @@ def _join(layers: list[Any], columns: int) -> Any:
     filled = [_filled(layer) for layer in layers]
     if any(filled) and not all(filled):
         raise ValueError("concat_state: static layers holding keys cannot be joined with static layers not filled yet")
-    new = _join_linear(layers, columns) if isinstance(layers[0], LinearAttentionLayer) else copy.copy(layers[0])
+    new = join_linear(layers, columns) if isinstance(layers[0], LinearAttentionLayer) else copy.copy(layers[0])
     device = layers[0].cumulative_length.device
     new.cumulative_length = torch.tensor(slots(layers[0], columns), dtype=torch.long, device=device)
     if _window(new):
