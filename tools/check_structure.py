@@ -30,7 +30,7 @@ import ast
 import pathlib
 import re
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "beamsearch"

@@ -16,7 +16,8 @@ import json
 import os
 import sys
 from dataclasses import asdict
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -7,7 +7,8 @@ import contextlib
 import os
 import sys
 import warnings
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
 from beamsearch.corpus.load import HF_MAX_STEPS

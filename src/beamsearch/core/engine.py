@@ -23,7 +23,8 @@ runs over rows or tokens in the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import numpy as np
 

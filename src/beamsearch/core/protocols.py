@@ -15,7 +15,8 @@ this module imports nothing above :mod:`beamsearch.core`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode

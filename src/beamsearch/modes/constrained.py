@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 

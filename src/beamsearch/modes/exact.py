@@ -41,7 +41,8 @@ by call): never more than the budget allows, whatever ``max_steps`` is.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 

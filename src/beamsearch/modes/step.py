@@ -15,7 +15,8 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence, cast
+from typing import Any, cast
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, cast
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

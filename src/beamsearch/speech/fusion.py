@@ -66,7 +66,7 @@ class WordFusion:
     ids: np.ndarray
 
     @staticmethod
-    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int) -> "WordFusion | None":
+    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int) -> WordFusion | None:
         """``lm=`` checked (an :class:`NgramLM` or an ARPA file's path) and bound; None: no LM."""
         a = validate.real("alpha", alpha, finite=True)
         b = validate.finite("beta", beta)
@@ -151,7 +151,7 @@ class LMTerm:
 
     @staticmethod
     def of(fusion: WordFusion, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray,
-           words: np.ndarray) -> "LMTerm":
+           words: np.ndarray) -> LMTerm:
         ends, logp, _ = fusion.close(ctx, key, size)
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)
         own = fusion.fused(lm, words)

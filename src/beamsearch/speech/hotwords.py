@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -94,7 +95,7 @@ class HotTerm:
     up: np.ndarray
 
     @staticmethod
-    def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> "HotTerm":
+    def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> HotTerm:
         """The term for slots in these states (an extension earns at most one more position)."""
         return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1))
 

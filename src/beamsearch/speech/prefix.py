@@ -77,7 +77,7 @@ class Beams:
 
     @staticmethod
     def start(n: int, width: int, hot: np.ndarray | None = None, fusion: WordFusion | None = None,
-              token: TokenFusion | None = None) -> "Beams":
+              token: TokenFusion | None = None) -> Beams:
         """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0; ``hot`` int64
         ``[n]``: each utterance's hotword root (None: no hotwords); ``fusion``: the word LM;
         ``token``: the token LM (called here once, on its ``bos``)."""
@@ -99,11 +99,11 @@ class Beams:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
         return np.logaddexp(self.pb, self.pnb)
 
-    def rows(self, idx: np.ndarray) -> "Beams":
+    def rows(self, idx: np.ndarray) -> Beams:
         """The utterances ``idx`` (int ``[m]``)."""
         return Beams(*(getattr(self, f)[idx] for f in FIELDS))
 
-    def put(self, idx: np.ndarray, part: "Beams") -> "Beams":
+    def put(self, idx: np.ndarray, part: Beams) -> Beams:
         """These beams with utterances ``idx`` replaced by ``part``'s rows."""
         out = []
         for f in FIELDS:

@@ -68,7 +68,7 @@ class Beams:
     carried: Any
 
     @staticmethod
-    def empty(n: int, b: int, plan: Plan) -> "Beams":
+    def empty(n: int, b: int, plan: Plan) -> Beams:
         """``[N, B]`` empty slots (no carried rows)."""
         return Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
                      tuple(np.zeros((n, b), np.int64) for _ in range(3)), plan.lm_start((n, b)),  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ class Cands:
     hot: tuple[np.ndarray, np.ndarray, np.ndarray]
     lm: tuple[np.ndarray, ...]
 
-    def take(self, idx: np.ndarray) -> "Cands":
+    def take(self, idx: np.ndarray) -> Cands:
         return Cands(*(getattr(self, f)[idx] for f in ("u", "src", "label", "score", "node", "align", "t", "j")),
                      tuple(h[idx] for h in self.hot), tuple(h[idx] for h in self.lm))  # type: ignore[arg-type]
 
@@ -111,7 +111,7 @@ class Pool:
     words: np.ndarray
 
     @staticmethod
-    def empty(n: int, p: int) -> "Pool":
+    def empty(n: int, p: int) -> Pool:
         return Pool(np.full((n, p), NEG_INF), *(np.zeros((n, p), np.int64) for _ in range(3)), np.zeros((n, p)),
                     np.zeros((n, p), np.int64))
 
