@@ -25,8 +25,8 @@ from beamsearch.core.beam import Candidates
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import select_state
 
-__all__ = ["Controls", "GeneratedTokens", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext", "StopRule",
-           "Strategy"]
+__all__ = ["Controls", "GeneratedTokens", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext",
+           "StopRule", "Strategy"]
 
 
 class StepContext:

@@ -158,7 +158,8 @@ def read_arpa(lines: Iterable[str], name: str) -> tuple[list[list[tuple[str, ...
             probs[-1].append((p, b))
     if not grams:
         raise ValueError(f"{name}: no \\data\\ header or no 1-grams: not an ARPA file")
-    for k, (c, g) in enumerate(zip(counts, grams), 1):
+    # the header may list more orders than the file has sections: only those present are compared
+    for k, (c, g) in enumerate(zip(counts, grams, strict=False), 1):
         if c != len(g):
             raise ValueError(f"{name}: the header says {c} {k}-grams; the file has {len(g)}")
     return grams, probs, len(grams)

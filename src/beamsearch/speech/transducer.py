@@ -217,7 +217,7 @@ def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[Trans
     if plan.token is not None:
         alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
-    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
+    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist(), strict=True), paths, strict=True):
         ends = label_ends(frames, durs if tdt else None)
         words = None if voc is None else words_of(voc, labels, frames, ends, fd)
         times = None if fd is None else np.stack([frames, ends + 1], 1) * fd
