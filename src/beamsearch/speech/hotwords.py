@@ -45,6 +45,15 @@ def popcount(x: np.ndarray) -> np.ndarray:
     return total
 
 
+HotState = tuple[np.ndarray, np.ndarray, np.ndarray]  # (node, mask, done): a hotword state, int64 each
+
+
+def hot_rows(hot: HotState, idx: Any) -> HotState:
+    """The hotword state's entries at ``idx`` (an index of its arrays)."""
+    node, mask, done = hot
+    return node[idx], mask[idx], done[idx]
+
+
 @dataclass(frozen=True)
 class Hotwords:
     """Compiled phrases of a batch: one automaton per distinct phrase list, one node table.
@@ -66,7 +75,7 @@ class Hotwords:
     starts: np.ndarray
 
     def step(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray,
-             label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             label: np.ndarray) -> HotState:
         """The state after one more label (all int64, same shapes)."""
         code = node * self.vocab + label
         nxt = self.root_next[self.root_of[node], label]
@@ -127,7 +136,7 @@ def hotwords_of(value: Any, weight: Any, n: int, vocab: int, blank: int, vocabul
     lists = [list(x) for x in items] if per_utt else [items]
     names = [f"hotwords[{u}]" for u in range(len(lists))] if per_utt else ["hotwords"]
     parsed = [tuple(phrase_ids(f"{name}[{i}]", p, vocab, blank, vocabulary) for i, p in enumerate(lst))
-              for name, lst in zip(names, lists)]
+              for name, lst in zip(names, lists, strict=True)]
     if not any(parsed):
         return None
     return compile_lists(parsed if per_utt else parsed * n, w, vocab)
@@ -209,7 +218,7 @@ def link(edges: dict[tuple[int, int], int], depth: list[int], terminal: list[boo
     fail, longest = [0] * size, [0] * size
     root_of = [0] * size
     trans: list[dict[int, int]] = [{} for _ in range(size)]
-    queue = deque()
+    queue: deque[int] = deque()
     for r, root in enumerate(roots):
         fail[root], root_of[root] = root, r
         queue.append(root)
