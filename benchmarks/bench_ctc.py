@@ -121,8 +121,8 @@ def hotword_table(n: int, frames: int, repeats: int, weight: float) -> None:
             base = None
             for count in (0, 100, 1000):
                 words = phrases(vocab, count) or None
-                secs = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam, hotwords=words,
-                                                            hotword_weight=weight), repeats)
+                secs = best_time(lambda x=x, beam=beam, words=words: ctc_beam_search(
+                    x, blank=BLANK, beam_size=beam, hotwords=words, hotword_weight=weight), repeats)
                 base = secs if base is None else base
                 print(f"| {vocab} | {beam} | {count:,} | {n / secs:,.1f} | {secs / audio:.5f} | {secs / base:.2f}x |",
                       flush=True)
@@ -206,9 +206,9 @@ def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> Non
         lm = NgramLM.from_arpa(path)
         for beam in (16, 64):
             kw = dict(blank=BLANK, beam_size=beam, vocabulary=voc, lm=lm, alpha=0.5, beta=1.0)
-            exact = best_time(lambda: ctc_beam_search(x, **kw), args.repeats)
-            bare = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
-            pruned = best_time(lambda: ctc_beam_search(x, token_min_logp=-5.0, beam_threshold=10.0, **kw),
+            exact = best_time(lambda x=x, kw=kw: ctc_beam_search(x, **kw), args.repeats)
+            bare = best_time(lambda x=x, beam=beam: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
+            pruned = best_time(lambda x=x, kw=kw: ctc_beam_search(x, token_min_logp=-5.0, beam_threshold=10.0, **kw),
                                args.repeats)
             row = [f"{vocab}", f"{beam}", f"{grams:,}", f"{n / exact:,.1f}", f"{exact / audio:.5f}",
                    f"{exact / bare:.2f}x", f"{n / pruned:,.1f}", f"{pruned / audio:.5f}"]
@@ -218,7 +218,7 @@ def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> Non
             else:
                 per_utt, their_texts = theirs
                 ours = ctc_beam_search(x[: len(their_texts)], token_min_logp=-5.0, beam_threshold=10.0, **kw)
-                same = sum(hs[0].text == text for hs, text in zip(ours, their_texts))
+                same = sum(hs[0].text == text for hs, text in zip(ours, their_texts, strict=True))
                 row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
                         f"{same}/{len(their_texts)}"]
             print("| " + " | ".join(row) + " |", flush=True)
@@ -253,9 +253,10 @@ def peer_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> N
     for vocab in (32, 1024):
         x = emissions(n, frames, vocab)
         for beam in (16, 64, 128):
-            exact = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
-            pruned = best_time(lambda: ctc_beam_search(x, blank=BLANK, beam_size=beam, token_min_logp=-5.0,
-                                                       beam_threshold=10.0), args.repeats)
+            exact = best_time(lambda x=x, beam=beam: ctc_beam_search(x, blank=BLANK, beam_size=beam), args.repeats)
+            pruned = best_time(lambda x=x, beam=beam: ctc_beam_search(x, blank=BLANK, beam_size=beam,
+                                                                      token_min_logp=-5.0, beam_threshold=10.0),
+                               args.repeats)
             theirs = peer(x[: args.peer_utterances], vocab, beam)
             row = [f"{vocab}", f"{beam}", f"{n / exact:,.1f}", f"{exact / audio:.5f}",
                    f"{n / pruned:,.1f}", f"{pruned / audio:.5f}"]
@@ -265,7 +266,7 @@ def peer_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> N
                 per_utt, texts = theirs
                 ours = ctc_beam_search(x[: len(texts)], blank=BLANK, beam_size=beam, token_min_logp=-5.0,
                                        beam_threshold=10.0, vocabulary=Vocabulary(labels(vocab)))
-                same = sum(hs[0].text == text for hs, text in zip(ours, texts))
+                same = sum(hs[0].text == text for hs, text in zip(ours, texts, strict=True))
                 row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
                         f"{same}/{len(texts)}"]
             print("| " + " | ".join(row) + " |", flush=True)

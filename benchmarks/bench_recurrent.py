@@ -98,8 +98,8 @@ def run(which: str, model, prompt: list[int], beams: int, meter: Meter) -> tuple
     start = time.perf_counter()
     with torch.no_grad():
         if which == "generate":
-            model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                           **settings)
+            model.generate(input_ids=torch.tensor([prompt]),
+                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long), **settings)
         else:
             hf.generate(model, [prompt], **settings)
     return time.perf_counter() - start, meter.peak, meter.prefill_rows

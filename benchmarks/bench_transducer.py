@@ -78,11 +78,13 @@ def table(args) -> None:
         greedy = None
         for name, search in [("greedy", dict(beam=1)), ("modified, beam 4", dict(beam=4, method="modified")),
                              ("modified, beam 8", dict(beam=8, method="modified")),
-                             ("alsd, beam 4", dict(beam=4, method="alsd")), ("alsd, beam 8", dict(beam=8, method="alsd"))]:
-            batch = best_of(args.repeats, lambda: run(fns, search))
+                             ("alsd, beam 4", dict(beam=4, method="alsd")),
+                             ("alsd, beam 8", dict(beam=8, method="alsd"))]:
+            batch = best_of(args.repeats, lambda fns=fns, search=search: run(fns, search))
             greedy = batch if greedy is None else greedy
             few = min(args.loop, args.n)
-            loop = best_of(1, lambda: [run(fns, search, slice(i, i + 1)) for i in range(few)]) * args.n / few
+            loop = best_of(1, lambda fns=fns, search=search, few=few: [run(fns, search, slice(i, i + 1))
+                                                                     for i in range(few)]) * args.n / few
             print(f"| {kind} | {name} | {batch:.3f} | {batch / greedy:.2f} | {loop:.3f} | {loop / batch:.1f} |",
                   flush=True)
 

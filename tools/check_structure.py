@@ -30,7 +30,7 @@ import ast
 import pathlib
 import re
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "beamsearch"
@@ -128,7 +128,8 @@ def sizes(mods: dict[str, Module]) -> Iterator[str]:
             length = fn.end_lineno - fn.lineno + 1 - docstring_lines(fn)
             first = (ast.get_docstring(fn) or "").partition("\n")[0].rstrip()
             if length > MAX_FUNCTION_LINES and STATE_MACHINE not in first:
-                yield f"{rel(m.path)}: function {fn.name} (line {fn.lineno}) has {length} lines (at most {MAX_FUNCTION_LINES})"
+                yield (f"{rel(m.path)}: function {fn.name} (line {fn.lineno}) has {length} lines "
+                       f"(at most {MAX_FUNCTION_LINES})")
 
 
 def docstring_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -16,7 +16,8 @@ import json
 import os
 import sys
 from dataclasses import asdict
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -86,8 +87,8 @@ def decode_ray(model: str, lines: Iterable[Line], *, address: str | None = None,
     if address is not None and not isinstance(address, str):
         raise TypeError(f"address must be a string (HOST:PORT or 'auto') or None; got {address!r}")
     steps = search.get("max_steps")
-    options = {"calendar": calendar, "threads": threads,
-               "hf_max_steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else HF_MAX_STEPS}
+    max_steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else HF_MAX_STEPS
+    options: dict[str, Any] = {"calendar": calendar, "threads": threads, "hf_max_steps": max_steps}  # load_model's
     corpus_search(load_model(model, **options), **search)  # the model and search checked, before Ray starts
     lines = list(lines)
     order = {line.index: position for position, line in enumerate(lines)}

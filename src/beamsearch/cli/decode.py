@@ -7,7 +7,8 @@ import contextlib
 import os
 import sys
 import warnings
-from typing import Any, Iterator
+from typing import Any, BinaryIO, TextIO
+from collections.abc import Iterator
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
 from beamsearch.corpus.load import HF_MAX_STEPS
@@ -98,10 +99,7 @@ def _decode(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as e:
         raise CliError(f"beamsearch: error: {flag_names(str(e))}", 2) from None
     page = _decode_trace(model, args, search) if args.trace is not None else None  # before decoding
-    try:
-        source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
-    except OSError as e:
-        raise CliError(f"beamsearch: error: cannot read --input {args.input}: {e.strerror}", 2) from None
+    source = _open_input(args.input)
     with source:
         progress = None
         if args.progress or sys.stderr.isatty():
@@ -117,18 +115,27 @@ def _decode(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _open_input(path: str) -> BinaryIO:
+    """``--input`` opened for reading bytes (``-``: standard input); the caller closes it."""
+    try:
+        return sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as e:
+        raise CliError(f"beamsearch: error: cannot read --input {path}: {e.strerror}", 2) from None
+
+
 @contextlib.contextmanager
-def _notes_on_one_line(category: type[Warning]) -> Iterator[None]:
-    """Warnings of ``category`` shown as one line on stderr, ``beamsearch: note: ...`` (each text
+def _notes_on_one_line(noted: type[Warning]) -> Iterator[None]:
+    """Warnings of category ``noted`` shown as one line on stderr, ``beamsearch: note: ...`` (each text
     once, as Python shows a warning); others as Python shows them."""
     with warnings.catch_warnings():
         python_shows = warnings.showwarning
 
-        def show(message: Any, kind: type[Warning], *where: Any, **more: Any) -> None:
-            if issubclass(kind, category):
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            if issubclass(category, noted):
                 print(f"beamsearch: note: {message}", file=sys.stderr)
             else:
-                python_shows(message, kind, *where, **more)
+                python_shows(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show
         yield
@@ -184,10 +191,7 @@ def _decode_on_ray(args: argparse.Namespace, search: dict[str, Any]) -> int:
     for name, on in (("--resume", args.resume), ("--trace", args.trace is not None)):
         if on:
             raise CliError(f"beamsearch: error: {name} does not apply with --ray", 2)
-    try:
-        source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
-    except OSError as e:
-        raise CliError(f"beamsearch: error: cannot read --input {args.input}: {e.strerror}", 2) from None
+    source = _open_input(args.input)
     with source, output_locked(args.output):
         lines = list(corpus.read_lines(source, jsonl=args.jsonl, field=args.field))
         return _ray_records(args, lines, search)

@@ -22,7 +22,8 @@ from beamsearch.corpus.grammar import GrammarOptions
 from beamsearch.corpus.option_files import MAX_GRAMMAR_BYTES, read_option_file
 from beamsearch.modes.registry import MODES
 
-__all__ = ["RUNNER_FLAGS", "add_control_flags", "add_search_flags", "flag_names", "given", "hf_defaults", "option_names"]
+__all__ = ["RUNNER_FLAGS", "add_control_flags", "add_search_flags", "flag_names", "given", "hf_defaults",
+           "option_names"]
 
 RUNNER_FLAGS = ("max_rows", "max_tokens", "output", "resume")
 """decode's own options that the library's messages may name (corpus decoding's keywords)."""

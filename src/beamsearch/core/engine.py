@@ -11,9 +11,8 @@ for one batch or by the refill runner (:mod:`beamsearch.refill`) for a stream. P
 3. :func:`apply_selection`: extend the kept rows, record what ended, retire inputs that stopped or reached
    their ``max_steps``; then the model state is reordered by the kept rows' parents.
 
-An optional observer (:class:`beamsearch.core.trace.Tracer`: a step callback, a search trace) looks
-at the step's scores before step 2 and at the selection after it, and may stop inputs; without
-one the loop does nothing more.
+An optional observer (:class:`beamsearch.core.trace.Tracer`: a step callback, a search trace) looks at the step's
+scores before step 2 and at the selection after it, and may stop inputs; without one the loop does nothing more.
 
 Bookkeeping (:class:`~beamsearch.core.beam.Beam`, the back-pointer :class:`~beamsearch.core.beam.Trail`)
 is numpy on the host and O(k) per step; paths are rebuilt once, for the result. No Python loop
@@ -23,7 +22,8 @@ runs over rows or tokens in the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import numpy as np
 

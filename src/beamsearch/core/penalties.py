@@ -7,7 +7,7 @@ Both are non-decreasing in the length for ``alpha >= 0``, which makes the early-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -15,7 +15,8 @@ this module imports nothing above :mod:`beamsearch.core`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -24,8 +25,8 @@ from beamsearch.core.beam import Candidates
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import select_state
 
-__all__ = ["Controls", "GeneratedTokens", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext", "StopRule",
-           "Strategy"]
+__all__ = ["Controls", "GeneratedTokens", "LogitsProcessor", "RowCarrier", "RowStates", "Selection", "StepContext",
+           "StopRule", "Strategy"]
 
 
 class StepContext:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

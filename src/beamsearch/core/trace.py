@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -203,7 +204,7 @@ class SearchTree:
         ended = np.flatnonzero((self.status == FINISHED) | (self.status == UNFINISHED))
         paths = self._paths(ended)
         where: dict[tuple[int, tuple[int, ...]], list[int]] = {}  # the same output may end more than
-        for v, p in zip(ended.tolist(), paths):  # once (diverse search: one per group): in order
+        for v, p in zip(ended.tolist(), paths, strict=True):  # once (diverse search: one per group): in order
             where.setdefault((int(self.input[v]), tuple(p[p >= 0].tolist())), []).append(v)
         for i, hyps in enumerate(results):  # a Python loop over the returned hypotheses, once
             for r, h in enumerate(hyps):

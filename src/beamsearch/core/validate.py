@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -114,7 +115,8 @@ def prompts(value: Any) -> list[list[int]]:
     for i, prompt in enumerate(value):
         if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
             raise TypeError(f"prompts[{i}] must be a list of token ids; got {prompt!r:.80}")
-        out.append(list(prompt) if _plain_ids(prompt) else [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)])
+        out.append(list(prompt) if _plain_ids(prompt)
+                   else [token(f"prompts[{i}][{j}]", t) for j, t in enumerate(prompt)])
     return out
 
 
@@ -166,7 +168,7 @@ def ids_as_given(value: Any) -> int | list[int]:
 
 def max_steps(value: Any, n_inputs: int) -> np.ndarray:
     """int64 ``[N]``: an int >= 1 for every input, or one per input."""
-    if isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (int, np.integer, bool, np.bool_)):
         return np.full(n_inputs, at_least("max_steps", value, 1), dtype=np.int64)
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"max_steps must be an int or a sequence of ints; got {value!r:.80}")

@@ -44,5 +44,5 @@ from beamsearch.corpus.sidefile import Interrupted, line_name
 __all__ = ["HF_MAX_STEPS", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "NO_OUTPUT", "ZOO_MODELS", "CorpusModel",
            "CorpusModelBase", "CorpusSearch", "Interrupted", "LengthRule", "Line", "ModelSpecError", "OutputError",
            "Progress", "RecordKeyWarning", "TokenLabels", "check_output", "corpus_options", "corpus_search",
-           "decode_corpus", "decode_records", "hf_model", "line_max_steps", "line_name", "load_model", "load_partial", "output_lock", "partial_path",
-           "read_lines", "search_keywords", "sibling", "toy_model", "trace_line"]
+           "decode_corpus", "decode_records", "hf_model", "line_max_steps", "line_name", "load_model", "load_partial",
+           "output_lock", "partial_path", "read_lines", "search_keywords", "sibling", "toy_model", "trace_line"]

@@ -12,7 +12,8 @@ import os
 import pathlib
 import sys
 from array import array
-from typing import Any, Iterable, Iterator
+from typing import Any
+from collections.abc import Iterable, Iterator
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_crc

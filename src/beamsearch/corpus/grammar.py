@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 import zlib
 from typing import Any
+from collections.abc import Mapping
 
 from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions, controls_of
 from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file
@@ -74,9 +75,10 @@ def catalogue_processors(model: Any, options: dict[str, Any]) -> list[Any]:
     except (ValueError, TypeError) as e:
         raise type(e)(f"catalogue: {str(e).splitlines()[0]}") from None
     steps = options.get("max_steps")
-    given = isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= model.max_steps
-    warning = catalogue.cut_warning(steps if given else model.max_steps,
-                                    "max_steps" if given else "max_steps (the model's limit)")
+    if isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= model.max_steps:
+        warning = catalogue.cut_warning(steps, "max_steps")
+    else:
+        warning = catalogue.cut_warning(model.max_steps, "max_steps (the model's limit)")
     if warning is not None:
         warnings.warn(warning, stacklevel=3)
     return [catalogue]
@@ -96,7 +98,7 @@ def catalogue_crc(path: str) -> int | None:
     return crc
 
 
-def with_constraints(message: str, options: dict[str, Any]) -> str:
+def with_constraints(message: str, options: Mapping[str, Any]) -> str:
     """``message`` (a line's error, ending with its list of the search's rules in parentheses)
     naming the output constraints ``options`` gives (``regex='...'``, ``catalogue='FILE'``; a
     grammar's text cut at 80 characters): a grammar every line's output must be accepted by is the

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode
@@ -57,10 +58,10 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
     """The keywords of ``spec``'s search for ``options`` (see :func:`decode_records`): the options
     given, the defaults of those not given that the mode takes (the mode's own default first), the
     model's eos and processors (and the grammar of ``json_schema`` / ``grammar`` / ``regex``, over
-    the model's tokenizer: :mod:`beamsearch.corpus.grammar`), target texts as token ids. Checks what the search does not check
-    itself: the names (an unknown one, another mode's option), the mode's required options,
-    ``max_steps`` against the model's limit, the texts. ``length_rule``: a :class:`LengthRule`
-    ``max_steps``, where one is given (``max_steps`` is then the model's limit)."""
+    the model's tokenizer: :mod:`beamsearch.corpus.grammar`), target texts as token ids. Checks what
+    the search does not check itself: the names (an unknown one, another mode's option), the
+    mode's required options, ``max_steps`` against the model's limit, the texts. ``length_rule``:
+    a :class:`LengthRule` ``max_steps``, where one is given (``max_steps`` is then the model's limit)."""
     owners = corpus_options()
     for name, value in options.items():
         if name not in owners:

@@ -129,7 +129,8 @@ class CTCDecoder:
             raise ValueError(f"beam_prune_logp must be a log-probability difference (<= 0); got {prune!r}")
         return ctc_beam_search(
             logits, padding_lengths(logits) if lengths is None else lengths, blank=self.blank, beam_size=beam,
-            n_best=min(n_best, beam) if isinstance(n_best, int) and isinstance(beam, int) else n_best, token_min_logp=None if min_logp == -math.inf else min_logp,
+            n_best=min(n_best, beam) if isinstance(n_best, int) and isinstance(beam, int) else n_best,
+            token_min_logp=None if min_logp == -math.inf else min_logp,
             beam_threshold=None if prune == -math.inf else -float(prune), vocabulary=self.vocabulary,
             frame_duration=self.frame_duration, hotwords=self.hotword_ids(hotwords),
             hotword_weight=10.0 if hotword_weight is None else hotword_weight, lm=self.lm,
@@ -157,7 +158,8 @@ class CTCDecoder:
                                unk_score_offset=unk_score_offset, **refused)
         fields = [decoder_fields(h, output_word_offsets) for h in hyps]
         pick = (lambda xs: xs[0] if xs else None) if n_best == 1 else (lambda xs: xs)  # noqa: E731
-        return decoder_output(*([pick(f[k]) for f in fields] for k in range(3)),
+        return decoder_output([pick(f[0]) for f in fields], [pick(f[1]) for f in fields],
+                              [pick(f[2]) for f in fields],
                               [pick(f[3]) for f in fields] if output_word_offsets else None)
 
     def decode(self, logits: Any, beam_width: int | None = None, beam_prune_logp: float | None = None,

@@ -243,13 +243,14 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     The settings honoured: ``num_beams`` (1: greedy; more: :func:`beamsearch.beam_search_batch`),
     ``num_beam_groups`` and ``diversity_penalty`` (:func:`beamsearch.diverse_beam_search`),
     ``force_words_ids`` (:func:`beamsearch.constrained_beam_search`; every input must contain
-    each word, a list of alternative words: one of them), ``num_return_sequences`` (n_best), ``length_penalty`` (the power penalty
-    ``logprob / len ** length_penalty``), ``max_new_tokens`` / ``max_length``,
+    each word, a list of alternative words: one of them), ``num_return_sequences`` (n_best),
+    ``length_penalty`` (the power penalty ``logprob / len ** length_penalty``),
+    ``max_new_tokens`` / ``max_length``,
     ``min_new_tokens`` / ``min_length``, ``eos_token_id`` (one id or several),
     ``no_repeat_ngram_size``, ``bad_words_ids``, ``repetition_penalty``, ``sequence_bias``,
     ``suppress_tokens``, ``begin_suppress_tokens``, ``forced_bos_token_id``,
-    ``forced_eos_token_id``, ``stop_strings``, ``json_schema`` / ``grammar`` / ``regex`` (with ``tokenizer``: docs/grammar.md),
-    ``catalogue`` (every output one of its entries, then eos: a
+    ``forced_eos_token_id``, ``stop_strings``, ``json_schema`` / ``grammar`` / ``regex`` (with
+    ``tokenizer``: docs/grammar.md), ``catalogue`` (every output one of its entries, then eos: a
     :class:`beamsearch.processors.Catalogue`, a file for :meth:`~beamsearch.processors.Catalogue.from_file`,
     token-id lists, an array ``[M, L]`` padded with -1, or strings with ``tokenizer``; README:
     "Generative retrieval"). ``early_stopping`` is
@@ -275,11 +276,12 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
         mode: a registered search mode (``beamsearch.modes.registry.MODES``: ``"beam"``,
             ``"greedy"``, ``"constrained"``, ``"diverse"``, ``"stochastic"``, ``"exact"``,
             ``"transformers"`` (``generate``'s own beam search rule: its sequences and scores,
-            its ``early_stopping`` read as the rule's), and any registered later); default: the one the settings ask for (``num_beam_groups``:
-            diverse, ``force_words_ids`` or ``constraints=``: constrained, ``num_beams=1``:
-            greedy, else beam search). A shared setting the mode does not take is an error when
-            the call sets it (``num_beams`` with ``mode="exact"``), and is not used, with a
-            warning, when it comes from the model's generation config.
+            its ``early_stopping`` read as the rule's), and any registered later); default: the
+            one the settings ask for (``num_beam_groups``: diverse, ``force_words_ids`` or
+            ``constraints=``: constrained, ``num_beams=1``: greedy, else beam search). A shared
+            setting the mode does not take is an error when the call sets it (``num_beams`` with
+            ``mode="exact"``), and is not used, with a warning, when it comes from the model's
+            generation config.
         logits_processor: ``transformers`` logits processors (a ``LogitsProcessorList``), run
             after the config's own, each ``p(input_ids [k, P + t], scores [k, V])`` on the live
             rows (``input_ids``: the prompt as ``generate`` holds it, then the row's tokens),

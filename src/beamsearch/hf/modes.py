@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode

@@ -45,8 +45,8 @@ def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
     for name, value in generate_defaults().items():  # its unset fields: generate's defaults (not cfg.update, whose
         if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
             setattr(cfg, name, value)
-    out = {name: _READ[name](c.hf, getattr(cfg, c.hf)) for name, (_, c) in controls_of(DecodingConfig).items()
-           if c.hf is not None}
+    out: dict[str, Any] = {name: _READ[name](c.hf, getattr(cfg, c.hf))
+                           for name, (_, c) in controls_of(DecodingConfig).items() if c.hf is not None}
     out["length_penalty"] = "power"  # transformers' float length_penalty is the strength of len ** alpha
     out["max_new_tokens"] = out.pop("max_steps")
     return out

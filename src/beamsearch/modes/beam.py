@@ -10,7 +10,8 @@ runner (:func:`run_plan` for one batch, :func:`beamsearch.refill.decode_stream` 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -172,7 +173,7 @@ def _constraints(value: Any, n_inputs: int, eos: np.ndarray
             else:
                 names, alternatives = [name], [item]
             phrases = []
-            for where, phrase in zip(names, alternatives):
+            for where, phrase in zip(names, alternatives, strict=True):
                 ids = check.token_list(where, phrase)
                 bad = [t for t in ids if t in eos_ids]
                 if bad:

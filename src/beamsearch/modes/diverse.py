@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn

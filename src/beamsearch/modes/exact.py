@@ -41,7 +41,8 @@ by call): never more than the budget allows, whatever ``max_steps`` is.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -153,7 +154,7 @@ def exact_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[in
     incumbent = np.array([_nth_score([h.score for h in hyps if h.finished], n_best) for hyps in seed])
     bb = BranchAndBound(step_fn, opts, n_best, node_budget, batch_rows, meter)
     found, proven = bb.run(search_state, incumbent)
-    merged = [_merge(s, f, n_best) for s, f in zip(seed, found)]
+    merged = [_merge(s, f, n_best) for s, f in zip(seed, found, strict=True)]
     return ExactResults(merged, pad_token_id=pad, proven=proven, model_calls=meter.calls, expanded=meter.rows)
 
 
@@ -174,7 +175,8 @@ def _seed(counted: StepFn, init_state: Any, opts: Any, beam_size: int, n_best: i
                   observer=_SeedBudget(meter, node_budget))
     limit = opts.controls.max_steps.tolist()
     results = plan.results(outcome)
-    return [[h for h in hyps if h.finished or len(h.tokens) == steps] for hyps, steps in zip(results, limit)]
+    return [[h for h in hyps if h.finished or len(h.tokens) == steps]
+            for hyps, steps in zip(results, limit, strict=True)]
 
 
 class _SeedBudget:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, cast
+from typing import Any, cast
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -15,7 +15,8 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence, cast
+from typing import Any, cast
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -169,8 +170,8 @@ def step_settings(prompts: Any, *, scorer: Any, n: Any, m: Any, rounds: Any, exp
     keys = _keys(ids, rng, sample_seed)
     history = opts.controls.reads_prompts
     return StepSettings(scorer_of(scorer), n, m, rounds, expansion, aggregation, check.flag("dvts", dvts), keys,
-                        budgets("token_budget", token_budget, len(ids)), budgets("scored_budget", scored_budget, len(ids)),
-                        given, opts.controls.max_steps, ids, history)
+                        budgets("token_budget", token_budget, len(ids)),
+                        budgets("scored_budget", scored_budget, len(ids)), given, opts.controls.max_steps, ids, history)
 
 
 def _sizes(n: Any, m: Any, rounds: Any, expansion: Any, aggregation: Any, top_p: Any) -> tuple[int, int, int, float]:
@@ -213,7 +214,7 @@ def _keys(ids: list[list[int]], rng: Any, sample_seed: Any) -> np.ndarray:
         seeds = [base_seed(rng, x, f"sample_seed[{i}]") for i, x in enumerate(sample_seed)]
     else:
         seeds = [base_seed(rng, sample_seed, "sample_seed")] * len(ids)
-    return np.array([mix(seed, *x) for seed, x in zip(seeds, ids)], np.uint64).reshape(len(ids))
+    return np.array([mix(seed, *x) for seed, x in zip(seeds, ids, strict=True)], np.uint64).reshape(len(ids))
 
 
 def run_rounds(step_fn: StepFn, init_state: Any, s: StepSettings, pad_token_id: int | None) -> StepResults:

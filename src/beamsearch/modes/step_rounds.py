@@ -170,7 +170,7 @@ class Live:
         """Each one that has a step as an unfinished solution, with its prompt."""
         return [(int(p), StepSolution(t, float(lp), aggregate(sc, how), False, sg, sc))
                 for p, t, lp, sg, sc in zip(self.prompt.tolist(), self.tokens, self.logprob, self.segments,
-                                            self.step_scores) if sc]
+                                            self.step_scores, strict=True) if sc]
 
     def candidates(self, outcome: Outcome, rank: np.ndarray, parent: np.ndarray, engine_slot: np.ndarray,
                    eos: np.ndarray, kept: set[int]) -> Candidates:
@@ -231,14 +231,14 @@ def settle_round(cand: Candidates, s: Any, book: RowCount, round_index: int
     """
     live, c = cand.live, cand.parent.shape[0]
     prompt = live.prompt[cand.parent]
-    tokens = [live.tokens[j] + seg for j, seg in zip(cand.parent.tolist(), cand.segments)]
+    tokens = [live.tokens[j] + seg for j, seg in zip(cand.parent.tolist(), cand.segments, strict=True)]
     scores = call_scorer(s.scorer, [live.prompts[p] for p in prompt.tolist()], tokens, c, s.aggregation)
     book.scorer_total += 1
     book.scorer_calls += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
     book.scored += np.bincount(prompt, minlength=book.rows.shape[0])
     book.rounds += np.bincount(prompt, minlength=book.rows.shape[0]) > 0
-    steps = [live.step_scores[j] + [v] for j, v in zip(cand.parent.tolist(), scores.tolist())]
-    segments = [live.segments[j] + [seg] for j, seg in zip(cand.parent.tolist(), cand.segments)]
+    steps = [live.step_scores[j] + [v] for j, v in zip(cand.parent.tolist(), scores.tolist(), strict=True)]
+    segments = [live.segments[j] + [seg] for j, seg in zip(cand.parent.tolist(), cand.segments, strict=True)]
     with np.errstate(invalid="ignore", over="ignore"):  # a NaN is refused below
         agg = np.array([aggregate(x, s.aggregation) for x in steps], np.float64).reshape(c)
     if np.isnan(agg).any():  # +inf and -inf in a mean, or a product that overflowed to inf times a 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import numbers
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

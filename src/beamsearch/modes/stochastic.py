@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, cast
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class StochasticResults(BatchResults):
         """Per input, float64 ``[k_i]``: ``q(y) = P(G_y > kappa) = 1 - exp(-exp(logprob - kappa))``
         for each sample y (1 when kappa is -inf: every output was taken)."""
         return [-np.expm1(-np.exp(np.array([h.logprob for h in hyps]) - kappa))
-                for hyps, kappa in zip(self, self.kappa.tolist())]
+                for hyps, kappa in zip(self, self.kappa.tolist(), strict=True)]
 
     def importance_weights(self) -> list[np.ndarray]:
         """Per input, float64 ``[k_i]``: ``p(y) / q(y)`` (Kool et al. 2019, section 4.1).
@@ -64,7 +65,7 @@ class StochasticResults(BatchResults):
         lower-variance) estimate.
         """
         return [np.exp(np.array([h.logprob for h in hyps])) / q
-                for hyps, q in zip(self, self.inclusion_probabilities())]
+                for hyps, q in zip(self, self.inclusion_probabilities(), strict=True)]
 
 
 def stochastic_beam_search(

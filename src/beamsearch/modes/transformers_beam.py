@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from beamsearch.core import validate as check
 from beamsearch.core.config import control

@@ -5,7 +5,8 @@ and validates each input alone, makes each cohort's plan and first rows, and run
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any
+from collections.abc import Generator, Iterable, Iterator
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class Stream(Iterator[Decoded]):
     def __init__(self, step_fn: StepFn, make_state: MakeState, inputs: Iterable[Any], max_rows: int,
                  min_join: int, mode: Mode, config: SearchConfig, stream: dict[str, Any],
                  max_tokens: int | None = None) -> None:
-        self._step_fn, self._make_state, self._mode = step_fn, make_state, mode
+        assert mode.plan is not None, f"mode {mode.name!r} has no plan: only refill_modes() run in a stream"
+        self._step_fn, self._make_state, self._mode, self._plan_of = step_fn, make_state, mode, mode.plan
         self._max_tokens = max_tokens
         self._search, self._stream = config.keywords(), stream
         self._rows = rows_within(mode, config, max_rows)
@@ -65,7 +67,7 @@ class Stream(Iterator[Decoded]):
         stochastic's ``seed``)."""
         kwargs = per_input(self._search, fields)
         kwargs.update(self._mode.cohort_keywords(fields, index, self._stream))
-        return self._mode.plan([f["prompt"] for f in fields], **kwargs)
+        return self._plan_of([f["prompt"] for f in fields], **kwargs)
 
     def _read(self, index: int, item: Any, vocab: int | None) -> Input | Decoded:
         """Validate one item alone (and its token ids, once V is known): an input, or an error."""
@@ -88,7 +90,7 @@ class Stream(Iterator[Decoded]):
                              f"{prompt} + max_steps {steps})), more than max_tokens={self._max_tokens}")
         return prompt + steps
 
-    def _decode(self, inputs: Iterator[Any]) -> Iterator[Decoded]:
+    def _decode(self, inputs: Iterator[Any]) -> Generator[Decoded, None, None]:
         """The loop: each step, the inputs that fit join, then one model call for every row in
         flight (:class:`~beamsearch.refill.flight.Flight` holds its state and does its phases)."""
         flight = Flight(self.stats, self._rows, self._join_rows, self._max_tokens)

@@ -16,5 +16,5 @@ from beamsearch.speech.tokenlm import TokenLM
 from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_search, transducer_greedy
 from beamsearch.speech.vocabulary import Vocabulary
 
-__all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary", "Word",
-           "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]
+__all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary",
+           "Word", "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]

@@ -42,7 +42,7 @@ def emissions_shape(emissions: Any) -> tuple[Any, tuple[int, int, int]]:
         raise ValueError(f"emissions must be 3-D [N, T, V]; got shape {shape}")
     if shape[2] < 1:
         raise ValueError(f"emissions must have at least one label (V >= 1); got shape {shape}")
-    return emissions, shape  # type: ignore[return-value]
+    return emissions, shape
 
 
 def lengths_of(lengths: Any, n: int, frames: int) -> np.ndarray:

@@ -115,8 +115,8 @@ class CTCStream:
             self.token = TokenFusion(lm, float(alpha), opts.blank, vocab)
         else:
             self.fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank)
-        width = opts.beam_size if max_frames is None else min(opts.beam_size,
-                                                               prefix_count(self.max_frames, vocab - 1, opts.beam_size))
+        width = opts.beam_size if self.max_frames is None else min(
+            opts.beam_size, prefix_count(self.max_frames, vocab - 1, opts.beam_size))
         self.beams = Beams.start(n, width, None if self.hw is None else self.hw.starts, self.fusion, self.token)
         self.history, self.frames = History(), np.zeros(n, dtype=np.int64)
         self.chunks: list[tuple[np.ndarray, np.ndarray]] | None = []
@@ -135,7 +135,8 @@ class CTCStream:
             raise RuntimeError("this CTCStream is finished: start a new one for new utterances")
         emissions, (n, frames, vocab) = emissions_shape(emissions)
         if (n, vocab) != self.shape:
-            raise ValueError(f"emissions must be [N={self.shape[0]}, t, V={self.shape[1]}]; got shape {(n, frames, vocab)}")
+            raise ValueError(f"emissions must be [N={self.shape[0]}, t, V={self.shape[1]}]; "
+                             f"got shape {(n, frames, vocab)}")
         lens = lengths_of(lengths, n, frames)
         over = np.flatnonzero(self.frames + lens > (np.inf if self.max_frames is None else self.max_frames))
         if over.size:
@@ -251,12 +252,12 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
     else:
         frames = [np.zeros((0, 2), np.int64) for _ in labels]
     out: list[list[CTCHypothesis]] = [[] for _ in range(lp.shape[0])]
-    for i, (u, s) in enumerate(zip(utt.tolist(), slot.tolist())):
-        text, words = None, None
+    for i, (u, s) in enumerate(zip(utt.tolist(), slot.tolist(), strict=True)):
+        text, spelled = None, None
         if opts.vocabulary is not None:
-            words = words_of(opts, labels[i], frames[i], lp[u])
-            text = " ".join(w.text for w in words)
-        out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, words,
+            spelled = words_of(opts, labels[i], frames[i], lp[u])
+            text = " ".join(w.text for w in spelled)
+        out[u].append(CTCHypothesis(labels[i], float(scores[u, s]), float(acoustic[u, s]), frames[i], text, spelled,
                                     float(bonus[u, s]), float(lm_term[u, s]), float(word_term[u, s])))
     return out
 

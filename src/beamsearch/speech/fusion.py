@@ -44,6 +44,16 @@ def text_hash(text: str) -> tuple[int, int, int, int]:
     return h1, h2, pow(BASE1, len(text), P1), pow(BASE2, len(text), P2)
 
 
+# (ctx, key, size, lm, words): a word-LM state; int64 but lm, the natural-log LM probability (float64)
+LMState = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def lm_rows(state: LMState, idx: Any) -> LMState:
+    """The word-LM state's entries at ``idx`` (an index of its arrays)."""
+    ctx, key, size, lm, words = state
+    return ctx[idx], key[idx], size[idx], lm[idx], words[idx]
+
+
 @dataclass(frozen=True)
 class WordFusion:
     """An n-gram LM bound to a vocabulary's labels, with its weights.
@@ -66,7 +76,7 @@ class WordFusion:
     ids: np.ndarray
 
     @staticmethod
-    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int) -> "WordFusion | None":
+    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int) -> WordFusion | None:
         """``lm=`` checked (an :class:`NgramLM` or an ARPA file's path) and bound; None: no LM."""
         a = validate.real("alpha", alpha, finite=True)
         b = validate.finite("beta", beta)
@@ -94,9 +104,10 @@ class WordFusion:
             parts[i], size[i] = text_hash(tok), len(tok)
         keys = np.array([(h1 << 31) | h2 for h1, h2, _, _ in map(text_hash, lm.words)], dtype=np.int64)
         order = np.argsort(keys, kind="stable")
-        return WordFusion(lm, a, b, ends, *parts.T, size, keys[order], order.astype(np.int64))
+        h1, h2, m1, m2 = parts.T
+        return WordFusion(lm, a, b, ends, h1, h2, m1, m2, size, keys[order], order.astype(np.int64))
 
-    def start(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    def start(self, shape: tuple[int, ...]) -> LMState:
         """The state of the empty prefix: ``(ctx, key, size, lm, words)`` of this shape."""
         zero = np.zeros(shape, dtype=np.int64)
         return np.full(shape, self.lm.start, dtype=np.int64), zero, zero.copy(), np.zeros(shape), zero.copy()
@@ -116,7 +127,7 @@ class WordFusion:
         return ends, logp, new
 
     def step(self, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray, words: np.ndarray,
-             label: np.ndarray) -> tuple[np.ndarray, ...]:
+             label: np.ndarray) -> LMState:
         """The state after one more label (all arrays of one shape)."""
         label = np.where(label < 0, 0, label)
         end = self.ends[label]
@@ -151,7 +162,7 @@ class LMTerm:
 
     @staticmethod
     def of(fusion: WordFusion, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray,
-           words: np.ndarray) -> "LMTerm":
+           words: np.ndarray) -> LMTerm:
         ends, logp, _ = fusion.close(ctx, key, size)
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)
         own = fusion.fused(lm, words)

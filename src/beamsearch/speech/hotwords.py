@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -42,6 +43,15 @@ def popcount(x: np.ndarray) -> np.ndarray:
     for shift in range(0, 64, 8):
         total += BYTE_BITS[(x >> shift) & 255]
     return total
+
+
+HotState = tuple[np.ndarray, np.ndarray, np.ndarray]  # (node, mask, done): a hotword state, int64 each
+
+
+def hot_rows(hot: HotState, idx: Any) -> HotState:
+    """The hotword state's entries at ``idx`` (an index of its arrays)."""
+    node, mask, done = hot
+    return node[idx], mask[idx], done[idx]
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class Hotwords:
     starts: np.ndarray
 
     def step(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray,
-             label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             label: np.ndarray) -> HotState:
         """The state after one more label (all int64, same shapes)."""
         code = node * self.vocab + label
         nxt = self.root_next[self.root_of[node], label]
@@ -94,7 +104,7 @@ class HotTerm:
     up: np.ndarray
 
     @staticmethod
-    def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> "HotTerm":
+    def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> HotTerm:
         """The term for slots in these states (an extension earns at most one more position)."""
         return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1))
 
@@ -126,7 +136,7 @@ def hotwords_of(value: Any, weight: Any, n: int, vocab: int, blank: int, vocabul
     lists = [list(x) for x in items] if per_utt else [items]
     names = [f"hotwords[{u}]" for u in range(len(lists))] if per_utt else ["hotwords"]
     parsed = [tuple(phrase_ids(f"{name}[{i}]", p, vocab, blank, vocabulary) for i, p in enumerate(lst))
-              for name, lst in zip(names, lists)]
+              for name, lst in zip(names, lists, strict=True)]
     if not any(parsed):
         return None
     return compile_lists(parsed if per_utt else parsed * n, w, vocab)
@@ -208,7 +218,7 @@ def link(edges: dict[tuple[int, int], int], depth: list[int], terminal: list[boo
     fail, longest = [0] * size, [0] * size
     root_of = [0] * size
     trans: list[dict[int, int]] = [{} for _ in range(size)]
-    queue = deque()
+    queue: deque[int] = deque()
     for r, root in enumerate(roots):
         fail[root], root_of[root] = root, r
         queue.append(root)

@@ -12,7 +12,8 @@ API does not list a model's vocabulary, so the words are given (the 1-grams, as 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -62,7 +63,7 @@ class KenLMModel:
         """As :meth:`beamsearch.speech.NgramLM.score`: natural-log scores and new states ``[K]``."""
         out = np.zeros(len(state))
         new = np.zeros(len(state), dtype=np.int64)
-        for k, pair in enumerate(zip(np.asarray(state).tolist(), np.asarray(word).tolist())):
+        for k, pair in enumerate(zip(np.asarray(state).tolist(), np.asarray(word).tolist(), strict=True)):
             if pair not in self.cache:
                 nxt = self.kenlm.State()
                 logp = self.model.BaseScore(self.states[pair[0]], self.words[pair[1]], nxt)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -67,14 +67,14 @@ class NgramLM:
         return self.index["</s>"]
 
     @classmethod
-    def from_arpa(cls, path: str) -> "NgramLM":
+    def from_arpa(cls, path: str) -> NgramLM:
         """Read an ARPA file (plain text; KenLM's and SRILM's format). A malformed file is a
         ValueError naming the file and the line."""
         with open(path, encoding="utf-8") as f:
             return cls.from_lines(f, str(path))
 
     @classmethod
-    def from_lines(cls, lines: Iterable[str], name: str = "<arpa>") -> "NgramLM":
+    def from_lines(cls, lines: Iterable[str], name: str = "<arpa>") -> NgramLM:
         """The same as :meth:`from_arpa` from the file's lines."""
         grams, probs, bos = read_arpa(lines, name)
         return build(grams, probs, bos, name)
@@ -158,7 +158,8 @@ def read_arpa(lines: Iterable[str], name: str) -> tuple[list[list[tuple[str, ...
             probs[-1].append((p, b))
     if not grams:
         raise ValueError(f"{name}: no \\data\\ header or no 1-grams: not an ARPA file")
-    for k, (c, g) in enumerate(zip(counts, grams), 1):
+    # the header may list more orders than the file has sections: only those present are compared
+    for k, (c, g) in enumerate(zip(counts, grams, strict=False), 1):
         if c != len(g):
             raise ValueError(f"{name}: the header says {c} {k}-grams; the file has {len(g)}")
     return grams, probs, len(grams)
@@ -220,7 +221,7 @@ class Trie:
     child: np.ndarray
     width: int
 
-    def add(self, codes: np.ndarray, child: np.ndarray) -> "Trie":
+    def add(self, codes: np.ndarray, child: np.ndarray) -> Trie:
         all_codes = np.concatenate([self.codes, codes])
         order = np.argsort(all_codes, kind="stable")
         return Trie(all_codes[order], np.concatenate([self.child, child])[order], self.width)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
-from beamsearch.speech.fusion import LMTerm, Terms, WordFusion
+from beamsearch.speech.fusion import LMState, LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
@@ -77,7 +77,7 @@ class Beams:
 
     @staticmethod
     def start(n: int, width: int, hot: np.ndarray | None = None, fusion: WordFusion | None = None,
-              token: TokenFusion | None = None) -> "Beams":
+              token: TokenFusion | None = None) -> Beams:
         """``n`` utterances, each with the empty prefix (log-prob 0) in slot 0; ``hot`` int64
         ``[n]``: each utterance's hotword root (None: no hotwords); ``fusion``: the word LM;
         ``token``: the token LM (called here once, on its ``bos``)."""
@@ -99,11 +99,11 @@ class Beams:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
         return np.logaddexp(self.pb, self.pnb)
 
-    def rows(self, idx: np.ndarray) -> "Beams":
+    def rows(self, idx: np.ndarray) -> Beams:
         """The utterances ``idx`` (int ``[m]``)."""
         return Beams(*(getattr(self, f)[idx] for f in FIELDS))
 
-    def put(self, idx: np.ndarray, part: "Beams") -> "Beams":
+    def put(self, idx: np.ndarray, part: Beams) -> Beams:
         """These beams with utterances ``idx`` replaced by ``part``'s rows."""
         out = []
         for f in FIELDS:
@@ -112,7 +112,7 @@ class Beams:
             out.append(a)
         return Beams(*out)
 
-    def lm_state(self) -> tuple[np.ndarray, ...]:
+    def lm_state(self) -> LMState:
         """``(lm_ctx, word_key, word_size, lm, words)``: the word LM fields."""
         return self.lm_ctx, self.word_key, self.word_size, self.lm, self.words
 
@@ -148,7 +148,7 @@ class History:
         cur = nodes.astype(np.int64).copy()
         while (cur >= 0).any():  # one pass per label position, all prefixes at once
             live = np.flatnonzero(cur >= 0)
-            for i, tok in zip(live.tolist(), tokens[cur[live]].tolist()):
+            for i, tok in zip(live.tolist(), tokens[cur[live]].tolist(), strict=True):
                 out[i].append(tok)
             cur[live] = parents[cur[live]]
         return [seq[::-1] for seq in out]
@@ -218,7 +218,8 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
         floor = slack(bound - (lse + up - lift).max(1))  # labels that end no word add no LM gain
         end_floor = None if word is None else slack(bound - (lse + up - lift + word.gain).max(1))
-    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]  # a bonus, a token LM can lift any label
+    # a bonus, a token LM can lift any label
+    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]
     split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
     tok, tok_lp = candidates(masked, cap, no_nan(floor), split, None if end_floor is None else no_nan(end_floor))
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
@@ -267,13 +268,15 @@ def carry(fields: list[np.ndarray], stay: np.ndarray, label: np.ndarray, val: np
     is stepped (:meth:`TokenFusion.update`)."""
     acoustic, out = val, list(fields)
     if hot is not None:
-        grown = hot.hw.step(*fields[:3], np.where(stay, 0, label))  # a stay's label may be no label id
-        acoustic = acoustic - np.where(stay, 0.0, hot.hw.weight * hot.hw.count(*grown))
-        out[:3] = [np.where(stay, a, b) for a, b in zip(fields[:3], grown)]
+        node, mask, done = fields[:3]
+        hot_grown = hot.hw.step(node, mask, done, np.where(stay, 0, label))  # a stay's label may be no label id
+        acoustic = acoustic - np.where(stay, 0.0, hot.hw.weight * hot.hw.count(*hot_grown))
+        out[:3] = [np.where(stay, a, b) for a, b in zip(fields[:3], hot_grown, strict=True)]
     if fusion is not None:
-        grown = fusion.step(*fields[3:8], np.where(stay, -1, label))
-        acoustic = acoustic - np.where(stay, 0.0, fusion.fused(grown[3], grown[4]))
-        out[3:8] = [np.where(stay, a, b) for a, b in zip(fields[3:8], grown)]
+        ctx, key, size, lm, words = fields[3:8]
+        lm_grown = fusion.step(ctx, key, size, lm, words, np.where(stay, -1, label))
+        acoustic = acoustic - np.where(stay, 0.0, fusion.fused(lm_grown[3], lm_grown[4]))
+        out[3:8] = [np.where(stay, a, b) for a, b in zip(fields[3:8], lm_grown, strict=True)]
     if token is not None:
         step = np.take_along_axis(fields[9], np.where(stay, 0, label)[:, :, None], 2)[:, :, 0]
         out[8] = np.where(stay, fields[8], fields[8] + step)

@@ -13,7 +13,8 @@ an extension is one lookup. With ``eos``, ``alpha * log p_LM(eos | labels)`` is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class TokenTerm:
     up: np.ndarray
 
     @staticmethod
-    def of(alpha: float, tok_lm: np.ndarray, next_lp: np.ndarray) -> "TokenTerm":
+    def of(alpha: float, tok_lm: np.ndarray, next_lp: np.ndarray) -> TokenTerm:
         return TokenTerm(alpha, tok_lm, next_lp, alpha * tok_lm)  # a log-prob adds at most 0
 
     def now(self) -> np.ndarray:

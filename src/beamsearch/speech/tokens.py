@@ -15,9 +15,10 @@ allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them t
 in the beam and one to its own last label, and every other label scores below the ``beam_size``
 left (up to ties between equal scores); with hotwords or a token LM there is no such cut (a bonus
 or an LM term can lift a less probable label); with a word LM the cut is made apart for the
-labels that end a word and for the others (within each, a slot's LM term is one value). A label whose extension of the utterance's most probable prefix would
-score below a lower bound of the utterance's ``beam_size``-th best candidate
-(:func:`beamsearch.speech.ranking.lower_bound`) is left out too: no extension by it can be kept.
+labels that end a word and for the others (within each, a slot's LM term is one value). A label
+whose extension of the utterance's most probable prefix would score below a lower bound of the
+utterance's ``beam_size``-th best candidate (:func:`beamsearch.speech.ranking.lower_bound`) is
+left out too: no extension by it can be kept.
 """
 
 from __future__ import annotations

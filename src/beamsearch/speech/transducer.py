@@ -11,7 +11,8 @@ hypotheses at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -216,7 +217,7 @@ def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[Trans
     if plan.token is not None:
         alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
-    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist()), paths):
+    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist(), strict=True), paths, strict=True):
         ends = label_ends(frames, durs if tdt else None)
         words = None if voc is None else words_of(voc, labels, frames, ends, fd)
         times = None if fd is None else np.stack([frames, ends + 1], 1) * fd

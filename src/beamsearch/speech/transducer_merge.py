@@ -10,8 +10,8 @@ import numpy as np
 
 from beamsearch.backends import NEG_INF
 from beamsearch.core.state import select_state
-from beamsearch.speech.fusion import WordFusion
-from beamsearch.speech.hotwords import Hotwords
+from beamsearch.speech.fusion import LMState, WordFusion, lm_rows
+from beamsearch.speech.hotwords import Hotwords, HotState, hot_rows
 from beamsearch.speech.tokenlm import TokenFusion
 from beamsearch.speech.transducer_model import Network, carry
 
@@ -30,7 +30,7 @@ class Plan:
     fusion: WordFusion | None = None
     token: TokenFusion | None = None
 
-    def lm_start(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    def lm_start(self, shape: tuple[int, ...]) -> LMState:
         """The word-LM state of empty label sequences (zeros without an LM): ``(ctx, key, size,
         lm, words)`` (:mod:`beamsearch.speech.fusion`)."""
         if self.fusion is not None:
@@ -38,7 +38,7 @@ class Plan:
         zero = np.zeros(shape, np.int64)
         return zero, zero.copy(), zero.copy(), np.zeros(shape), zero.copy()
 
-    def terms(self, hot: tuple[np.ndarray, ...], lm: tuple[np.ndarray, ...]) -> np.ndarray | float:
+    def terms(self, hot: HotState, lm: LMState) -> np.ndarray | float:
         """The hotword bonus plus the fused word-LM term (``alpha * lm + beta * words``, completed
         words only) of label sequences with these states, while decoding."""
         out: np.ndarray | float = 0.0
@@ -63,16 +63,18 @@ class Beams:
     align: np.ndarray
     t: np.ndarray
     j: np.ndarray
-    hot: tuple[np.ndarray, np.ndarray, np.ndarray]
-    lm: tuple[np.ndarray, ...]
+    hot: HotState
+    lm: LMState
     carried: Any
 
     @staticmethod
-    def empty(n: int, b: int, plan: Plan) -> "Beams":
+    def empty(n: int, b: int, plan: Plan) -> Beams:
         """``[N, B]`` empty slots (no carried rows)."""
-        return Beams(np.full((n, b), NEG_INF), *(np.zeros((n, b), np.int64) for _ in range(4)),
-                     tuple(np.zeros((n, b), np.int64) for _ in range(3)), plan.lm_start((n, b)),  # type: ignore[arg-type]
-                     None)
+        def ints() -> np.ndarray:
+            return np.zeros((n, b), np.int64)
+
+        return Beams(np.full((n, b), NEG_INF), ints(), ints(), ints(), ints(), (ints(), ints(), ints()),
+                     plan.lm_start((n, b)), None)
 
 
 @dataclass
@@ -89,12 +91,12 @@ class Cands:
     align: np.ndarray
     t: np.ndarray
     j: np.ndarray
-    hot: tuple[np.ndarray, np.ndarray, np.ndarray]
-    lm: tuple[np.ndarray, ...]
+    hot: HotState
+    lm: LMState
 
-    def take(self, idx: np.ndarray) -> "Cands":
-        return Cands(*(getattr(self, f)[idx] for f in ("u", "src", "label", "score", "node", "align", "t", "j")),
-                     tuple(h[idx] for h in self.hot), tuple(h[idx] for h in self.lm))  # type: ignore[arg-type]
+    def take(self, idx: np.ndarray) -> Cands:
+        return Cands(self.u[idx], self.src[idx], self.label[idx], self.score[idx], self.node[idx], self.align[idx],
+                     self.t[idx], self.j[idx], hot_rows(self.hot, idx), lm_rows(self.lm, idx))
 
 
 @dataclass
@@ -111,9 +113,11 @@ class Pool:
     words: np.ndarray
 
     @staticmethod
-    def empty(n: int, p: int) -> "Pool":
-        return Pool(np.full((n, p), NEG_INF), *(np.zeros((n, p), np.int64) for _ in range(3)), np.zeros((n, p)),
-                    np.zeros((n, p), np.int64))
+    def empty(n: int, p: int) -> Pool:
+        def ints() -> np.ndarray:
+            return np.zeros((n, p), np.int64)
+
+        return Pool(np.full((n, p), NEG_INF), ints(), ints(), ints(), np.zeros((n, p)), ints())
 
     def rank(self, plan: Plan) -> np.ndarray:
         """float64 ``[N, P]``: the score results are ranked by: acoustic + bonus + LM terms."""
@@ -183,7 +187,7 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
     out = Beams.empty(n, b, plan)
     for name in ("score", "node", "align", "t", "j"):
         getattr(out, name).ravel()[flat] = getattr(c, name)
-    for h, v in zip(out.hot + out.lm, c.hot + c.lm):
+    for h, v in zip(out.hot + out.lm, c.hot + c.lm, strict=True):
         h.ravel()[flat] = v
     src, label, key = np.zeros(n * b, np.int64), np.full(n * b, -1), np.zeros(n * b, np.int64)
     src[flat], label[flat], key[flat] = c.src, c.label, c.u * prefixes.size + c.node

@@ -18,7 +18,8 @@ log-probs of the next label and its state, stepped with the predictor on each ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -20,6 +20,8 @@ import numpy as np
 
 from beamsearch.backends import NEG_INF
 from beamsearch.core.state import select_state
+from beamsearch.speech.fusion import lm_rows
+from beamsearch.speech.hotwords import hot_rows
 from beamsearch.speech.transducer_merge import Beams, Cands, Plan, Pool, admit
 from beamsearch.speech.transducer_model import Network, carry, grid_scores, start
 from beamsearch.speech.transducer_trie import Alignments, Prefixes
@@ -92,7 +94,8 @@ def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
     return np.argpartition(-tok, k - 1, axis=1)[:, :k]
 
 
-def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network,
+                stay_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The most probable token (lower id on ties) and, for TDT, the most probable duration,
     separately; a blank, or a label that may not stay at its frame, whose best duration is 0
     takes the smallest positive duration instead (the decoders' rule)."""
@@ -109,7 +112,7 @@ def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network, stay_ok: 
 
 
 def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray, plan: Plan,
-                   blank: int) -> tuple[np.ndarray, ...]:
+                   blank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each utterance's best ``2 * width`` candidates (every finite one when fewer) by score plus
     hotword bonus and LM terms: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
     n, b = beams.score.shape
@@ -137,10 +140,18 @@ def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | flo
     hw, fusion, token = plan.hotwords, plan.fusion, plan.token
     if hw is None and fusion is None and token is None:
         return 0.0
-    hot = tuple(h.reshape(-1, 1) for h in beams.hot)
-    lm = tuple(h.reshape(-1, 1) for h in beams.lm)
+    node, mask, done = (h.reshape(-1, 1) for h in beams.hot)
+    ctx, key, size, lm_lp, words = (h.reshape(-1, 1) for h in beams.lm)
+    hot, lm = (node, mask, done), (ctx, key, size, lm_lp, words)
     own = plan.terms(hot, lm)  # --> [N * B, 1]
-    vocab = hw.vocab if hw is not None else (fusion.ends.size if fusion is not None else token.vocab)  # type: ignore[union-attr]
+    assert isinstance(own, np.ndarray), "a hotword or LM term is present (checked above): terms are an array"
+    if hw is not None:
+        vocab = hw.vocab
+    elif fusion is not None:
+        vocab = fusion.ends.size
+    else:
+        assert token is not None, "a hotword or LM term is present (checked above)"
+        vocab = token.vocab
     per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
     labels = np.arange(vocab)[None, :]
     if hw is not None:  # what each label adds
@@ -158,7 +169,7 @@ def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | flo
 
 
 def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Alignments,
-          picked: tuple[np.ndarray, ...]) -> Cands:
+          picked: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]) -> Cands:
     """Where each chosen candidate goes: its frame, labels at the frame, label sequence,
     alignment node and hotword state."""
     u, s, tok, di, col, score = picked
@@ -176,18 +187,17 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
         j = np.where(is_label & (step == 0), j0 + 1, 0)
     t, j = np.where(waiting, t0, t), np.where(waiting, j0, j)
     node, align = beams.node[u, s].copy(), beams.align[u, s].copy()
-    hot = tuple(h[u, s].copy() for h in beams.hot)
-    lm = tuple(h[u, s].copy() for h in beams.lm)
+    hot, lm = hot_rows(beams.hot, (u, s)), lm_rows(beams.lm, (u, s))  # copies: advanced indexing
     lab = np.flatnonzero(is_label)
     if lab.size:
         node[lab] = prefixes.child(node[lab], tok[lab])
         align[lab] = aligns.grow(align[lab], tok[lab], t0[lab], step[lab])
         if plan.hotwords is not None:
-            for h, v in zip(hot, plan.hotwords.step(*(h[lab] for h in hot), tok[lab])):
+            for h, v in zip(hot, plan.hotwords.step(*hot_rows(hot, lab), tok[lab]), strict=True):
                 h[lab] = v
         if plan.fusion is not None:
-            for h, v in zip(lm, plan.fusion.step(*(h[lab] for h in lm), tok[lab])):
+            for h, v in zip(lm, plan.fusion.step(*lm_rows(lm, lab), tok[lab]), strict=True):
                 h[lab] = v
         if plan.token is not None:  # the token LM's log-prob of the label, from its source row
             lm[3][lab] += beams.carried[2][0][(u * b + s)[lab], tok[lab]]
-    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm)  # type: ignore[arg-type]
+    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm)

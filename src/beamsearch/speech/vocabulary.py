@@ -14,7 +14,8 @@ Text joins the words with single spaces, so no text starts or ends with a space 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 SP_MARK = "\u2581"
 SPECIAL = re.compile(r"^(<[^<>\s]+>|\[[A-Za-z_]+\])$")
@@ -58,7 +59,7 @@ class Vocabulary:
         return len(self.tokens)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any) -> "Vocabulary":
+    def from_tokenizer(cls, tokenizer: Any) -> Vocabulary:
         """From a transformers tokenizer (or a processor holding one as ``.tokenizer``): its tokens
         by id, its special ids, and its ``word_delimiter_token`` where it has one (wav2vec2; that
         token is a word boundary, not a special token, here)."""

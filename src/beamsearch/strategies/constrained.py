@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def _aho_corasick(phrases: Sequence[Phrase], labels: Sequence[int], alphabet: di
     """
     children: list[dict[int, int]] = [{}]
     out = [0]
-    for phrase, label in zip(phrases, labels):
+    for phrase, label in zip(phrases, labels, strict=True):
         node = 0
         for t in phrase:
             if t not in children[node]:
@@ -234,9 +235,9 @@ def _stack(parts: Sequence[_Tracker]) -> Trackers:
         return np.concatenate([head, *arrays]).astype(np.int64)
 
     trans = cat([np.pad(p.trans, ((0, 0), (0, width - p.trans.shape[1])), mode="edge") + off
-                 for p, off in zip(parts, offset)], np.zeros((0, width), np.int64))  # padding never read
+                 for p, off in zip(parts, offset, strict=True)], np.zeros((0, width), np.int64))  # padding never read
     advance = [np.nonzero(p.need[p.trans[:, 1:]] == p.need[:, None] - 1) for p in parts]  # (state, a)
-    adv_count = cat([np.bincount(s, minlength=p.trans.shape[0]) for p, (s, _) in zip(parts, advance)])
+    adv_count = cat([np.bincount(s, minlength=p.trans.shape[0]) for p, (s, _) in zip(parts, advance, strict=True)])
     span = max((int(p.alphabet.max()) + 1 for p in parts if p.alphabet.size), default=1)
     return Trackers(
         start=offset,
@@ -247,7 +248,7 @@ def _stack(parts: Sequence[_Tracker]) -> Trackers:
         span=span,
         adv_start=np.cumsum(adv_count) - adv_count,
         adv_count=adv_count,
-        adv_token=cat([p.alphabet[a] for p, (_, a) in zip(parts, advance)]),
+        adv_token=cat([p.alphabet[a] for p, (_, a) in zip(parts, advance, strict=True)]),
     )
 
 

@@ -77,10 +77,9 @@ class DiverseBeam:
         """Group g's ``width`` best extensions of its ``rows`` (positions in this call), penalized by
         the tokens ``earlier`` groups chose for the same input at this step."""
         b, beam = scores.backend, scores.beam
-        if self.groups == 1:  # the plain batched rule: rank the step's own array
-            sub = logp
-        else:  # a copy of the group's rows [k_g, V]: the ranking writes into it, and so may the penalty
-            sub = b.take_rows(logp, b.index(rows, logp))
+        # one group: the plain batched rule ranks the step's own array; more: a copy of the group's
+        # rows [k_g, V], as the ranking writes into it, and so may the penalty
+        sub = logp if self.groups == 1 else b.take_rows(logp, b.index(rows, logp))
         sub_beam = Beam(beam.input[rows], beam.logprob[rows], beam.token[rows], None, None)
         penalized = False
         if earlier and self.penalty > 0:

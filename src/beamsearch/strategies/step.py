@@ -13,7 +13,7 @@ sequence (a delimiter), or at its input's ``max_steps`` (the segment's token lim
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

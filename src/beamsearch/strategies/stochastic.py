@@ -30,6 +30,7 @@ from beamsearch.core.select import StepScores, accumulate, runs
 from beamsearch.strategies import Selection
 
 _HOST = backend_of(np.zeros(0))  # the numpy backend: the perturbation is ranked on the host
+_FLOAT64 = np.dtype(np.float64)  # gumbel_noise's default dtype
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class StochasticBeam:
         # the conditioning is increasing in G~ within a row: each row's k + 1 best children by G~
         # (ties to the lower token id; the first is the row maximum Z) are its best by G
         token, best = _HOST.topk_stable(perturbed, min(self.k + 1, scores.vocab))  # --> [k, m] each
-        top = _best_of_inputs(beam.input, token, conditional_gumbels(best.astype(np.float64), parent_g), self.k + 1, scores.vocab)
+        gumbels = conditional_gumbels(best.astype(np.float64), parent_g)
+        top = _best_of_inputs(beam.input, token, gumbels, self.k + 1, scores.vocab)
         keep, held, kappa = _merge(state, beam.input[top.parent], top.logprob, self.k, n)
         cand = top.take(keep)
         values = scores.backend.gather(scores.logp, cand.parent, cand.token)
@@ -197,7 +199,7 @@ def _log1mexp(x: np.ndarray) -> np.ndarray:
 
 
 def gumbel_noise(entropy: np.ndarray, inputs: np.ndarray, step: int, vocab: int,
-                 dtype: np.dtype = np.dtype(np.float64)) -> np.ndarray:
+                 dtype: np.dtype = _FLOAT64) -> np.ndarray:
     """``[k, V]`` standard Gumbel noise for the rows of one step, in ``dtype``.
 
     Input i's rows (``inputs`` is sorted: rows of one input together, in order) take
@@ -210,7 +212,7 @@ def gumbel_noise(entropy: np.ndarray, inputs: np.ndarray, step: int, vocab: int,
     """
     start, length = runs(inputs)
     noise = np.concatenate([_stream(entropy[inputs[s]], step).standard_exponential(size=(r, vocab), dtype=np.float32)
-                            for s, r in zip(start.tolist(), length.tolist())])
+                            for s, r in zip(start.tolist(), length.tolist(), strict=True)])
     np.maximum(noise, np.finfo(np.float32).tiny, out=noise)
     np.log(noise, out=noise)
     np.negative(noise, out=noise)
