@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam_search,
-                        stochastic_beam_search)
+from beamsearch import beam_search_batch, constrained_beam_search, diverse_beam_search, stochastic_beam_search
 from beamsearch.processors import Catalogue, TokenDFA
 
 EOS = 0

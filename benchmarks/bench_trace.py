@@ -20,9 +20,8 @@ from __future__ import annotations
 import platform
 import time
 
-import numpy as np
-
 import bench_search
+import numpy as np
 
 from beamsearch import beam_search_batch
 from beamsearch.viz import Trace

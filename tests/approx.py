@@ -21,7 +21,7 @@ tolerance.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -41,11 +41,11 @@ def assert_same_hypotheses(got: Sequence[Sequence], want: Sequence[Sequence], *,
     """
     assert [[(h.tokens, h.finished) for h in hyps] for hyps in got] == \
         [[(h.tokens, h.finished) for h in hyps] for hyps in want]
-    for i, (mine, theirs) in enumerate(zip(got, want)):
+    for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
         for field in ("logprob", "score"):
             assert [getattr(h, field) for h in mine] == pytest.approx([getattr(h, field) for h in theirs], abs=tol), \
                 (i, field)
-        for j, (a, b) in enumerate(zip(mine, theirs)):
+        for j, (a, b) in enumerate(zip(mine, theirs, strict=True)):
             steps = (getattr(a, "token_logprobs", None), getattr(b, "token_logprobs", None))
             assert (steps[0] is None) == (steps[1] is None), (i, j, "token_logprobs")
             if steps[0] is not None:

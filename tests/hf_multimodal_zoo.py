@@ -5,8 +5,9 @@ and benchmarks/bench_hf_multimodal.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import transformers as T

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,9 +68,9 @@ class PrefixModel:
         return PrefixState(object_rows([()] * n), np.full(n, prefix_check(())))
 
     def step(self, state: PrefixState, y_prev: Any) -> tuple[Any, PrefixState]:
-        for p, c in zip(state.prefix, state.check):
+        for p, c in zip(state.prefix, state.check, strict=True):
             assert prefix_check(p) == c, "state leaves were gathered with different rows"
-        prefixes = [p + (int(t),) for p, t in zip(state.prefix, y_prev)]
+        prefixes = [p + (int(t),) for p, t in zip(state.prefix, y_prev, strict=True)]
         generated = [p[1:] for p in prefixes]
         self.calls.append(generated)
         rows = []
@@ -184,9 +185,9 @@ class SequenceModel(PrefixModel):
         return PrefixState(object_rows(prefixes), np.array([prefix_check(p) for p in prefixes]))
 
     def step(self, state: PrefixState, y_prev: Any) -> tuple[Any, PrefixState]:
-        for p, c in zip(state.prefix, state.check):
+        for p, c in zip(state.prefix, state.check, strict=True):
             assert prefix_check(p) == c, "state leaves were gathered with different rows"
-        prefixes = [p + (int(t),) for p, t in zip(state.prefix, y_prev)]
+        prefixes = [p + (int(t),) for p, t in zip(state.prefix, y_prev, strict=True)]
         self.calls.append(prefixes)
         logits = np.stack([np.asarray(self.table(p), dtype=np.float64) for p in prefixes]).astype(self.dtype)
         if self.backend == "torch":

@@ -123,7 +123,7 @@ def test_dates_model_on_two_workers_equals_the_single_process_run(cluster):
     assert all("error" in r for r in got if r["input"] in ("", "aug 9 \U0001F600"))
     assert sum("nbest" in r for r in got) >= 8  # 03/03/87 is refused: the model cannot tell its century
     assert [r.get("error") for r in got] == [r.get("error") for r in want]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         if "error" in g:
             continue
         assert [h["tokens"] for h in g["nbest"]] == [h["tokens"] for h in w["nbest"]], g["input"]
@@ -164,7 +164,7 @@ def test_hf_gpt2_on_two_workers_equals_the_single_process_run(cluster, gpt2_dir)
     assert [r["index"] for r in got] == list(range(len(HF_LINES)))
     assert [r.get("error") is not None for r in got] == [t in ("", "a zebra") for t in HF_LINES]  # empty, OOV
     assert [r.get("error") for r in got] == [r.get("error") for r in want]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         if "error" not in g:  # fixed batches of other companions: left padding moves float sums' last bits
             assert [(h["tokens"], h["text"]) for h in g["nbest"]] == [(h["tokens"], h["text"]) for h in w["nbest"]]
             np.testing.assert_allclose([h["logprob"] for h in g["nbest"]], [h["logprob"] for h in w["nbest"]],
@@ -199,7 +199,7 @@ def test_decode_ray_with_image_lines_writes_what_the_single_process_command_writ
     assert [r["index"] for r in got] == list(range(len(lines)))
     assert [r.get("error") for r in got] == [r.get("error") for r in want]
     assert got[3]["error"].startswith("cannot read image") and sum("nbest" in r for r in got) == 4
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         if "error" not in g:
             assert [(h["tokens"], h["text"], h["finished"]) for h in g["nbest"]] == \
                 [(h["tokens"], h["text"], h["finished"]) for h in w["nbest"]]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,8 +13,6 @@ from beamsearch.backends import backend_of, index_like, register_backend
 from beamsearch.backends.bits import exceptions
 from beamsearch.backends.numpy_backend import NumpyBackend
 from beamsearch.processors import NoRepeatNGram, StepContext, Temperature, TopK
-import math
-import warnings
 
 try:
     import torch
@@ -270,9 +270,9 @@ def test_bit_exceptions_name_the_minority_of_each_row():
     keep = np.unpackbits(bits, axis=1, bitorder="little")[:, :width].astype(bool)
     few = exceptions(bits, width)
     mostly_kept = set(range(12)) - set(few.rows.tolist())
-    assert set(zip(few.masked_rows.tolist(), few.masked_cols.tolist())) == {
+    assert set(zip(few.masked_rows.tolist(), few.masked_cols.tolist(), strict=True)) == {
         (r, c) for r in mostly_kept for c in range(width) if not keep[r, c]}
-    assert set(zip(few.kept_rows.tolist(), few.kept_cols.tolist())) == {
+    assert set(zip(few.kept_rows.tolist(), few.kept_cols.tolist(), strict=True)) == {
         (r, c) for r in few.rows.tolist() for c in range(width) if keep[r, c]}
     assert exceptions(bits, width, budget=0.0) is None
 

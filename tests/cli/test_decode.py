@@ -273,10 +273,9 @@ def test_decode_flags_are_the_library_names_and_the_old_spellings_still_work(tmp
     spellings decode the same records as the new ones."""
     import dataclasses
 
+    from beamsearch.cli import parser
     from beamsearch.core.config import DecodingConfig
     from beamsearch.modes.registry import MODES
-
-    from beamsearch.cli import parser
 
     decode = next(a for a in parser()._actions if a.dest == "command").choices["decode"]
     actions = {a.dest: a for a in decode._actions}
@@ -351,7 +350,7 @@ def test_decode_max_steps_from_the_source_length(tmp_path):
 
     code, records = run_decode(tmp_path, OPTION_TEXTS, "--beam-size", "2", "--max-steps", "0.5*len+1")
     assert code == 0
-    for r, steps in zip(records, [3, 12, 1, 6, 2]):
+    for r, steps in zip(records, [3, 12, 1, 6, 2], strict=True):
         assert r["nbest"] == toy_alone(beam_search_batch, r["input"], beam_size=2, max_steps=steps, alpha=0.6)
         assert len(r["nbest"][0]["tokens"]) <= steps
     # 1*len-3: hello -> 2, x -> -2 (an error record for that line alone)
@@ -397,7 +396,7 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     items = [{"source": t} for t in OPTION_TEXTS]
     whole = stochastic_beam_search(model.step, model.make_state(items), [[model.bos]] * len(items), k=3, seed=7,
                                    eos_token_id=model.eos, max_steps=12)
-    for r, hyps in zip(records, whole):
+    for r, hyps in zip(records, whole, strict=True):
         assert r["nbest"] == [{"text": model.text(h.tokens), "tokens": h.tokens, "logprob": h.logprob,
                                "score": h.score, "finished": h.finished} for h in hyps]
         assert len(r["nbest"]) == 3 and len({tuple(h["tokens"]) for h in r["nbest"]}) == 3  # without replacement

@@ -84,13 +84,13 @@ def test_two_writers_killed_at_random_points_leave_a_complete_output(tmp_path, c
         else:  # and some anywhere, start-up included
             times = [rng.uniform(0.0, 2.0) for _ in runs]
         start = time.monotonic()
-        for run, at in sorted(zip(runs, times), key=lambda x: x[1]):
+        for run, at in sorted(zip(runs, times, strict=True), key=lambda x: x[1]):
             time.sleep(max(0.0, start + at - time.monotonic()))
             run.send_signal(signal.SIGKILL)
         errors = [run.communicate()[1].decode() for run in runs]
         lock_refusals = [e for e in errors if "is being written by another run" in e]
         assert all(e.count("\n") == 1 and f"--output '{out}'" in e and "(pid " in e for e in lock_refusals), errors
-        assert all(r.returncode in (2, -signal.SIGKILL) for r, e in zip(runs, errors) if e in lock_refusals)
+        assert all(r.returncode in (2, -signal.SIGKILL) for r, e in zip(runs, errors, strict=True) if e in lock_refusals)
         refused += len(lock_refusals)
         if side.exists():
             partial += 1

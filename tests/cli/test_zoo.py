@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from beamsearch import __version__
-from beamsearch.cli import main, parser as _parser
+from beamsearch.cli import main
+from beamsearch.cli import parser as _parser
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -393,7 +394,7 @@ def check_years(sources, dates, errors):
     1800-2099); every four-digit year outside 1800-2099 gets no date and says why; and most
     in-range four-digit years are printed (the check is not vacuous)."""
     printed_in_range = []
-    for (source, year), date, error in zip(sources, dates, errors):
+    for (source, year), date, error in zip(sources, dates, errors, strict=True):
         if isinstance(year, str):
             assert date is None or (date[2:4] == year and 1800 <= int(date[:4]) <= 2099), (source, date)
         elif 1800 <= year <= 2099:
@@ -452,7 +453,7 @@ def test_decode_and_translate_give_every_line_the_same_answer(tmp_path, options)
     assert t.returncode == d.returncode == 1
     rows, records = [json.loads(x) for x in t.stdout.splitlines()], [json.loads(x) for x in d.stdout.splitlines()]
     assert len(rows) == len(records) == len(VERDICT_TEXTS)
-    for source, row, record in zip(VERDICT_TEXTS, rows, records):
+    for source, row, record in zip(VERDICT_TEXTS, rows, records, strict=True):
         assert record["input"] == row["input"] == source
         if row["error"] is None:
             assert record["nbest"][0]["text"] == row["date"] and "error" not in record, source
@@ -486,7 +487,7 @@ def test_decode_says_a_line_was_cut_at_its_max_steps(tmp_path):
     r = run("decode", "--model", "seq2seq", "--jsonl", "--input", str(src), "--output", "-")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     records = [json.loads(line) for line in r.stdout.splitlines()]
-    for record, n in zip(records[:2], (10, 3)):
+    for record, n in zip(records[:2], (10, 3), strict=True):
         assert record["error"] == (f"no date in 'march 3 1987': max_steps={n} cuts every output short of a date "
                                    "(a date takes 11 steps: 10 characters, then eos)")
     assert records[2]["nbest"][0]["text"] == "1987-03-03"

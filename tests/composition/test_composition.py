@@ -45,12 +45,12 @@ DFA_ACCEPTING = [1]
 BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def regex_language():
     return frozenset(language(regex_parser(REGEX), "ab12-", 6))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_language():
     """The compact JSON texts of objects with keys among "a", "b" (both orders) and values among
     the schema's and some others, that json.loads + jsonschema accept."""
@@ -124,7 +124,7 @@ def bigram(backend):
 
 
 def step_scorer(prompts, partials):
-    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials)]
+    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials, strict=True)]
 
 
 MODE_KEYWORDS = {

@@ -51,9 +51,9 @@ def _parameters(text: str) -> tuple[list[tuple[str, str, object]], bool]:
     out = []
     positional = fn.posonlyargs + fn.args
     defaults = [inspect.Parameter.empty] * (len(positional) - len(fn.defaults)) + [ast.literal_eval(d) for d in fn.defaults]
-    for a, d in zip(positional, defaults):
+    for a, d in zip(positional, defaults, strict=True):
         out.append((a.arg, "positional", d))
-    for a, d in zip(fn.kwonlyargs, fn.kw_defaults):
+    for a, d in zip(fn.kwonlyargs, fn.kw_defaults, strict=True):
         out.append((a.arg, "keyword", inspect.Parameter.empty if d is None else ast.literal_eval(d)))
     return out, partial
 

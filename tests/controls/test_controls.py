@@ -17,8 +17,18 @@ from hypothesis import strategies as st
 import beamsearch
 from beamsearch import beam_search_batch
 from models import SequenceModel, brute_force_batch, dict_table, path_logprob, random_table, reference_batch
-from oracles.controls import (as_numpy, brute_force, ends_with_stop, eos_ids, gnmt, per_input, power,
-                             reference_score, reference_search, rounded_to_float32)
+from oracles.controls import (
+    as_numpy,
+    brute_force,
+    ends_with_stop,
+    eos_ids,
+    gnmt,
+    per_input,
+    power,
+    reference_score,
+    reference_search,
+    rounded_to_float32,
+)
 
 try:
     import torch
@@ -68,7 +78,7 @@ def check(hyps, expected, tol=1e-12):
 def assert_same(a, b, rel=1e-12):
     """Two searches' results are the same (tokens and flags exactly, values to ``rel``)."""
     assert summary(a) == summary(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert [h.logprob for h in x] == pytest.approx([h.logprob for h in y], rel=rel, abs=rel)
         assert [h.score for h in x] == pytest.approx([h.score for h in y], rel=rel, abs=rel)
 
@@ -76,7 +86,7 @@ def assert_same(a, b, rel=1e-12):
 def assert_matches_reference(out, ref, **tol):
     tol = tol or TOL
     assert summary(out) == [[(e[0], e[3]) for e in r] for r in ref]
-    for hyps, r in zip(out, ref):
+    for hyps, r in zip(out, ref, strict=True):
         assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], **tol)
         assert [h.score for h in hyps] == pytest.approx([e[2] for e in r], **tol)
 
@@ -533,7 +543,7 @@ def test_oracle_without_controls_equals_the_section_6_reference(case):
     expected = reference_batch(table, prompts, eos=0, steps=steps, **common)
     got = reference_search(table, prompts, eos=0, stats=stats, **common)
     assert [[(e[0], e[3]) for e in r] for r in got] == [[(e[0], e[3]) for e in r] for r in expected]
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert [h[1] for h in g] == pytest.approx([h[1] for h in e], abs=1e-12)
         assert [h[2] for h in g] == pytest.approx([h[2] for h in e], abs=1e-12)
     assert stats["steps"] == steps
@@ -550,7 +560,7 @@ def test_oracle_without_controls_equals_the_section_6_reference(case):
     assert sorted(b[0] for b in best) == sorted(b[0] for b in plain)
     # and the teacher-forced score is the plain path logprob
     if case["ngram"] == 0 and case["temperature"] == 1.0 and case["top_k"] is None:
-        for prompt, r in zip(prompts, got):
+        for prompt, r in zip(prompts, got, strict=True):
             for tokens, logprob, _, _ in r:
                 full = path_logprob(lambda s: table(tuple(prompt) + s), tokens)
                 assert logprob == pytest.approx(full, abs=1e-12)
@@ -871,7 +881,7 @@ def test_backends_and_dtypes(backend, dtype, case):
         ref = reference_search(table, case["prompts"], **oracle_kwargs(case), stats=stats)
         out, _ = search(table, case["prompts"], backend=backend, dtype=dtype, **library_kwargs(case))
         assert len(out) == len(ref)
-        for hyps, r, margin in zip(out, ref, stats["margin"]):
+        for hyps, r, margin in zip(out, ref, stats["margin"], strict=True):
             if margin > 1e-3:
                 assert_matches_reference([hyps], [r], abs=1e-4, rel=0)
         tol = dict(abs=1e-4, rel=0)
@@ -906,7 +916,7 @@ def test_float32_fixed_cases_agree_with_the_oracle(backend):
         out, _ = search(table, prompts, backend=backend, dtype=np.float32, eos_token_id=[0, vocab - 1],
                         max_steps=limits, beam_size=beam, **common, **controls)
         assert len(out) == n
-        for hyps, r, margin in zip(out, ref, stats["margin"]):
+        for hyps, r, margin in zip(out, ref, stats["margin"], strict=True):
             total += 1
             if margin > 1e-3:
                 compared += 1

@@ -14,7 +14,7 @@ def test_stop_sequence_pairs_by_hand():
     stops = StopSequences(((3, 1, 2), (6,), (1, 5)))
     rows, tokens = stops.pairs(np.array([[3, 1], [-1, 7]]), 1)
     assert rows.dtype == np.int64 and tokens.dtype == np.int64
-    assert list(zip(rows.tolist(), tokens.tolist())) == [(0, 2), (0, 5), (0, 6), (1, 6)]
+    assert list(zip(rows.tolist(), tokens.tolist(), strict=True)) == [(0, 2), (0, 5), (0, 6), (1, 6)]
     one = StopSequences(((1, 5),))
     rows, tokens = one.pairs(np.array([[1], [2]]), 1)
     assert rows.dtype == np.int64 and tokens.dtype == np.int64 and (rows.tolist(), tokens.tolist()) == ([0], [5])

@@ -9,7 +9,6 @@ import pytest
 
 from beamsearch.core.config import Control, DecodingConfig, control, controls_of
 
-
 # --- option fields ---------------------------------------------------------------------------------
 
 

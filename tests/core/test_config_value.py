@@ -144,7 +144,7 @@ def test_grammar_kinds_are_spelled_once():
     pytest.importorskip("transformers")
     from beamsearch.hf import grammar as hf_grammar
 
-    assert hf_grammar.OUTPUT_CONSTRAINTS == tuple(corpus_grammar.GRAMMAR_OPTIONS)
+    assert tuple(corpus_grammar.GRAMMAR_OPTIONS) == hf_grammar.OUTPUT_CONSTRAINTS
     taken = hf_grammar.output_constraints({"regex": "[0-9]+"}, object())
     assert taken == GrammarOptions(regex="[0-9]+")
 

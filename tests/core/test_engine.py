@@ -26,9 +26,9 @@ def test_a_processor_without_needs_history_sees_the_generated_tokens():
     beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=0, max_steps=4, beam_size=3,
                       logits_processors=[record])
     assert [s for s, _, _ in seen] == [1, 2, 3, 4][: len(seen)] and len(seen) >= 3
-    for (step, inputs, history), call in zip(seen, model.calls):  # call: each row's prompt + generated
+    for (step, inputs, history), call in zip(seen, model.calls, strict=True):  # call: each row's prompt + generated
         assert history.shape == (len(call), step - 1)
-        assert history.tolist() == [list(p[len(prompts[i]):]) for i, p in zip(inputs, call)]
+        assert history.tolist() == [list(p[len(prompts[i]):]) for i, p in zip(inputs, call, strict=True)]
 
 
 def test_a_processor_with_needs_history_sees_exactly_prompt_and_generated_tokens():
@@ -50,17 +50,17 @@ def test_a_processor_with_needs_history_sees_exactly_prompt_and_generated_tokens
     beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=0, max_steps=10**6, beam_size=3,
                       logits_processors=[Record()], alpha=0.0, min_new_tokens=3)
     assert len(seen) >= 4
-    for (step, inputs, history), call in zip(seen, model.calls):
+    for (step, inputs, history), call in zip(seen, model.calls, strict=True):
         assert history.shape == (len(call), 3 + step - 1)
         assert history.tolist() == [[-1] * (3 - len(prompts[i])) + list(prompts[i]) + list(p[len(prompts[i]):])
-                                    for i, p in zip(inputs, call)]
+                                    for i, p in zip(inputs, call, strict=True)]
 
 
 def test_terminals_contains_eos_ids_and_pairs():
     t = Terminals(np.array([0, 3]), np.array([1, 2, 2]), np.array([4, 1, 5]))
     parent = np.array([0, 1, 1, 2, 2, 2, 0])
     token = np.array([3, 4, 2, 1, 5, 4, 4])
-    expected = [tok in (0, 3) or (p, tok) in {(1, 4), (2, 1), (2, 5)} for p, tok in zip(parent, token)]
+    expected = [tok in (0, 3) or (p, tok) in {(1, 4), (2, 1), (2, 5)} for p, tok in zip(parent, token, strict=True)]
     assert t.contains(parent, token, vocab=6).tolist() == expected
 
 
@@ -81,7 +81,7 @@ def test_stop_sequence_pairs_equal_a_plain_loop():
                     tail = recent[r, w - (len(s) - 1):].tolist() if len(s) > 1 else []
                     if tail == list(s[:-1]):
                         expected.add((r, s[-1]))
-        assert list(zip(rows.tolist(), tokens.tolist())) == sorted(expected), case
+        assert list(zip(rows.tolist(), tokens.tolist(), strict=True)) == sorted(expected), case
 
 
 @pytest.mark.parametrize("threshold", [0, 1 << 62])
@@ -96,7 +96,7 @@ def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monk
 
     def step(state, y_prev):  # state rows: (input, generated tokens so far, started?)
         rows = np.empty(len(state), dtype=object)
-        rows[:] = [(i, g + (int(y),) if started else g, True) for (i, g, started), y in zip(state, y_prev)]
+        rows[:] = [(i, g + (int(y),) if started else g, True) for (i, g, started), y in zip(state, y_prev, strict=True)]
         return np.stack([tables[i](g) for i, g, _ in rows]), rows
 
     def start(inputs):
@@ -107,7 +107,7 @@ def test_narrowing_inputs_with_different_widths_equal_each_alone(threshold, monk
     alone = [beam_search(step, start([i]), 0, 0, beam_size=3, max_len=5, length_penalty=0.5) for i in range(4)]
     batch = beam_search_each(step, start(range(4)), 4, 0, 0, beam_size=3, max_len=5, length_penalty=0.5)
     assert sum(h.finished for hyps in alone for h in hyps) >= 4  # inputs do finish hypotheses (widths differ)
-    for got, want in zip(batch, alone):
+    for got, want in zip(batch, alone, strict=True):
         assert [(h.tokens, h.finished) for h in got] == [(h.tokens, h.finished) for h in want]
         assert [h.logprob for h in got] == pytest.approx([h.logprob for h in want], abs=1e-12)
 
@@ -117,9 +117,9 @@ def test_strategy_tags_stay_aligned_with_the_rows_when_inputs_retire():
     # next call gets, also after the engine retired inputs at their own max_steps
     from beamsearch.controls import Controls
     from beamsearch.core.engine import run
+    from beamsearch.core.penalties import length_wu
     from beamsearch.strategies import Selection
     from beamsearch.strategies.batch import BatchBeam
-    from beamsearch.core.penalties import length_wu
 
     table = random_table(5, 3)
     model = SequenceModel(table)

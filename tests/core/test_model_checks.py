@@ -242,8 +242,13 @@ def test_integer_logits_equal_float64(backend, dtype):
 def _entries():
     """Every public entry that takes prompts, as ``call(model, prompts, **controls)`` for a
     :class:`SequenceModel` (its state is made from the prompts)."""
-    from beamsearch import (constrained_beam_search, diverse_beam_search, exact_search, score_sequences,
-                            stochastic_beam_search)
+    from beamsearch import (
+        constrained_beam_search,
+        diverse_beam_search,
+        exact_search,
+        score_sequences,
+        stochastic_beam_search,
+    )
     from beamsearch.refill import decode_stream
 
     def stream(m, prompts, **kw):

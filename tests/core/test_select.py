@@ -7,8 +7,15 @@ import numpy as np
 
 from beamsearch.backends.numpy_backend import NumpyBackend
 from beamsearch.core.beam import Beam
-from beamsearch.core.select import (GROUPED_MAX_ELEMENTS, SPARSE_FRACTION, WIDE_FRACTION, StepScores, Terminals,
-                                    grouped, sparse)
+from beamsearch.core.select import (
+    GROUPED_MAX_ELEMENTS,
+    SPARSE_FRACTION,
+    WIDE_FRACTION,
+    StepScores,
+    Terminals,
+    grouped,
+    sparse,
+)
 
 
 def test_grouped_is_the_documented_rule_at_its_edges():

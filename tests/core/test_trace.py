@@ -5,24 +5,51 @@ a plain per-row enumeration of each step's candidates)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from beamsearch import (AnyOf, beam_search, beam_search_batch, beam_search_each, constrained_beam_search,
-                        diverse_beam_search, greedy_decode, stochastic_beam_search)
-from beamsearch.core.trace import (CALLBACK, EARLY_STOP, FINISHED, KEPT, MAX_STEPS, NO_ROWS, PRUNED, ROOT,
-                               UNFINISHED, StepRecord)
-from beamsearch.viz import Trace
-from models import (PrefixModel, SequenceModel, gnmt, greedy_oracle, log_softmax, processed_logprobs,
-                    random_table, reference_batch)
-import warnings
+from beamsearch import (
+    AnyOf,
+    beam_search,
+    beam_search_batch,
+    beam_search_each,
+    constrained_beam_search,
+    diverse_beam_search,
+    greedy_decode,
+    stochastic_beam_search,
+)
 from beamsearch.controls import Controls
 from beamsearch.core.engine import run
 from beamsearch.core.penalties import length_wu
-from beamsearch.core.trace import stop_mask, tracer
+from beamsearch.core.trace import (
+    CALLBACK,
+    EARLY_STOP,
+    FINISHED,
+    KEPT,
+    MAX_STEPS,
+    NO_ROWS,
+    PRUNED,
+    ROOT,
+    UNFINISHED,
+    StepRecord,
+    stop_mask,
+    tracer,
+)
 from beamsearch.strategies.forced import Forced
-from models import dict_table
+from beamsearch.viz import Trace
+from models import (
+    PrefixModel,
+    SequenceModel,
+    dict_table,
+    gnmt,
+    greedy_oracle,
+    log_softmax,
+    processed_logprobs,
+    random_table,
+    reference_batch,
+)
 
 try:
     import torch
@@ -65,7 +92,7 @@ def test_trace_does_not_change_results_and_holds_them(backend, seed):
     for i, hyps in enumerate(results):
         nodes = trace.results(i)
         assert len(nodes) == len(hyps)
-        for node, h in zip(nodes, hyps):  # every returned hypothesis is a node, ranked as returned
+        for node, h in zip(nodes, hyps, strict=True):  # every returned hypothesis is a node, ranked as returned
             assert trace.tokens(int(node)) == h.tokens
             assert trace.logprob[node] == h.logprob and trace.score[node] == h.score
             assert trace.status[node] == (FINISHED if h.finished else UNFINISHED)

@@ -14,8 +14,12 @@ import pytest
 
 pytest.importorskip("llguidance")
 
-from beamsearch import beam_search_batch, diverse_beam_search, exact_search  # noqa: E402
-from beamsearch import corpus  # noqa: E402
+from beamsearch import (  # noqa: E402
+    beam_search_batch,
+    corpus,  # noqa: E402
+    diverse_beam_search,
+    exact_search,
+)
 from beamsearch.cli import main  # noqa: E402
 from beamsearch.corpus import Line, decode_records  # noqa: E402
 from beamsearch.processors import Grammar  # noqa: E402
@@ -75,7 +79,7 @@ def test_toy_records_are_accepted_and_equal_the_search_alone(tmp_path, flag, kin
         assert r["nbest"] and all(h["finished"] and accepts(h["text"]) for h in r["nbest"])
         want = toy_alone(fn, r["input"], grammar, n_best=2, max_steps=10, **kw)
         assert [(h["tokens"], h["finished"]) for h in r["nbest"]] == [(h["tokens"], h["finished"]) for h in want]
-        for g, w in zip(r["nbest"], want):
+        for g, w in zip(r["nbest"], want, strict=True):
             assert g["logprob"] == pytest.approx(w["logprob"], abs=1e-9)
             assert g["score"] == pytest.approx(w["score"], abs=1e-9)
 

@@ -13,8 +13,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from beamsearch import beam_search_batch  # noqa: E402
-from beamsearch import hf  # noqa: E402
+from beamsearch import (
+    beam_search_batch,  # noqa: E402
+    hf,  # noqa: E402
+)
 from beamsearch.cli import main  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept", "by", "door"]
@@ -94,7 +96,7 @@ def test_hf_decode_equals_each_line_alone(kind, gpt2_dir, bart_dir, tmp_path):
         assert [g[:2] + (g[4],) for g in got] == [w[:2] + (w[4],) for w in want]
         # logprobs: the batch of 2 (fixed batches of max_rows // beam lines, padded) against one line
         # alone; float sums of padded attention differ in the last bits
-        assert all(abs(g[2] - w[2]) < 1e-4 and abs(g[3] - w[3]) < 1e-4 for g, w in zip(got, want))
+        assert all(abs(g[2] - w[2]) < 1e-4 and abs(g[3] - w[3]) < 1e-4 for g, w in zip(got, want, strict=True))
 
 
 def test_hf_decode_max_steps_from_token_length(gpt2_dir, tmp_path):
@@ -104,7 +106,7 @@ def test_hf_decode_max_steps_from_token_length(gpt2_dir, tmp_path):
     assert main(["decode", "--model", f"hf:{gpt2_dir}", "--input", str(src), "--output", str(out), "--beam-size", "2",
                  "--max-steps", "len+1", "--return-token-logprobs"]) == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
-    for r, steps in zip(records, [3, 2]):
+    for r, steps in zip(records, [3, 2], strict=True):
         want = alone(gpt2_dir, r["input"], beam_size=2, n_best=1, max_steps=steps, length_penalty="power", alpha=1.0)
         assert r["nbest"][0]["tokens"] == want[0][1] and len(r["nbest"][0]["tokens"]) <= steps
         assert abs(sum(r["nbest"][0]["token_logprobs"]) - r["nbest"][0]["logprob"]) < 1e-6
@@ -120,23 +122,23 @@ def test_hf_missing_folder_is_a_usage_error(tmp_path, capsys):
 def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
     """A causal LM's lines join the search in flight (mixed calls: cohorts at different steps in
     one model call) and each still gets its result alone (encoder-decoders: tests/hf/test_states.py)."""
-    from beamsearch.refill import decode_stream
     from beamsearch.corpus import hf_model
+    from beamsearch.refill import decode_stream
 
     model = hf_model(gpt2_dir, max_steps=6)
     assert model.refill and hf_model(bart_dir).refill
     steps = [2, 6, 3, 6]  # line 0 stops first: line 2 joins line 1 in flight, then line 3
-    items = [{"prompt": model.prompt(t), "source": t, "max_steps": s} for t, s in zip(LINES, steps)]
+    items = [{"prompt": model.prompt(t), "source": t, "max_steps": s} for t, s in zip(LINES, steps, strict=True)]
     # min_new_tokens: this random model gives eos first; outputs of 2 or more tokens use the joined cache
     stream = decode_stream(model.step, model.make_state, items, max_rows=4, beam_size=2, n_best=2,
                            eos_token_id=model.eos, max_steps=6, min_new_tokens=2)
     got = {d.index: d.hypotheses for d in stream}
     assert stream.stats.mixed_calls > 0
-    for i, (text, s) in enumerate(zip(LINES, steps)):
+    for i, (text, s) in enumerate(zip(LINES, steps, strict=True)):
         want = alone(gpt2_dir, text, beam_size=2, n_best=2, max_steps=s, min_new_tokens=2)
         assert all(len(w[1]) >= 2 for w in want)
         assert [(h.tokens, h.finished) for h in got[i]] == [(w[1], w[4]) for w in want]
-        assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want))
+        assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want, strict=True))
 
 
 # ---- the folder's generation config: decode's defaults (flags override it) --------------------------------------
@@ -187,7 +189,7 @@ def same_as_generate(records, folder, **overrides):
         got = [(h["tokens"], h["finished"], h["logprob"]) for h in r["nbest"]]
         assert [g[:2] for g in got] == [w[:2] for w in want], r["input"]
         # lines decoded together, padded, against one line alone: float sums differ in the last bits
-        assert all(abs(g[2] - w[2]) < 1e-4 for g, w in zip(got, want))
+        assert all(abs(g[2] - w[2]) < 1e-4 for g, w in zip(got, want, strict=True))
     return settings
 
 
@@ -201,7 +203,7 @@ def test_hf_decode_defaults_are_the_saved_generation_config(gpt2_generation_dir,
     assert any(len(h["tokens"]) > 1 for r in records for h in r["nbest"])
     for h in (h for r in records for h in r["nbest"]):
         assert len(h["tokens"]) <= 12
-        grams = list(zip(h["tokens"], h["tokens"][1:]))
+        grams = list(zip(h["tokens"], h["tokens"][1:], strict=True))
         assert len(grams) == len(set(grams))
 
 

@@ -120,12 +120,12 @@ def test_every_mode_decodes_as_hf_generate_runs_it(mode, folder, scorer_module, 
     # the lines as hf.generate's inputs (stochastic: line i gets the noise of input i of a search of them all)
     out = hf.generate(model, [tok(r["input"], add_special_tokens=False)["input_ids"] for r in records], mode=mode,
                       max_new_tokens=5, **own)
-    for r, hyps in zip(records, out.hypotheses):
+    for r, hyps in zip(records, out.hypotheses, strict=True):
         want = [(h.tokens, h.finished, h.logprob, h.score) for h in hyps]
         got = [(h["tokens"], h["finished"], h["logprob"], h["score"]) for h in r["nbest"]]
         assert [g[:2] for g in got] == [w[:2] for w in want], (mode, r["input"])
         # float sums over other padding differ in the last bits
-        assert all(abs(g[2] - w[2]) < 1e-4 and abs(g[3] - w[3]) < 1e-4 for g, w in zip(got, want)), mode
+        assert all(abs(g[2] - w[2]) < 1e-4 and abs(g[3] - w[3]) < 1e-4 for g, w in zip(got, want, strict=True)), mode
     if mode == "transformers":
         assert out.mode == "greedy"  # the config's one beam: generate's greedy decoding
 

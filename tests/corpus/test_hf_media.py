@@ -118,7 +118,7 @@ def same(record, want):
     got = record["nbest"]
     assert [(h["tokens"], h["finished"]) for h in got] == [(w[0], w[2]) for w in want]
     # the line in a batch of 2 (images of other sizes, prompts of other lengths, padded) against alone
-    assert all(abs(h["logprob"] - w[1]) < 1e-4 for h, w in zip(got, want))
+    assert all(abs(h["logprob"] - w[1]) < 1e-4 for h, w in zip(got, want, strict=True))
 
 
 def test_decode_with_images_is_each_line_alone(llava_dir, tmp_path, monkeypatch):
@@ -130,7 +130,7 @@ def test_decode_with_images_is_each_line_alone(llava_dir, tmp_path, monkeypatch)
              {"text": "the cat sat"}, {"text": "<image> on a mat", "image": str(tmp_path / "img2.png")}]
     code, records = decode(tmp_path, llava_dir, lines, *FLAGS)
     assert code == 0 and [r["index"] for r in records] == [0, 1, 2, 3]
-    for line, record in zip(lines, records):
+    for line, record in zip(lines, records, strict=True):
         same(record, alone(llava_dir, line["text"], line.get("image") and tmp_path / line["image"]))
 
 
@@ -183,7 +183,7 @@ def test_decode_with_images_resumes(llava_dir, tmp_path, monkeypatch):
                  "--output", str(out), *flags, "--resume"]) == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2, 3]
-    for line, record in zip(lines, records):
+    for line, record in zip(lines, records, strict=True):
         same(record, alone(llava_dir, line["text"], tmp_path / line["image"]))
 
 
@@ -287,7 +287,7 @@ def test_every_mode_decodes_image_lines(mode, llava_dir, tmp_path, monkeypatch):
     n_best = [] if mode == "stochastic" else ["--n-best", "1" if mode == "greedy" else "2"]
     code, records = decode(tmp_path, llava_dir, lines, "--mode", name, "--max-steps", "5", *n_best, *MODES[mode])
     assert code == 0, records
-    for line, record in zip(lines, records):
+    for line, record in zip(lines, records, strict=True):
         assert record["nbest"]
         placeholder = transformers.AutoTokenizer.from_pretrained(llava_dir).convert_tokens_to_ids("<image>")
         checked = [h for h in record["nbest"] if placeholder not in h["tokens"]]
@@ -311,7 +311,7 @@ def test_a_captioner_reads_images_alone(captioner_dir, tmp_path):
     assert code == 1
     processor = transformers.AutoImageProcessor.from_pretrained(captioner_dir, local_files_only=True)
     model = transformers.VisionEncoderDecoderModel.from_pretrained(captioner_dir, local_files_only=True).eval()
-    for line, record in zip(lines[:3], records):
+    for line, record in zip(lines[:3], records, strict=True):
         pixels = processor(Image.open(line["image"]).convert("RGB"), return_tensors="pt")["pixel_values"]
         dec = hf.seq2seq_lm(model, None, max_new_tokens=5, pixel_values=pixels)
         hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, **SEARCH)[0]

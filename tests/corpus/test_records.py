@@ -11,8 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from beamsearch import beam_search_batch
-from beamsearch import corpus
+from beamsearch import beam_search_batch, corpus
 from beamsearch.corpus import Line, decode_corpus, decode_records, load_partial, partial_path, read_lines
 
 try:

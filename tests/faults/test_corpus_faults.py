@@ -96,7 +96,7 @@ def check_records(records, reference, scorer_name):
     """Each line of FAULTS has its error record naming the line and its fault; every other
     record equals the clean run's."""
     assert [r["index"] for r in records] == list(range(len(TEXTS)))
-    for r, want in zip(records, reference):
+    for r, want in zip(records, reference, strict=True):
         i = r["index"]
         if i in FAULTS:
             assert set(r) == {"index", "input", "error"} and r["input"] == TEXTS[i], r
@@ -203,9 +203,9 @@ def same_but_floats(got, want):
     assert [(r["index"], r["input"], r.get("error")) for r in got] == [(r["index"], r["input"], r.get("error"))
                                                                        for r in want]
     worst = 0.0
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert set(g) == set(w)
-        for a, b in zip(g.get("nbest", []), w.get("nbest", [])):
+        for a, b in zip(g.get("nbest", []), w.get("nbest", []), strict=True):
             assert {k: v for k, v in a.items() if k not in ("logprob", "score")} == \
                 {k: v for k, v in b.items() if k not in ("logprob", "score")}, g["input"]
             for key in ("logprob", "score"):

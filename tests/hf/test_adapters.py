@@ -150,7 +150,7 @@ def test_with_eos_every_hypothesis_rescores_and_the_best_is_no_worse(name):
     theirs, _ = generated(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=steps,
                           eos_token_id=EOS, pad_token_id=PAD, length_penalty=1.0, early_stopping="never")
     compared = 0
-    for i, (prompt, hyps) in enumerate(zip(PROMPTS, results)):
+    for i, (prompt, hyps) in enumerate(zip(PROMPTS, results, strict=True)):
         assert hyps
         for h in hyps:
             assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
@@ -215,7 +215,7 @@ def test_steps_that_keep_the_rows_in_order_do_not_reorder_the_cache():
                                 max_steps=steps, beam_size=1)
     assert len(hyps[0].tokens) == steps and not hyps[0].finished and len(received) == steps
     assert Tracked.selects == 0
-    assert all(got is sent for got, sent in zip(received[1:], returned))  # the very objects: no copy
+    assert all(got is sent for got, sent in zip(received[1:], returned, strict=True))  # the very objects: no copy
     # the counter works: with two beams the first step goes from 1 row to 2, a real reorder
     dec = prepare(model, PROMPTS[:1], eos_token_id=None)
     beam_search_batch(step, Tracked(dec.init_state), dec.prompts, eos_token_id=dec.eos_token_id,
@@ -227,7 +227,7 @@ def test_select_state_with_the_identity_order_returns_an_equal_copy():
     cache = causal_lm(gpt2(7), PROMPTS).init_state.cache
     same = select_state(cache, torch.arange(len(PROMPTS)))
     assert same is not cache and len(same.layers) == len(cache.layers)
-    for new, old in zip(same.layers, cache.layers):
+    for new, old in zip(same.layers, cache.layers, strict=True):
         assert new is not old
         assert torch.equal(new.keys, old.keys) and torch.equal(new.values, old.values)
 
@@ -303,12 +303,12 @@ def test_several_eos_ids_from_the_generation_config_equal_generate():
     got = beam_search_each(dec.step, dec.init_state, len(PROMPTS), dec.prompts[0][-1], dec.eos_token_id,
                            beam_size=1, max_len=12, length_penalty=0.0)
     assert [hyps[0].tokens for hyps in got] == expected
-    for prompt, hyps in zip(PROMPTS, got):  # and the logprobs are the model's own
+    for prompt, hyps in zip(PROMPTS, got, strict=True):  # and the logprobs are the model's own
         assert hyps[0].logprob == pytest.approx(rescore(model, prompt, hyps[0].tokens), abs=1e-4)
     dec = causal_lm(model, PROMPTS)
     batch = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=12,
                               beam_size=3, n_best=3, length_penalty="power", alpha=1.0)
-    for prompt, hyps in zip(PROMPTS, batch):
+    for prompt, hyps in zip(PROMPTS, batch, strict=True):
         for h in hyps:
             assert h.tokens[-1] in (EOS, second) if h.finished else not set(h.tokens) & {EOS, second}
             assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)

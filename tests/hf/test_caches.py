@@ -17,11 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
+from approx import FLOAT32  # noqa: E402
 from beamsearch import step_search  # noqa: E402
 from beamsearch.core.state import concat_state, select_state, take_state  # noqa: E402
 from beamsearch.hf import RewardScorer, causal_lm  # noqa: E402
 from beamsearch.hf.caches import PromptLayer  # noqa: E402
-from approx import FLOAT32  # noqa: E402
 from tests.hf.test_reward import DELIM, EOS, PAD, PROMPTS, VOCAB, Recompute, by_hand, lm, reward_model  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def check(dec, model, state, hist, rng, steps):
     for _ in range(steps):
         y = rng.integers(3, VOCAB, len(hist))
         logits, state = dec.step(state, torch.tensor(y))
-        hist = [h + [int(t)] for h, t in zip(hist, y)]
+        hist = [h + [int(t)] for h, t in zip(hist, y, strict=True)]
         want = alone(model, hist)
         np.testing.assert_allclose(logits.double().numpy(), want.numpy(), atol=FLOAT32, rtol=0)
     return state, hist
@@ -105,8 +105,8 @@ def test_step_search_over_rows_kept_in_place_equals_full_recomputation(monkeypat
     ref = Recompute(model)
     want = step_search(ref.step, ref.init_state(PROMPTS), PROMPTS, scorer=scorer, **args)
     assert [[h.segments for h in r] for r in got] == [[h.segments for h in r] for r in want]
-    for r, w in zip(got, want):
-        for h, x in zip(r, w):
+    for r, w in zip(got, want, strict=True):
+        for h, x in zip(r, w, strict=True):
             assert h.step_scores == pytest.approx(x.step_scores, abs=FLOAT32)
             assert h.logprob == pytest.approx(x.logprob, abs=FLOAT32 * len(h.tokens))
     assert moves.calls > 0
@@ -124,7 +124,7 @@ def random_rounds(rng, prompts, rounds, per_prompt):
                 heads.append(p)
                 tails.append(parts[i][c % len(parts[i])] + seg)
         yield heads, tails
-        parts = [[t for h, t in zip(heads, tails) if h == p][:2] for p in prompts]
+        parts = [[t for h, t in zip(heads, tails, strict=True) if h == p][:2] for p in prompts]
 
 
 @pytest.mark.parametrize("kind, labels, kw", [("sequence", 1, {}), ("token", 2, dict(step_tag=[DELIM, 12])),
@@ -144,7 +144,7 @@ def test_kept_rows_give_the_scores_of_each_row_alone_and_feed_each_token_once(ki
         got = scorer(heads, tails)
         calls = list(fed)
         want = [by_hand(model, h + t + tag, kw.get("label", labels - 1), transform, kind == "sequence")
-                for h, t in zip(heads, tails)]
+                for h, t in zip(heads, tails, strict=True)]
         assert got.tolist() == pytest.approx(want, abs=FLOAT32)
         tokens = sum(int(torch.count_nonzero(x["attention_mask"][:, -x["position_ids"].shape[1]:])) for x in calls)
         if previous is None:  # the first call: each prompt once, then each row's partial solution and tag
@@ -162,7 +162,7 @@ def test_kept_rows_handle_empty_prompts_repeats_and_rows_the_last_call_did_not_r
              ([[], [5], [9, 9]], [[6, 7, 1], [8], [2]]),  # a row read before, fed again: its last token only
              ([[5], [5]], [[8, 1, 1], [4]])]  # one row extends a kept one, one only the prompt, not kept now
     for heads, tails in calls:
-        want = [by_hand(model, h + t, 0, "sigmoid", True) for h, t in zip(heads, tails)]
+        want = [by_hand(model, h + t, 0, "sigmoid", True) for h, t in zip(heads, tails, strict=True)]
         assert scorer(heads, tails).tolist() == pytest.approx(want, abs=FLOAT32)
         assert plain(heads, tails).tolist() == pytest.approx(want, abs=FLOAT32)
     assert scorer([], []).shape == (0,)
@@ -198,13 +198,13 @@ def test_kept_rows_stay_within_keep_bytes_and_rows_past_it_are_read_whole():
             got = scorer(heads, tails)
             counts.append(sum(int(torch.count_nonzero(x["attention_mask"][:, -x["position_ids"].shape[1]:]))
                               for x in fed))
-            want = [by_hand(model, h + t, 0, "sigmoid", True) for h, t in zip(heads, tails)]
+            want = [by_hand(model, h + t, 0, "sigmoid", True) for h, t in zip(heads, tails, strict=True)]
             assert got.tolist() == pytest.approx(want, abs=FLOAT32)
             assert scorer.kept.bytes <= budget and (scorer.kept.bytes > 0) == some
-        whole = [sum(len(h) + len(t) for h, t in zip(heads, tails))
+        whole = [sum(len(h) + len(t) for h, t in zip(heads, tails, strict=True))
                  for heads, tails in random_rounds(np.random.default_rng(2), prompts, 3, 3)]
         if some:  # some rows' extensions fed only their new tokens
-            assert any(c < w for c, w in zip(counts[1:], whole[1:]))
+            assert any(c < w for c, w in zip(counts[1:], whole[1:], strict=True))
         else:  # nothing kept: every row read whole, no prompt read apart
             assert counts == whole
     with pytest.raises(ValueError, match="keep_bytes"):

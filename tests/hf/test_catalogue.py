@@ -188,7 +188,7 @@ def test_generate_with_strings_and_the_models_tokenizer():
     items = ['{"a":1}', '{"a":2}', '{"b":"xb"}', '"x":"a"', '{"a":12}', '{"a":1}']
     out = hf.generate(model, ['{"a', '"x'], tokenizer=tok, num_beams=8, num_return_sequences=5, max_new_tokens=16,
                       catalogue=items)
-    for texts, hyps in zip(out.texts, out.hypotheses):
+    for texts, hyps in zip(out.texts, out.hypotheses, strict=True):
         assert sorted(texts) == sorted(set(items)) and all(h.finished for h in hyps)
 
 

@@ -126,7 +126,7 @@ def test_nothing_pruned_the_drop_in_equals_brute_force_with_the_lm(seed, tmp_pat
     ranked = lm_objective(lp, text, alpha, beta)
     acoustic = dict(brute_force(lp, 0))
     assert len(out.text[0]) == min(3, len(ranked))
-    for text_i, logit, total in zip(out.text[0], out.logit_score[0], out.lm_score[0]):
+    for text_i, logit, total in zip(out.text[0], out.logit_score[0], out.lm_score[0], strict=True):
         tied = [lab for lab, s in ranked if abs(s - total) < 1e-9]
         assert tied and text_i in {" ".join(words_of(lab)) for lab in tied}
         assert any(np.isclose(acoustic[lab], logit) for lab in tied)

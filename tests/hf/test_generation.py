@@ -16,9 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
-from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
+from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from beamsearch import beam_search_batch  # noqa: E402
 from beamsearch.hf import causal_lm, generate, seq2seq_lm  # noqa: E402
 from tests.hf.test_generation_models import EOS, PAD, PROMPTS, build, theirs  # noqa: E402
@@ -69,7 +69,7 @@ def test_forced_eos_equals_generate(name, seed):
     _, plain = greedy_pair(model)
     expected, got = greedy_pair(model, forced_eos_token_id=7)
     assert got == expected
-    assert any(len(tokens) == NEW and tokens[-1] == 7 and tokens[-1] != old[-1] for tokens, old in zip(got, plain))
+    assert any(len(tokens) == NEW and tokens[-1] == 7 and tokens[-1] != old[-1] for tokens, old in zip(got, plain, strict=True))
 
 
 def test_forced_bos_equals_generate_on_an_encoder_decoder():
@@ -109,7 +109,7 @@ def test_beam_search_with_processors_scores_each_hypothesis_under_the_processed_
     bad = [[13], [41, 22]]
     got = generate(model, PROMPTS, num_beams=4, num_return_sequences=3, max_new_tokens=8, repetition_penalty=1.7,
                    bad_words_ids=bad, no_repeat_ngram_size=2, length_penalty=2.0)
-    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+    for prompt, hyps in zip(PROMPTS, got.hypotheses, strict=True):
         assert len(hyps) == 3
         for h in hyps:
             full = prompt + h.tokens
@@ -141,7 +141,7 @@ def test_min_new_tokens_and_max_length_per_input():
     model = build("gpt2", 15, eos_bias=4.0)
     got = generate(model, PROMPTS, num_beams=3, num_return_sequences=3, max_length=12, min_new_tokens=3)
     assert got.settings["max_steps"] == [12 - len(p) for p in PROMPTS]  # max_length counts each prompt
-    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+    for prompt, hyps in zip(PROMPTS, got.hypotheses, strict=True):
         for h in hyps:
             assert len(h.tokens) <= 12 - len(prompt)
             assert not h.finished or len(h.tokens) > 3
@@ -193,7 +193,7 @@ def test_text_in_and_text_out_through_the_tokenizer():
                       max_new_tokens=6)
     assert [[h.tokens for h in hyps] for hyps in got.hypotheses] == \
         [[h.tokens for h in hyps] for hyps in by_ids.hypotheses]
-    for hyps, strings in zip(got.hypotheses, got.texts):
+    for hyps, strings in zip(got.hypotheses, got.texts, strict=True):
         # hand-decoded: every non-special token is "w<id>", joined by spaces; eos ids are skipped
         assert strings == [" ".join(f"w{t}" for t in h.tokens if t not in EOS) for h in hyps]
 
@@ -206,7 +206,7 @@ def test_stop_strings_are_the_tokenizers_token_sequences():
     word = next(h[0].tokens[2] for h in plain.hypotheses if len(h[0].tokens) > 2 and h[0].tokens[2] not in EOS)
     got = generate(model, PROMPTS, tokenizer=tok, num_beams=1, max_new_tokens=NEW, stop_strings=[f"w{word}"])
     assert got.settings["stop_sequences"] == [[word]]
-    for before, after in zip(plain.hypotheses, got.hypotheses):
+    for before, after in zip(plain.hypotheses, got.hypotheses, strict=True):
         tokens = before[0].tokens
         if word in tokens:  # cut right after the stop word, and finished
             assert after[0].tokens == tokens[:tokens.index(word) + 1] and after[0].finished
@@ -458,7 +458,7 @@ def test_every_registered_mode_runs_from_one_keyword_with_its_own_options():
     exact = generate(model, PROMPTS, mode="exact", node_budget=5000, num_return_sequences=2, max_new_tokens=6)
     assert_same_hypotheses(exact.hypotheses, direct(model, exact_search, n_best=2, node_budget=5000), tol=FLOAT32)
     beam = generate(model, PROMPTS, num_beams=2, max_new_tokens=6)
-    for e, b in zip(exact.hypotheses, beam.hypotheses):
+    for e, b in zip(exact.hypotheses, beam.hypotheses, strict=True):
         assert e[0].score >= b[0].score - 1e-5
 
 

@@ -111,7 +111,7 @@ def rescore(model, prompt, tokens):
             logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0]
             rows = range(len(prompt) - 1, len(prompt) - 1 + len(tokens))
         logp = torch.log_softmax(logits.float(), dim=-1)
-        return sum(logp[r, t].item() for r, t in zip(rows, tokens))
+        return sum(logp[r, t].item() for r, t in zip(rows, tokens, strict=True))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -127,7 +127,7 @@ def test_greedy_equals_generate_with_two_eos_ids(name):
     expected, _ = theirs(model, PROMPTS, num_beams=1, max_new_tokens=10)
     got = generate(model, PROMPTS, num_beams=1, max_new_tokens=10)
     assert [hyps[0].tokens for hyps in got.hypotheses] == expected
-    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+    for prompt, hyps in zip(PROMPTS, got.hypotheses, strict=True):
         h = hyps[0]
         assert h.finished == (h.tokens[-1] in EOS)
         assert h.score == h.logprob  # greedy: no length penalty
@@ -161,7 +161,7 @@ def test_with_eos_and_no_processors_our_best_finished_is_at_least_generates(name
     rows, _ = theirs(model, PROMPTS, num_beams=beams, num_return_sequences=beams, max_new_tokens=new,
                      length_penalty=1.0, early_stopping="never")
     compared = 0
-    for i, (prompt, hyps) in enumerate(zip(PROMPTS, got.hypotheses)):
+    for i, (prompt, hyps) in enumerate(zip(PROMPTS, got.hypotheses, strict=True)):
         for h in hyps:
             assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
             assert h.score == pytest.approx(h.logprob / len(h.tokens), abs=1e-12)
@@ -215,7 +215,7 @@ def test_the_transformers_rule_gives_generates_sequences_and_scores(name, settin
 def test_an_input_decodes_the_same_alone_and_in_a_batch(name):
     model = build(name, 4, eos_bias=2.0)
     batch = generate(model, PROMPTS, num_beams=3, num_return_sequences=2, max_new_tokens=6)
-    for prompt, hyps in zip(PROMPTS, batch.hypotheses):
+    for prompt, hyps in zip(PROMPTS, batch.hypotheses, strict=True):
         (alone,) = generate(model, [prompt], num_beams=3, num_return_sequences=2, max_new_tokens=6).hypotheses
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert [h.finished for h in hyps] == [h.finished for h in alone]
@@ -264,17 +264,19 @@ def ready_mask_against_own_mask(model, monkeypatch, *, ready: bool, eos=EOS) -> 
 
     prepare = seq2seq_lm if model.config.is_encoder_decoder else causal_lm
     seen = []
-    real = hf.states.mask_ready
+    real = hf.positions.mask_ready
 
     def spy(*args):
         seen.append(real(*args))
         return seen[-1]
 
     monkeypatch.setattr(hf.adapters, "mask_ready", spy)
+    monkeypatch.setattr(hf.seq2seq, "mask_ready", spy)
     runs = []
     for own_mask in (False, True):
         if own_mask:
             monkeypatch.setattr(hf.adapters, "mask_ready", lambda *args: False)
+            monkeypatch.setattr(hf.seq2seq, "mask_ready", lambda *args: False)
         dec = prepare(model, PROMPTS, eos_token_id=eos)
         runs.append(beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id,
                                       max_steps=7, beam_size=3, n_best=3, length_penalty="power", alpha=1.0,
@@ -282,9 +284,9 @@ def ready_mask_against_own_mask(model, monkeypatch, *, ready: bool, eos=EOS) -> 
     assert seen == [ready]
     ours, theirs_ = runs
     assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in theirs_]
-    for a, b in zip(ours, theirs_):
+    for a, b in zip(ours, theirs_, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert list(x.token_logprobs) == pytest.approx(list(y.token_logprobs), abs=1e-5)
 
 
@@ -301,11 +303,11 @@ def test_a_model_with_eager_attention_builds_its_own_mask():
     model = build("gpt2")
     model.set_attn_implementation("eager")
     dec = causal_lm(model, PROMPTS)
-    assert not hf.states.mask_ready(model, dec.init_state.cache)
+    assert not hf.positions.mask_ready(model, dec.init_state.cache)
     cpu = build("gpt2")
     cache = causal_lm(cpu, PROMPTS).init_state.cache
-    assert hf.states.mask_ready(cpu, cache)
-    assert not hf.states.mask_ready(cpu.to("meta"), cache)  # off the CPU: the model's own mask (see mask_ready)
+    assert hf.positions.mask_ready(cpu, cache)
+    assert not hf.positions.mask_ready(cpu.to("meta"), cache)  # off the CPU: the model's own mask (see mask_ready)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -325,7 +327,7 @@ def test_numpy_logits_give_the_same_search_as_torch_logits(name):
                                          max_steps=6, beam_size=3, n_best=3, length_penalty="power", alpha=1.0))
     torch_run, numpy_run = results
     assert [[h.tokens for h in hyps] for hyps in torch_run] == [[h.tokens for h in hyps] for hyps in numpy_run]
-    for a, b in zip(torch_run, numpy_run):
+    for a, b in zip(torch_run, numpy_run, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-6)
 
 
@@ -424,7 +426,7 @@ def test_the_adapters_cache_layers_equal_a_plain_gather(name, layout):
         torch.testing.assert_close(la, lb)
         a, b = select_state(a, order), select_state(b, order)
         y = torch.randint(4, VOCAB, (len(order),), generator=gen)
-        for x, z in zip(a.cache.layers, b.cache.layers):  # a waiting reorder read without applying it,
+        for x, z in zip(a.cache.layers, b.cache.layers, strict=True):  # a waiting reorder read without applying it,
             pending = getattr(x, "pending", None)  # so the next write takes the fused path
             keys, values = (x.keys, x.values) if pending is None else (x.keys[pending], x.values[pending])
             torch.testing.assert_close(keys, z.keys)
@@ -467,7 +469,7 @@ def test_exact_search_on_a_transformers_model_equals_brute_force(name, rows, lay
     got = exact_search(dec.step, dec.init_state, dec.prompts, eos_token_id=EOS, max_steps=2, n_best=3,
                        batch_rows=rows, seed_beam=1, alpha=0.6)
     assert got.proven.all()
-    for prompt, hyps in zip(prompts, got):
+    for prompt, hyps in zip(prompts, got, strict=True):
         want = _brute_force_two_steps(model, prompt, set(EOS), 0.6)[:3]
         assert [tuple(h.tokens) for h in hyps] == [w[0] for w in want]
         assert [h.finished for h in hyps] == [w[2] for w in want]

@@ -54,7 +54,7 @@ def test_generate_with_a_grammar_gives_accepted_texts_and_the_library_search(set
     got = generate(model, prompts, tokenizer=tok, num_beams=4, num_return_sequences=3, max_new_tokens=16,
                    length_penalty=0.0, **{kind: source})
     accepts = valid(kind)
-    for hyps, texts in zip(got.hypotheses, got.texts):
+    for hyps, texts in zip(got.hypotheses, got.texts, strict=True):
         assert hyps and all(h.finished for h in hyps)
         assert all(accepts(t) for t in texts)
     grammar = Grammar({"json_schema": "json_schema", "regex": "regex", "grammar": "lark"}[kind], source, tok)
@@ -62,7 +62,7 @@ def test_generate_with_a_grammar_gives_accepted_texts_and_the_library_search(set
     dec = causal_lm(model, rows, eos_token_id=tok.eos_token_id, max_new_tokens=16)
     want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, max_steps=16,
                              beam_size=4, n_best=3, alpha=0.0, length_penalty="power", logits_processors=[grammar])
-    for hyps, ref in zip(got.hypotheses, want):
+    for hyps, ref in zip(got.hypotheses, want, strict=True):
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert [h.logprob for h in hyps] == pytest.approx([h.logprob for h in ref], abs=1e-4)
 

@@ -16,10 +16,18 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
-from transformers import (LogitsProcessor, LogitsProcessorList, MaxLengthCriteria,  # noqa: E402
-                          MaxTimeCriteria, MinLengthLogitsProcessor, PrefixConstrainedLogitsProcessor,
-                          RepetitionPenaltyLogitsProcessor, StoppingCriteria, StoppingCriteriaList,
-                          TextIteratorStreamer)
+from transformers import (  # noqa: E402
+    LogitsProcessor,
+    LogitsProcessorList,
+    MaxLengthCriteria,
+    MaxTimeCriteria,
+    MinLengthLogitsProcessor,
+    PrefixConstrainedLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TextIteratorStreamer,
+)
 
 from beamsearch.hf import generate  # noqa: E402
 from tests.hf.test_generation import tokenizer  # noqa: E402

@@ -31,7 +31,7 @@ NEW = 5
 PLACEHOLDERS = [IMAGE, VIDEO, VSTART, VEND]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo(name: str):
     """The model, its two inputs alone and their batch (the inputs drawn once per model)."""
     model, case = build(name)
@@ -108,7 +108,7 @@ def test_every_hypothesis_logprob_is_its_teacher_forced_rescoring(name):
                    suppress_tokens=PLACEHOLDERS)  # a placeholder in the text would ask the rescoring for an image
     if not case.causal:  # each input as it sits in the batch (padded features and their mask)
         items = [{k: v[i: i + 1] for k, v in batch.items()} for i in range(2)]
-    for item, hyps in zip(items, got.hypotheses):
+    for item, hyps in zip(items, got.hypotheses, strict=True):
         assert len(hyps) == 3
         for h in hyps:
             assert h.logprob == pytest.approx(rescored(model, case, item, list(h.tokens)), abs=1e-4)
@@ -300,7 +300,7 @@ def test_every_mode_s_outputs_on_a_vlm_and_a_speech_model_are_their_rescoring(na
     assert len(got.hypotheses) == 2 and all(got.hypotheses)
     if not case.causal:  # each input as it sits in the batch
         items = [{k: v[i: i + 1] for k, v in batch.items()} for i in range(2)]
-    for item, hyps in zip(items, got.hypotheses):
+    for item, hyps in zip(items, got.hypotheses, strict=True):
         for h in hyps:
             want = rescored(model, case, item, list(h.tokens), renormalized=mode != "transformers")
             assert h.logprob == pytest.approx(want, abs=1e-4)
@@ -338,7 +338,7 @@ def test_a_grammar_holds_the_outputs_of_an_image_prompt():
     pixels = torch.randn(2, 3, 16, 16)
     got = generate(model, input_ids=ids, pixel_values=pixels, tokenizer=tok, regex=pattern, num_beams=3,
                    num_return_sequences=2, max_new_tokens=16)
-    for hyps, texts in zip(got.hypotheses, got.texts):
+    for hyps, texts in zip(got.hypotheses, got.texts, strict=True):
         assert hyps and all(h.finished for h in hyps)
         assert all(re.fullmatch(pattern, t) for t in texts), texts
 

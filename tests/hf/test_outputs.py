@@ -33,7 +33,7 @@ def same_rows(ours, theirs, width, tol):
     step by step; at step 1 generate holds each input's row num_beams times (we: once, row 0)."""
     assert len(theirs) >= len(ours) >= 1
     compared = 0
-    for t, (o, g) in enumerate(zip(ours, theirs)):
+    for t, (o, g) in enumerate(zip(ours, theirs, strict=True)):
         assert o.shape == g.shape
         have = torch.isfinite(o).any(dim=1)
         if t == 0:
@@ -84,7 +84,7 @@ def test_sequences_without_output_flags_and_from_lists():
     assert ours.scores is None and ours.logits is None and ours.beam_indices is None
     torch.testing.assert_close(ours.sequences_scores, out.sequences_scores, atol=1e-5, rtol=0)
     plain = generate(model, PROMPTS, **BEAM)  # the library's rule: sequences are its hypotheses
-    for row, h in zip(plain.sequences.tolist(), [h for hyps in plain.hypotheses for h in hyps]):
+    for row, h in zip(plain.sequences.tolist(), [h for hyps in plain.hypotheses for h in hyps], strict=True):
         new = row[ids.shape[1]:]
         # generate's beam search fills with ``pad or eos[0]``: the pad id 0 counts as unset there
         assert new[:len(h.tokens)] == h.tokens and set(new[len(h.tokens):]) <= {EOS[0]}

@@ -238,7 +238,7 @@ def test_greedy_equals_generate(name):
     expected, _ = theirs(model, PROMPTS, num_beams=1, max_new_tokens=8)
     got = generate(model, PROMPTS, num_beams=1, max_new_tokens=8)
     assert [hyps[0].tokens for hyps in got.hypotheses] == expected
-    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+    for prompt, hyps in zip(PROMPTS, got.hypotheses, strict=True):
         assert hyps[0].logprob == pytest.approx(rescore(model, prompt, hyps[0].tokens), abs=1e-4)
 
 
@@ -262,7 +262,7 @@ def test_every_hypothesis_scores_its_rescoring_and_decodes_alike_alone(name):
     and each input decodes the same alone as in the batch (tokens; scores to rounding)."""
     model = build(name, eos_bias=2.0)
     batch = generate(model, PROMPTS, num_beams=3, num_return_sequences=3, max_new_tokens=6)
-    for prompt, hyps in zip(PROMPTS, batch.hypotheses):
+    for prompt, hyps in zip(PROMPTS, batch.hypotheses, strict=True):
         for h in hyps:
             assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
     (alone,) = generate(model, [PROMPTS[1]], num_beams=3, num_return_sequences=3, max_new_tokens=6).hypotheses
@@ -296,7 +296,7 @@ def test_refill_joins_mid_search_and_equals_the_inputs_decoded_together(name):
     each input's hypotheses are those it gets when every input starts at once (no join; each
     input's batch result equals its result alone: the test above)."""
     model = build(name, eos_bias=-20.0)  # eos unlikely: inputs run to their max_steps, so they join mid-search
-    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31]], [2, 5, 3, 3])]
+    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31]], [2, 5, 3, 3], strict=True)]
     got, stats = refilled(model, items, 4, 5)
     assert stats.mixed_calls > 0  # inputs did join a search in flight
     want, stats = refilled(model, items, 8, 5)

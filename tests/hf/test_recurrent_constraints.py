@@ -21,10 +21,10 @@ jsonschema = pytest.importorskip("jsonschema")
 from beamsearch import beam_search_batch, exact_search  # noqa: E402
 from beamsearch.hf import causal_lm, generate  # noqa: E402
 from beamsearch.processors import Catalogue, Grammar  # noqa: E402
-from tests.processors.test_grammar_tokenizers import SCHEMA, bpe  # noqa: E402
 from tests.hf.test_recurrent import EOS, PROMPTS, V, build  # noqa: E402
 from tests.hf.test_recurrent_features import KINDS, TWO, hypotheses, same  # noqa: E402
 from tests.hf.test_reward import Recompute  # noqa: E402
+from tests.processors.test_grammar_tokenizers import SCHEMA, bpe  # noqa: E402
 
 # the models' 50 ids as text: 0 pad, 1 bos, 2 unused, 3 eos (no text), then JSON pieces, then filler
 PIECES = ['{', '}', '"', ':', ',', '1', '2', 'a', 'b', 'x', '{"a":', '"b":"', 'xb', '"}', ',"b":"x', '":']
@@ -127,7 +127,7 @@ def test_generate_with_a_json_schema_on_a_state_space_model():
     prompts = ['{"a":1}', '{"b"']
     got = generate(model, prompts, tokenizer=tok, num_beams=3, num_return_sequences=2, max_new_tokens=12,
                    length_penalty=0.0, json_schema=SCHEMA)
-    for hyps, texts in zip(got.hypotheses, got.texts):
+    for hyps, texts in zip(got.hypotheses, got.texts, strict=True):
         assert hyps and all(h.finished for h in hyps)
         assert all(jsonschema.Draft202012Validator(SCHEMA).is_valid(json.loads(t)) for t in texts)
     rows = [tok(p)["input_ids"] for p in prompts]

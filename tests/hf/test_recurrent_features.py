@@ -16,8 +16,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 pytest.importorskip("tokenizers")
 
-from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam_search, step_search,  # noqa: E402
-                        stochastic_beam_search)
+from beamsearch import (  # noqa: E402
+    beam_search_batch,
+    constrained_beam_search,
+    diverse_beam_search,
+    step_search,
+    stochastic_beam_search,
+)
 from beamsearch.cli import main  # noqa: E402
 from beamsearch.hf import causal_lm, generate  # noqa: E402
 from tests.corpus.test_hf_folder import LINES, SPECIAL, WORDS, alone, save_tokenizer  # noqa: E402

@@ -12,9 +12,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from transformers import LlamaConfig  # noqa: E402
-from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,  # noqa: E402
-                                      LinearAttentionAndFullAttentionLayer, LinearAttentionLayer, StaticCache,
-                                      StaticLayer)
+from transformers.cache_utils import (  # noqa: E402
+    DummyLayer,
+    DynamicCache,
+    DynamicIndexedLayer,
+    DynamicLayer,
+    LinearAttentionAndFullAttentionLayer,
+    LinearAttentionLayer,
+    StaticCache,
+    StaticLayer,
+)
 
 from beamsearch.core.state import concat_state, select_state, take_state  # noqa: E402
 from beamsearch.hf.caches import reorder_in_place  # noqa: E402
@@ -253,8 +260,8 @@ def test_a_carried_state_is_reordered_and_joined_with_its_cache():
     before = [[t.clone() for t in c.carried] for c in caches]
     idx = torch.tensor([1, 1, 0])
     new = select_state(caches[0], idx)
-    assert all(torch.equal(t, b[idx]) for t, b in zip(new.carried, before[0]))
-    assert all(torch.equal(t, b) for t, b in zip(caches[0].carried, before[0]))
+    assert all(torch.equal(t, b[idx]) for t, b in zip(new.carried, before[0], strict=True))
+    assert all(torch.equal(t, b) for t, b in zip(caches[0].carried, before[0], strict=True))
     joined = concat_state([state(caches[0], 2, 4), state(caches[1], 3, 6)])
-    assert all(torch.equal(t, torch.cat([a, b])) for t, a, b in zip(joined.cache.carried, *before))
+    assert all(torch.equal(t, torch.cat([a, b])) for t, a, b in zip(joined.cache.carried, *before, strict=True))
     assert joined.cache.tokens == 6 and joined.cache.get_seq_length() == 6

@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
+from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from beamsearch import step_search  # noqa: E402
 from beamsearch.hf import RewardScorer, causal_lm  # noqa: E402
-from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from models import object_rows  # noqa: E402
 
 VOCAB, EOS, PAD, DELIM = 61, 3, 0, 7
@@ -52,7 +52,7 @@ class Recompute:
 
     @torch.no_grad()
     def step(self, state, y_prev):
-        prefixes = [p + (int(t),) for p, t in zip(state, y_prev)]
+        prefixes = [p + (int(t),) for p, t in zip(state, y_prev, strict=True)]
         logits = torch.stack([self.model(torch.tensor([list(p)])).logits[0, -1] for p in prefixes])
         return logits, object_rows(prefixes)
 
@@ -112,7 +112,7 @@ def test_reward_scorer_reads_each_row_at_its_last_token(kind, labels, kw):
     label = kw.get("label", labels - 1)
     transform = kw.get("transform", "sigmoid" if labels == 1 else "softmax")
     want = [by_hand(model, p + s + kw.get("step_tag", []), label, transform, kind == "sequence")
-            for p, s in zip(prompts, partials)]
+            for p, s in zip(prompts, partials, strict=True)]
     assert got.dtype == np.float64 and got.tolist() == pytest.approx(want, abs=FLOAT32)
 
 

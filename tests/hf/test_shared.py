@@ -13,12 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
+from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from beamsearch import beam_search_batch  # noqa: E402
 from beamsearch.core.state import concat_state, select_state  # noqa: E402
 from beamsearch.hf import causal_lm, generate  # noqa: E402
 from beamsearch.hf.shared import SharedPrompt, SharedPromptCache, shared_prompt_attention  # noqa: E402
 from beamsearch.refill import decode_stream  # noqa: E402
-from approx import FLOAT32, assert_same_hypotheses  # noqa: E402
 from tests.hf.test_generation_models import EOS, PROMPTS, build  # noqa: E402
 
 SHARED = ("gpt2", "llama", "qwen2", "qwen3")
@@ -40,7 +40,7 @@ def reference_attention(query, prompt_keys, prompt_values, prompt_mask, rows, ke
                 cols += [(keys[r, kv, c], values[r, kv, c]) for c in range(keys.shape[2]) if mask[r, 0, j, c]]
                 scores = torch.stack([query[r, h, j].double() @ key.double() * scale for key, _ in cols])
                 weights = torch.softmax(scores, 0)
-                out[r, j, h] = sum(w * value.double() for w, (_, value) in zip(weights, cols))
+                out[r, j, h] = sum(w * value.double() for w, (_, value) in zip(weights, cols, strict=True))
     return out
 
 
@@ -122,7 +122,7 @@ def test_half_precision_steps_agree_to_the_dtypes_rounding(dtype):
         first, state = dec.step(dec.init_state, torch.zeros(4, dtype=torch.int64))
         state = select_state(state, [0, 0, 1, 2, 3, 3])
         found.append((first, dec.step(state, torch.arange(6) + 5)[0]))
-    for want, got in zip(*found):
+    for want, got in zip(*found, strict=True):
         ulp = torch.finfo(dt).eps * float(want.abs().max())
         torch.testing.assert_close(got, want, atol=2 * ulp, rtol=0)
 
@@ -162,7 +162,7 @@ def streamed(model, items, share, **search):
 def test_refill_joins_equal_the_copying_caches(name):
     model = build(name, eos_bias=-30.0)
     prompts = PROMPTS + [[30, 31], [7, 7, 7, 7], [12]]
-    items = [{"prompt": p, "max_steps": s} for p, s in zip(prompts, [6, 4, 8, 5, 7, 3, 6])]
+    items = [{"prompt": p, "max_steps": s} for p, s in zip(prompts, [6, 4, 8, 5, 7, 3, 6], strict=True)]
     want, _ = streamed(model, items, False, beam_size=2, n_best=2, max_steps=8)
     got, stats = streamed(model, items, True, beam_size=2, n_best=2, max_steps=8)
     assert stats.mixed_calls > 0 and stats.cohorts > 2  # inputs did join searches in flight

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
 from beamsearch import beam_search_batch  # noqa: E402
-from beamsearch.refill import decode_stream  # noqa: E402
 from beamsearch.core.state import concat_state, select_state  # noqa: E402
 from beamsearch.hf import causal_lm  # noqa: E402
+from beamsearch.refill import decode_stream  # noqa: E402
 
 VOCAB, EOS, PAD, BOS = 41, 3, 0, 1
 PROMPTS = [[5, 17, 33, 8, 11], [9], [20, 2, 37], [11, 12, 13, 14, 15, 16, 17], [30, 31], [7, 7, 7, 7]]
@@ -55,17 +55,17 @@ def streamed(model, items, *, max_rows, allocate, **search):
 @pytest.mark.parametrize("allocate", [8, 2])  # 2: the mask grows past its allocated columns mid-search
 def test_refill_equals_each_prompt_alone(model, allocate, layout):
     steps = [6, 4, 8, 5, 7, 3]
-    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS, steps)]
+    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS, steps, strict=True)]
     got, stats = streamed(model, items, max_rows=5, allocate=allocate, beam_size=2, n_best=2, max_steps=8)
     assert stats.mixed_calls > 0 and stats.cohorts > 2  # inputs did join a search in flight
-    for i, (prompt, s) in enumerate(zip(PROMPTS, steps)):
+    for i, (prompt, s) in enumerate(zip(PROMPTS, steps, strict=True)):
         want = alone(model, prompt, s, beam_size=2, n_best=2)
         have = got[i].hypotheses
         assert got[i].error is None
         assert [h.tokens for h in have] == [h.tokens for h in want], i
         assert [h.finished for h in have] == [h.finished for h in want], i
         # the joined call pads the cache with masked columns: float sums differ in the last bits only
-        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want))
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want, strict=True))
 
 
 def test_joined_state_steps_like_each_state_alone(model):
@@ -160,19 +160,18 @@ def test_encoder_decoder_refill_equals_each_source_alone(name):
     positions): sources of different lengths join a search in flight (encoder side right-padded,
     decoder cache left-padded, positions per row, cross-attention recomputed for every row at the
     join), and each source's hypotheses are those of the source decoded alone."""
+    from beamsearch.hf import joinable, seq2seq_lm
     from tests.hf.test_generation_models import EOS as TWO_EOS
     from tests.hf.test_generation_models import START, build
-
-    from beamsearch.hf import joinable, seq2seq_lm
 
     model = build(name, 8, eos_bias=1.5)
     assert joinable(model)
     steps = [6, 4, 9, 5, 7, 3, 8]
-    items = [{"prompt": [START], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps)]
+    items = [{"prompt": [START], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps, strict=True)]
     got, stats = seq2seq_streamed(model, items, max_rows=5, eos=TWO_EOS, beam_size=2, n_best=2, max_steps=9,
                                   no_repeat_ngram_size=2)
     assert stats.mixed_calls > 0 and stats.cohorts > 2
-    for i, (src, s) in enumerate(zip(SOURCES, steps)):
+    for i, (src, s) in enumerate(zip(SOURCES, steps, strict=True)):
         dec = seq2seq_lm(model, [src], eos_token_id=TWO_EOS, max_new_tokens=s)
         want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=TWO_EOS, max_steps=s,
                                  beam_size=2, n_best=2, no_repeat_ngram_size=2)[0]
@@ -181,15 +180,14 @@ def test_encoder_decoder_refill_equals_each_source_alone(name):
         assert [h.tokens for h in have] == [h.tokens for h in want], i
         assert [h.finished for h in have] == [h.finished for h in want], i
         # padded attention sums differ from the unpadded ones in the last bits only
-        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want))
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want, strict=True))
 
 
 def test_joined_encoder_decoder_states_step_like_each_state_alone():
     """Two BART states at different steps (one has fed 3 decoder tokens, the other none), joined:
     the joined call's logits are each state's own next logits, row for row."""
-    from tests.hf.test_generation_models import START, build
-
     from beamsearch.hf import seq2seq_lm
+    from tests.hf.test_generation_models import START, build
 
     model = build("bart", 9)
     a = seq2seq_lm(model, [[5, 6, 7, 8, 9, 10], [11, 12]], eos_token_id=3)
@@ -209,12 +207,11 @@ def test_joined_encoder_decoder_states_step_like_each_state_alone():
 
 
 def test_a_model_whose_positions_cannot_be_given_per_row_refuses_a_joined_state(monkeypatch):
+    from beamsearch import hf
     from tests.hf.test_generation_models import START, build
 
-    from beamsearch import hf
-
     model = build("bart", 9)
-    monkeypatch.setattr(hf.adapters, "joinable", lambda model: False)  # read once, when the adapter is made
+    monkeypatch.setattr(hf.seq2seq, "joinable", lambda model: False)  # read once, when the adapter is made
     a = hf.seq2seq_lm(model, [[5, 6, 7]], eos_token_id=3)
     _, sa = a.step(a.init_state, torch.tensor([START]))
     joined = concat_state([sa, a.init_state])
@@ -257,15 +254,15 @@ def test_more_position_tables_refill_equal_each_source_alone(name):
     model = _tiny(name)
     assert joinable(model)
     steps = [6, 4, 9, 5, 7, 3, 8]
-    items = [{"prompt": [2], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps)]
+    items = [{"prompt": [2], "source": src, "max_steps": s} for src, s in zip(SOURCES, steps, strict=True)]
     got, stats = seq2seq_streamed(model, items, max_rows=5, eos=3, beam_size=2, n_best=2, max_steps=9)
     assert stats.mixed_calls > 0
-    for i, (src, s) in enumerate(zip(SOURCES, steps)):
+    for i, (src, s) in enumerate(zip(SOURCES, steps, strict=True)):
         dec = seq2seq_lm(model, [src], eos_token_id=3, max_new_tokens=s)
         want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=s,
                                  beam_size=2, n_best=2)[0]
         assert [(h.tokens, h.finished) for h in got[i].hypotheses] == [(h.tokens, h.finished) for h in want], i
-        assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(got[i].hypotheses, want))
+        assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(got[i].hypotheses, want, strict=True))
 
 
 @pytest.mark.parametrize("name", ["mbart", "pegasus", "m2m100", "fsmt"])
@@ -294,6 +291,6 @@ def test_decoders_of_unknown_positions_are_not_joined_and_exact_search_still_wor
     want = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=3, max_steps=2, beam_size=61,
                              n_best=2)
     assert got.proven.all()
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert [(h.tokens, h.finished) for h in g] == [(h.tokens, h.finished) for h in w]
         assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)

@@ -25,7 +25,7 @@ MODELS = {
         num_key_value_heads=1, head_dim=8, lru_width=16, attention_window_size=4, conv1d_width=4,
         block_types=["recurrent", "attention"])),
 }
-ITEMS = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31], [44, 6, 7]], [2, 8, 3, 8, 6])]
+ITEMS = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31], [44, 6, 7]], [2, 8, 3, 8, 6], strict=True)]
 
 
 def windowed(name):

@@ -19,9 +19,17 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install '.[hf]'")
 
-from transformers.cache_utils import (Cache, DynamicCache, LinearAttentionAndStaticFullAttentionLayer,  # noqa: E402
-                                      LinearAttentionAndStaticSlidingWindowAttentionLayer, LinearAttentionLayer,
-                                      StaticCache, StaticIndexedLayer, StaticLayer, StaticSlidingWindowLayer)
+from transformers.cache_utils import (  # noqa: E402
+    Cache,
+    DynamicCache,
+    LinearAttentionAndStaticFullAttentionLayer,
+    LinearAttentionAndStaticSlidingWindowAttentionLayer,
+    LinearAttentionLayer,
+    StaticCache,
+    StaticIndexedLayer,
+    StaticLayer,
+    StaticSlidingWindowLayer,
+)
 
 from beamsearch import beam_search_batch, diverse_beam_search, step_search  # noqa: E402
 from beamsearch.core.state import concat_state, select_state, take_state  # noqa: E402
@@ -30,6 +38,7 @@ from beamsearch.hf.caches import reorder_in_place  # noqa: E402
 from beamsearch.hf.recurrent import joined_layer  # noqa: E402
 from tests.hf.test_recurrent import _BASE, EOS, PROMPTS, build, inkling2, refilled, rescore, theirs  # noqa: E402
 from tests.hf.test_reward import Recompute  # noqa: E402
+
 
 def model_of(name, eos_bias=0.0, window=4):
     """The model ``name`` of :mod:`test_hf_recurrent` (``build``), or Mistral with a sliding window
@@ -93,7 +102,7 @@ def test_greedy_equals_generate_on_its_static_cache(name):
     finally:
         handle.remove()
     assert [hyps[0].tokens for hyps in got.hypotheses] == expected
-    for prompt, hyps in zip(PROMPTS, got.hypotheses):
+    for prompt, hyps in zip(PROMPTS, got.hypotheses, strict=True):
         assert hyps[0].logprob == pytest.approx(rescore(model, prompt, hyps[0].tokens), abs=1e-4)
 
 
@@ -146,7 +155,7 @@ def test_every_hypothesis_scores_its_rescoring_and_decodes_alike_alone(name):
     model = model_of(name, eos_bias=2.0)
     kw = dict(num_beams=3, num_return_sequences=3, max_new_tokens=6, **STATIC)
     batch = generate(model, PROMPTS, **kw)
-    for prompt, hyps in zip(PROMPTS, batch.hypotheses):
+    for prompt, hyps in zip(PROMPTS, batch.hypotheses, strict=True):
         for h in hyps:
             assert h.logprob == pytest.approx(rescore(model, prompt, h.tokens), abs=1e-4)
     (alone,) = generate(model, [PROMPTS[1]], **kw).hypotheses  # the shortest prompt, the most padded in the batch
@@ -162,7 +171,7 @@ def test_refill_joins_static_caches_mid_search_as_a_dynamic_cache_decodes_them_t
     it when every input starts at once. A window of 4 is full when rows join; one of 16 is not
     (the joined keys fill its first places)."""
     model = model_of(name, eos_bias=-20.0, window=window)  # eos unlikely: inputs run to their max_steps
-    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31]], [2, 5, 3, 3])]
+    items = [{"prompt": p, "max_steps": s} for p, s in zip(PROMPTS + [[30, 31]], [2, 5, 3, 3], strict=True)]
     got, stats = refilled(model, items, 4, 5, **STATIC, max_cache_len=16)
     assert stats.mixed_calls > 0
     want, stats = refilled(model, items, 8, 5)

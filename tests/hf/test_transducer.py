@@ -58,7 +58,7 @@ def generated(model, x, mask):
     out = model.generate(x, attention_mask=mask, decoder_start_token_id=BLANK, max_new_tokens=400)
     lengths = transducer_functions(model, x, mask).lengths.tolist()
     rows = []
-    for seq, dur, length in zip(out.sequences.tolist(), out.durations.tolist(), lengths):
+    for seq, dur, length in zip(out.sequences.tolist(), out.durations.tolist(), lengths, strict=True):
         frames = np.cumsum(dur)
         rows.append([(s, int(frames[p - 1])) for p, s in enumerate(seq) if p > 0 and s != BLANK
                      and frames[p - 1] < length])
@@ -72,7 +72,7 @@ def test_greedy_equals_generate(kind):
         model = make(kind, seed)
         x, mask = inputs(seed)
         ours = transducer_generate(model, x, mask)
-        for want, got in zip(generated(model, x, mask), ours):
+        for want, got in zip(generated(model, x, mask), ours, strict=True):
             frames = [f for _, f in want]
             if max(np.bincount(frames).max(initial=0), 0) >= M and kind == "tdt":
                 continue  # generate's TDT greedy has no cap on labels per frame; ours stops at M
@@ -91,7 +91,7 @@ def test_beam_through_hf(kind):
     beams = transducer_generate(model, x, mask, num_beams=4, num_return_sequences=3, method="alsd",
                                 max_symbols_per_frame=M)
     greedy = transducer_generate(model, x, mask)
-    for hyps, g in zip(beams, greedy):
+    for hyps, g in zip(beams, greedy, strict=True):
         assert 1 <= len(hyps) <= 3
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         assert len({tuple(h.tokens) for h in hyps}) == len(hyps)

@@ -7,15 +7,22 @@ import math
 import numpy as np
 import pytest
 
-from beamsearch import Hypothesis, beam_search, greedy_decode
-from models import PrefixModel, brute_force, dict_table, greedy_oracle, path_logprob, random_table
-from beamsearch import beam_search_each
+from beamsearch import Hypothesis, beam_search, beam_search_each, greedy_decode
 from beamsearch.core.hypothesis import TokenLogprobHypothesis
 from beamsearch.core.trace import PRUNED
 from beamsearch.modes.beam import greedy_search
 from beamsearch.refill import decode_stream
 from beamsearch.viz import Trace
-from models import SequenceModel, processed_logprobs
+from models import (
+    PrefixModel,
+    SequenceModel,
+    brute_force,
+    dict_table,
+    greedy_oracle,
+    path_logprob,
+    processed_logprobs,
+    random_table,
+)
 
 try:
     import torch
@@ -98,7 +105,7 @@ def test_exhaustive_beam_equals_brute_force(alpha, seed):
     model = PrefixModel(table)
     out = beam_search(model.step, model.init_state(), 0, 0, beam_size=81, max_len=4, length_penalty=alpha)
     assert [tuple(h.tokens) for h in out] == [e[0] for e in expected]
-    for h, (tokens, lp, score, finished) in zip(out, expected):
+    for h, (tokens, lp, score, finished) in zip(out, expected, strict=True):
         assert h.logprob == pytest.approx(lp, abs=1e-9)
         assert h.score == pytest.approx(score, abs=1e-9)
         assert h.finished == finished
@@ -326,7 +333,7 @@ def test_greedy_search_passes_its_keywords_on():
     for i, hyps in enumerate(got):
         h, seq = hyps[0], list(PROMPTS[i])
         assert isinstance(h, TokenLogprobHypothesis)
-        for t, lp in zip(h.tokens, h.token_logprobs):  # teacher-forced rescoring, token by token
+        for t, lp in zip(h.tokens, h.token_logprobs, strict=True):  # teacher-forced rescoring, token by token
             assert lp == pytest.approx(processed_logprobs(table(tuple(seq)), seq)[t], abs=1e-9)
             seq.append(t)
     assert len(trace) > len(PROMPTS) and len(seen) == int(trace.step.max()) and pruned_per_row(trace) == 3

@@ -12,9 +12,9 @@ from beamsearch import beam_search, beam_search_batch, greedy_decode  # noqa: E4
 
 
 class DecoderState(NamedTuple):
-    h: "torch.Tensor"  # [k, H]
-    feed: "torch.Tensor"  # [k, H], the attentional vector fed back (input feeding)
-    memory: "torch.Tensor"  # [k, S, H], encoder outputs
+    h: torch.Tensor  # [k, H]
+    feed: torch.Tensor  # [k, H], the attentional vector fed back (input feeding)
+    memory: torch.Tensor  # [k, S, H], encoder outputs
 
 
 class LuongSeq2Seq(torch.nn.Module):
@@ -37,7 +37,7 @@ class LuongSeq2Seq(torch.nn.Module):
         return DecoderState(last[0], torch.zeros_like(last[0]), memory)
 
     @torch.no_grad()
-    def step(self, state: DecoderState, y_prev: "torch.Tensor"):
+    def step(self, state: DecoderState, y_prev: torch.Tensor):
         h = self.cell(torch.cat([self.emb(y_prev), state.feed], dim=1), state.h)  # [k, H]
         weights = torch.softmax(torch.einsum("ksh,kh->ks", state.memory, self.attn(h)), dim=1)
         context = torch.einsum("ks,ksh->kh", weights, state.memory)
@@ -76,7 +76,7 @@ def test_batched_seq2seq_equals_each_source_alone():
     kw = dict(eos_token_id=1, max_steps=8, beam_size=3, n_best=2, alpha=0.6, bos_token_id=0)
     prompts = [[]] * len(SOURCES)
     together = beam_search_batch(model.step, model.init_state(SOURCES), prompts, **kw)
-    for source, hyps in zip(SOURCES, together):
+    for source, hyps in zip(SOURCES, together, strict=True):
         alone = beam_search_batch(model.step, model.init_state([source]), [[]], **kw)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in hyps]
         assert [h.logprob for h in alone] == pytest.approx([h.logprob for h in hyps], abs=1e-6)

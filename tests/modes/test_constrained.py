@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from beamsearch import TokenLogprobHypothesis, beam_search_batch
-from beamsearch.modes.constrained import AnyOf, constrained_beam_search
-from models import SequenceModel, gnmt, processed_logprobs, random_table
 from beamsearch.core.trace import PRUNED, SearchTree
-from models import reference_batch
+from beamsearch.modes.constrained import AnyOf, constrained_beam_search
+from models import SequenceModel, gnmt, processed_logprobs, random_table, reference_batch
 
 try:
     import torch
@@ -103,7 +102,7 @@ def assert_best(found, expected, n):
     fill up after them."""
     finished = [h for h in found if h.finished]
     assert found[:len(finished)] == finished and len(finished) == min(n, len(expected))
-    for h, (tokens, logprob, sc) in zip(finished, expected):
+    for h, (tokens, logprob, sc) in zip(finished, expected, strict=True):
         assert h.score == pytest.approx(sc, abs=1e-9)
         ties = [o for o in expected if abs(o[2] - sc) < 1e-9]
         if len(ties) == 1:
@@ -145,7 +144,7 @@ def test_exhaustive_beam_is_best_satisfying_output(backend, seed, ordered):
     prompts = [[0], [1, 2]]
     kw = dict(eos_token_id=eos, max_steps=max_steps, beam_size=vocab ** max_steps, n_best=3, ordered=ordered)
     expected = [best_satisfying(enumerate_finished(table, p, vocab, eos=eos, max_steps=max_steps), c, ordered)
-                for p, c in zip(prompts, cons)]
+                for p, c in zip(prompts, cons, strict=True)]
     if not all(expected):  # nothing satisfies within max_steps: refused before any model call
         model = SequenceModel(table, backend=backend)
         with pytest.raises(ValueError, match=r"constraints\[\d\] cannot be met within max_steps"):
@@ -153,7 +152,7 @@ def test_exhaustive_beam_is_best_satisfying_output(backend, seed, ordered):
         assert model.calls == []
         return
     out, _ = search(table, prompts, cons, backend, **kw)
-    for found, exp in zip(out, expected):
+    for found, exp in zip(out, expected, strict=True):
         assert_best(found, exp, 3)
 
 
@@ -214,7 +213,7 @@ def test_a_broken_phrase_falls_back_to_its_longest_restart():
 # ---- small beams: what is guaranteed ---------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _small_beam_outputs(seed, prompt, min_new_tokens):
     """The enumeration for the test below, once per model, prompt and min_new_tokens."""
     table = random_table(5, seed, eos=4, eos_shift=2.0)
@@ -238,7 +237,7 @@ def test_small_beam_returns_a_satisfying_output_whenever_one_exists(backend, bea
         prompts = [[0], [1], [2, 3]]
         cons = [random_constraints(rng, vocab, eos, 3) for _ in prompts]
         every = [_small_beam_outputs(100 + seed, tuple(p), min_new_tokens) for p in prompts]
-        exists = [bool(best_satisfying(o, c, ordered)) for o, c in zip(every, cons)]
+        exists = [bool(best_satisfying(o, c, ordered)) for o, c in zip(every, cons, strict=True)]
         if not all(exists) and min_new_tokens == 0:
             with pytest.raises(ValueError, match="cannot be met"):
                 search(table, prompts, cons, backend, **kw)
@@ -246,7 +245,7 @@ def test_small_beam_returns_a_satisfying_output_whenever_one_exists(backend, bea
         if not all(exists):  # min_new_tokens, not the constraints, leaves too few steps: searched
             continue
         out, _ = search(table, prompts, cons, backend, n_best=beam, **kw)
-        for hyps, c in zip(out, cons):
+        for hyps, c in zip(out, cons, strict=True):
             assert hyps[0].finished, (seed, c)
             for h in hyps:
                 assert not h.finished or satisfies(h.tokens, c, ordered)
@@ -328,7 +327,7 @@ def test_composes_with_controls(backend, controls, ordered):
                   stop_sequences=controls.get("stop_sequences", ()))
     out, _ = search(table, prompts, cons, backend, eos_token_id=eos, max_steps=max_steps, beam_size=vocab ** max_steps,
                     n_best=3, ordered=ordered, **controls)
-    for p, c, found in zip(prompts, cons, out):
+    for p, c, found in zip(prompts, cons, out, strict=True):
         expected = best_satisfying(enumerate_finished(table, p, vocab, eos=eos, max_steps=max_steps, **oracle), c,
                                    ordered)
         assert expected

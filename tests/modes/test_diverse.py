@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from beamsearch import beam_search_batch
+from beamsearch.core.trace import PRUNED, SearchTree
 from beamsearch.modes.diverse import diverse_beam_search
 from models import SequenceModel, gnmt, processed_logprobs, random_table
-from beamsearch.core.trace import PRUNED, SearchTree
 
 try:
     import torch
@@ -43,13 +43,13 @@ def reference_diverse(table, prompts, *, eos, max_steps, beam, groups, lam, n_be
         for _ in range(max_steps):
             logps = [processed_logprobs(table(tuple(prompt) + t), tuple(prompt) + t, temperature=temperature,
                                         top_k=top_k, ngram=ngram) for _, t, _ in rows]
-            for (_, tokens, lp), row in zip(rows, logps):
+            for (_, tokens, lp), row in zip(rows, logps, strict=True):
                 if math.isfinite(row[eos]):
                     finished.append((tokens + (eos,), lp + row[eos]))
             chosen: dict[int, int] = {}
             new_rows = []
             for g in range(groups):
-                mine = [(t, lp, row) for (grp, t, lp), row in zip(rows, logps) if grp == g]
+                mine = [(t, lp, row) for (grp, t, lp), row in zip(rows, logps, strict=True) if grp == g]
                 cands = []
                 for pos, (tokens, lp, row) in enumerate(mine):
                     for v, logp in enumerate(row):
@@ -81,7 +81,7 @@ def plain(table, prompts, backend="numpy", **kw):
 def same(got, want):
     assert [[(tuple(h.tokens), h.finished) for h in hyps] for hyps in got] == \
            [[(tuple(w[0]), w[3]) for w in hyps] for hyps in want]
-    for hyps, ws in zip(got, want):
+    for hyps, ws in zip(got, want, strict=True):
         assert [h.logprob for h in hyps] == pytest.approx([w[1] for w in ws], abs=1e-9)
         assert [h.score for h in hyps] == pytest.approx([w[2] for w in ws], abs=1e-9)
 
@@ -198,7 +198,7 @@ def test_controls_compose(backend):
     one, _ = run(table, PROMPTS, backend, num_groups=1, diversity_penalty=1.0, beam_size=2, n_best=2,
                  max_steps=6, **controls)
     assert one == plain(table, PROMPTS, backend, beam_size=2, n_best=2, max_steps=6, **controls)
-    for prompt, pre, hyps in zip(PROMPTS, controls["prefix"], got):
+    for prompt, pre, hyps in zip(PROMPTS, controls["prefix"], got, strict=True):
         assert hyps
         for h in hyps:
             assert h.tokens[: len(pre)] == pre

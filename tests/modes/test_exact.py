@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from beamsearch import Hypothesis, beam_search_batch, select_state
-from beamsearch.modes.exact import ExactResults, exact_search
 from beamsearch.core.state import concat_state
+from beamsearch.modes.exact import EXACT, ExactResults, exact_search
 from models import SequenceModel, random_table, row_cache_type
 from oracles.controls import PENALTIES, ends_with_stop, eos_ids, process_row, reference_score
-from beamsearch.modes.exact import EXACT
 
 try:
     import torch
@@ -69,7 +68,7 @@ def assert_exact(hyps, ranked, n_best, tol=1e-10):
     assert len(hyps) == len(expect)
     assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
     truth = {o[0]: o for o in ranked}
-    for h, e in zip(hyps, expect):
+    for h, e in zip(hyps, expect, strict=True):
         assert type(h) is Hypothesis
         assert (h.finished, h.score) == (e[3], pytest.approx(e[2], abs=tol))
         mine = truth[tuple(h.tokens)]  # it is an output, with that logprob and score
@@ -104,7 +103,7 @@ def test_equals_brute_force(case, backend):
     results, _ = run_exact(table, prompts, backend, eos_token_id=eos, max_steps=steps, alpha=alpha,
                            length_penalty=penalty, n_best=n_best, seed_beam=1)
     assert isinstance(results, ExactResults) and results.proven.all()
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         ranked = enumerate_outputs(table, prompt, vocab, eos=eos, max_steps=steps, alpha=alpha, penalty=penalty)
         assert_exact(hyps, ranked, n_best)
 
@@ -157,7 +156,7 @@ def test_never_worse_than_any_beam(seed, backend, dtype):
     for beam in range(1, 7):
         model = SequenceModel(table, backend=backend, dtype=dtype)
         beams = beam_search_batch(model.step, model.init_state(prompts), prompts, beam_size=beam, **kw)
-        for e, b in zip(exact, beams):
+        for e, b in zip(exact, beams, strict=True):
             assert (e[0].finished, e[0].score) >= (b[0].finished, b[0].score)
 
 
@@ -230,9 +229,9 @@ def test_a_budget_result_is_never_worse_than_the_seed_beam_only_when_the_budget_
                                                             pytest.approx(score, abs=1e-12), finished)
             if budget >= rows:
                 assert len(got[0]) >= len(outputs)
-                for e, b in zip(got[0], outputs):
+                for e, b in zip(got[0], outputs, strict=True):
                     assert _rank_key(e) >= (b.finished, b.score - 1e-12)
-            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b) for e, b in zip(got[0], outputs)):
+            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b) for e, b in zip(got[0], outputs, strict=True)):
                 worse += 1
     assert worse > 0  # a budget below the seed's rows does cut it: "never worse" holds only above
 
@@ -375,7 +374,7 @@ def test_processors_are_applied(processing, rows, backend):
                            batch_rows=rows, **processing)
     oracle = dict(temperature=processing.get("temperature", 1.0), top_k=processing.get("top_k"),
                   ngram=processing.get("no_repeat_ngram_size", 0))
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6, **oracle), 2)
 
 
@@ -430,7 +429,7 @@ def test_growing_cache_state_rows_are_joined_and_gathered(backend):
     model = GrowingCacheModel(table, backend)
     results = exact_search(model.step, model.init_state(prompts), prompts, eos_token_id=3, max_steps=4,
                            alpha=0.6, n_best=2, batch_rows=2)
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
 
 
@@ -469,7 +468,7 @@ def test_a_state_changed_in_place_is_copied_where_it_is_read_twice(rows):
     results = exact_search(step, InPlace(model.init_state(prompts)), prompts, eos_token_id=3, max_steps=4,
                            alpha=0.6, n_best=2, batch_rows=rows, seed_beam=1)
     assert results.proven.all()
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         assert_exact(hyps, enumerate_outputs(table, prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
 
 
@@ -490,7 +489,7 @@ def test_finished_before_unfinished_when_too_few_finish(seed):
 
     prompts = [[1], [2, 0]]
     results, _ = run_exact(table, prompts, eos_token_id=eos, max_steps=2, alpha=0.6, n_best=4, seed_beam=1)
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         ranked = enumerate_outputs(table, prompt, vocab, eos=eos, max_steps=2, alpha=0.6)
         assert [o[3] for o in ranked[:4]].count(True) == (2 if prompt[-1] == 0 else 1)
         assert_exact(hyps, ranked, 4)
@@ -524,7 +523,7 @@ def test_a_processor_reading_generated_history(rows):
 
     results, _ = run_exact(base, prompts, eos_token_id=3, max_steps=4, alpha=0.6, n_best=2, batch_rows=rows,
                            seed_beam=1, logits_processors=[NoImmediateRepeat()])
-    for prompt, hyps in zip(prompts, results):
+    for prompt, hyps in zip(prompts, results, strict=True):
         assert_exact(hyps, enumerate_outputs(oracle_table(prompt), prompt, 4, eos=3, max_steps=4, alpha=0.6), 2)
 
 
@@ -625,7 +624,7 @@ def test_each_call_of_a_step_copies_its_own_rows_of_a_hugging_face_cache(kind, m
     got = search(4)
     assert sum(joined) <= int(got.expanded.sum()) + len(prompts)  # the state copied once, then each step's rows
     assert got.expanded.tolist() == whole.expanded.tolist()
-    for a, b in zip(got, whole):
+    for a, b in zip(got, whole, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 

@@ -39,7 +39,7 @@ def test_register_refuses_a_taken_name_or_option_and_adds_a_new_mode():
         registry.register(dataclasses.replace(BEAM, name="probe", options=Shared))
     with pytest.raises(ValueError, match=r"^mode 'probe': option 'num_groups' is already one of mode 'diverse'$"):
         registry.register(dataclasses.replace(BEAM, name="probe", options=Grouped))
-    assert registry.MODES == before
+    assert before == registry.MODES
     spec = dataclasses.replace(BEAM, name="probe", options=Fresh)
     try:
         assert registry.register(spec) is spec and registry.mode("probe") is spec

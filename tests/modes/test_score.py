@@ -27,7 +27,7 @@ def test_score_sequences_of_targets_that_end_with_a_stop_sequence():
     got = score_sequences(model.step, model.init_state(prompts), prompts, targets, eos_token_id=EOS, alpha=0.0,
                           stop_sequences=[[1, 2]])
     assert [h.finished for h in got] == [True, False, False]
-    for h, p, t in zip(got, prompts, targets):
+    for h, p, t in zip(got, prompts, targets, strict=True):
         assert h.tokens == t and h.logprob == pytest.approx(_by_hand(p, t), abs=1e-9)
 
 

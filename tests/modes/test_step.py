@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import math
+import re
 
 import numpy as np
 import pytest
 
-from beamsearch import step_search
-from beamsearch.strategies.step import aggregate, mix, uniforms
 from approx import FLOAT64, assert_same_hypotheses
-from models import SequenceModel, log_softmax, random_table
+from beamsearch import step_search
 from beamsearch.modes.step import StepResults
 from beamsearch.processors import SuppressTokens
+from beamsearch.strategies.step import aggregate, mix, uniforms
+from models import SequenceModel, log_softmax, random_table
 
 try:
     import torch
@@ -31,7 +31,7 @@ V, EOS, DELIM = 5, 0, 4  # tokens 1, 2, 3 are words; 4 ends a step; 0 ends the s
 
 def scorer(prompts, partials):
     """A deterministic verifier: a value in (0, 1) from the prompt and the partial solution's tokens."""
-    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials)]
+    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials, strict=True)]
 
 
 def segments_from(table, prefix, limit):
@@ -176,7 +176,7 @@ def test_best_of_n_is_n_samples_ranked_by_the_scorer(backend):
         for c in range(6):
             samples.append(plain_sample(table, prompt, int(mix(base, 0, c)), 6, ends=(EOS,)))
         scores = scorer([prompt] * 6, [s for s, _ in samples])
-        want = sorted(zip(scores, samples), key=lambda x: (-x[0], -x[1][1], x[1][0]))
+        want = sorted(zip(scores, samples, strict=True), key=lambda x: (-x[0], -x[1][1], x[1][0]))
         assert [h.tokens for h in got[i]] == [s[0] for _, s in want]
         assert [h.score for h in got[i]] == [sc for sc, _ in want]
         assert [h.logprob for h in got[i]] == pytest.approx([s[1] for _, s in want], abs=FLOAT64)
@@ -271,7 +271,7 @@ def test_expansions_share_the_prefix_no_row_is_fed_twice():
     seen = []
 
     def recording(p, s):
-        seen.append([tuple(a) + tuple(b) for a, b in zip(p, s)])  # prompt + partial solution
+        seen.append([tuple(a) + tuple(b) for a, b in zip(p, s, strict=True)])  # prompt + partial solution
         return scorer(p, s)
 
     got = step_search(model.step, model.init_state(prompts), prompts, scorer=recording, n=6, m=3, rounds=3,
@@ -496,10 +496,10 @@ def test_allowed_tokens_see_the_prompt_index_and_the_whole_solution():
     got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=4, m=2, rounds=4,
                       sample_seed=1, eos_token_id=EOS, max_steps=2, logits_processors=[AllowedTokens(no_repeat)])
     assert {i for i, _ in calls} == {0, 1}
-    for prompt, hyps in zip(prompts, got):
+    for prompt, hyps in zip(prompts, got, strict=True):
         for h in hyps:
             whole = prompt + h.tokens
-            assert all(a != b for a, b in zip(whole, whole[1:])), whole
+            assert all(a != b for a, b in zip(whole, whole[1:], strict=True)), whole
     assert max(len(h.segments) for hyps in got for h in hyps) >= 3
 
 
@@ -544,7 +544,7 @@ def test_a_delimiter_cut_by_the_segment_limit_still_ends_the_step(expansion):
                           stop_sequences=[[3, 4]])
         for h in got[0]:
             assert h.segments == expected_segments(h.tokens, 3, [3, 4]), (seed, h.tokens, h.segments)
-            across += sum(1 for a, b in zip(h.segments, h.segments[1:]) if a[-1] == 3 and b == [4])
+            across += sum(1 for a, b in zip(h.segments, h.segments[1:], strict=True) if a[-1] == 3 and b == [4])
     assert across
 
 
@@ -591,8 +591,8 @@ def test_hf_generate_mode_step_with_a_json_schema_holds_across_rounds():
     for seed in range(3):
         got = generate(model, ['{"a":1}', '{"b"'], tokenizer=tok, mode="step", scorer=scorer, n=4, m=2, rounds=4,
                        max_new_tokens=2, sample_seed=seed, json_schema={"type": "integer"})
-        for hyps, texts in zip(got.hypotheses, got.texts):
-            for h, text in zip(hyps, texts):
+        for hyps, texts in zip(got.hypotheses, got.texts, strict=True):
+            for h, text in zip(hyps, texts, strict=True):
                 assert (INTEGER if h.finished else INTEGER_PREFIX).fullmatch(text), (seed, text, h.finished)
 
 
@@ -704,7 +704,7 @@ def sampled_reference(table, prompt, seed, *, n, m, rounds, limit, how, dvts):
                 cands.append((tokens + seg, segs + [seg], steps, lp + slp, c // m if r == 0 else sub))
         scores = scorer([prompt] * len(cands), [c[0] for c in cands])
         going = []
-        for (tokens, segs, steps, lp, sub), v in zip(cands, scores):
+        for (tokens, segs, steps, lp, sub), v in zip(cands, scores, strict=True):
             item = (tokens, segs, steps + [v], lp, sub)
             (done if tokens[-1] == EOS else going).append(item)
         key_of = lambda x: (-plain_aggregate(x[2], how), -x[3], x[0])  # noqa: E731
@@ -732,7 +732,7 @@ def test_sampled_rounds_equal_the_plain_loop(how, dvts):
     got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=6, m=2, rounds=3,
                       aggregation=how, dvts=dvts, sample_seed=[5, 9], eos_token_id=EOS, max_steps=3,
                       stop_sequences=[[DELIM]])
-    for i, (prompt, seed) in enumerate(zip(prompts, [5, 9])):
+    for i, (prompt, seed) in enumerate(zip(prompts, [5, 9], strict=True)):
         want = sampled_reference(table, prompt, seed, n=6, m=2, rounds=3, limit=3, how=how, dvts=dvts)
         assert_solutions(as_tuples(got[i]), want)
     one = step_search(model.step, model.init_state(prompts[:1]), prompts[:1], scorer=scorer, n=6, m=2, rounds=3,
@@ -877,7 +877,7 @@ def test_segments_see_the_whole_solution_and_top_p_keeps_the_processors():
     got = step_search(model.step, model.init_state(prompts), prompts, scorer=scorer, n=4, m=2, rounds=3,
                       sample_seed=4, eos_token_id=EOS, max_steps=1, stop_sequences=[[DELIM]],
                       no_repeat_ngram_size=1)
-    for prompt, hyps in zip(prompts, got):
+    for prompt, hyps in zip(prompts, got, strict=True):
         for h in hyps:
             words = [t for t in prompt + h.tokens if t not in (EOS, DELIM)]
             assert len(words) == len(set(words)), (prompt, h.tokens)
@@ -1104,7 +1104,7 @@ def test_a_scorer_that_edits_its_arguments_changes_nothing():
     gives what it gives with a scorer that only reads (each solution's tokens its segments
     joined, the next rounds' prompts unchanged)."""
     def editing(prompts, partials):
-        for p, s in zip(prompts, partials):
+        for p, s in zip(prompts, partials, strict=True):
             s += [DELIM]
             p.append(DELIM)
         return scorer([p[:-1] for p in prompts], [s[:-1] for s in partials])

@@ -7,19 +7,18 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from beamsearch.modes.stochastic import StochasticResults, stochastic_beam_search
-from beamsearch.strategies.stochastic import conditional_gumbels
 from approx import FLOAT64, assert_same_hypotheses
-from models import SequenceModel, processed_logprobs, random_table
-import warnings
-from beamsearch.refill import decode_stream
-from beamsearch.modes.stochastic import base_seed
 from beamsearch.core.trace import PRUNED
+from beamsearch.modes.stochastic import StochasticResults, base_seed, stochastic_beam_search
+from beamsearch.refill import decode_stream
+from beamsearch.strategies.stochastic import conditional_gumbels
 from beamsearch.viz import Trace
+from models import SequenceModel, processed_logprobs, random_table
 
 try:
     import torch
@@ -136,15 +135,15 @@ def test_importance_weights_estimate_each_output_probability_without_bias():
         if expected[y] * runs < 30:
             continue
         checked += 1
-        est = np.array([sum(w for h, w in zip(hyps, ws) if tuple(h.tokens) == y)
-                        for hyps, ws in zip(results, weights)])
+        est = np.array([sum(w for h, w in zip(hyps, ws, strict=True) if tuple(h.tokens) == y)
+                        for hyps, ws in zip(results, weights, strict=True)])
         assert abs(est.mean() - p) <= 4 * est.std() / math.sqrt(runs), (y, est.mean(), p)
     assert checked >= 5
     total = np.array([ws.sum() for ws in weights])
     assert abs(total.mean() - 1) <= 4 * total.std() / math.sqrt(runs)
     # a finite threshold whenever more than k outputs exist; every sample clears it
     assert np.isfinite(results.kappa).all()
-    assert all(h.score > kappa for hyps, kappa in zip(results, results.kappa) for h in hyps)
+    assert all(h.score > kappa for hyps, kappa in zip(results, results.kappa, strict=True) for h in hyps)
 
 
 def test_all_outputs_come_back_when_k_covers_them_with_exact_weights():
@@ -154,7 +153,7 @@ def test_all_outputs_come_back_when_k_covers_them_with_exact_weights():
     results, _ = search(table, [[0]], k=9, max_steps=2, seed=3)
     assert sorted(tuple(h.tokens) for h in results[0]) == sorted(probs)
     assert results.kappa[0] == -np.inf
-    for h, w in zip(results[0], results.importance_weights()[0]):
+    for h, w in zip(results[0], results.importance_weights()[0], strict=True):
         assert w == pytest.approx(probs[tuple(h.tokens)], abs=1e-12)
         assert h.logprob == pytest.approx(math.log(probs[tuple(h.tokens)]), abs=1e-12)
         assert h.finished == (h.tokens[-1] == EOS)
@@ -164,7 +163,7 @@ def test_all_outputs_come_back_when_k_covers_them_with_exact_weights():
 def test_samples_are_ranked_by_perturbed_score_with_the_model_logprob(backend):
     table = random_table(4, 21, eos=EOS)
     results, _ = search(table, [[0], [1, 3]], backend, k=3, max_steps=4, seed=5, return_token_logprobs=True)
-    for prompt, hyps in zip([[0], [1, 3]], results):
+    for prompt, hyps in zip([[0], [1, 3]], results, strict=True):
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         for h in hyps:
             want = [processed_logprobs(table(tuple(prompt) + tuple(h.tokens[:i])), ())[t]

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from beamsearch import transformers_beam_search
+from beamsearch.core.trace import PRUNED, SearchTree
 from models import SequenceModel, random_table
 from oracles.controls import banned_by_ngram, log_softmax
-from beamsearch.core.trace import PRUNED, SearchTree
 
 V = 6
 NEG_INF = -math.inf
@@ -94,7 +94,7 @@ def test_the_rule_equals_a_plain_reference(seed, beam, eos, alpha, early_stoppin
     n_best = min(2, beam)
     got = run(table, PROMPTS, eos=eos, beam_size=beam, n_best=n_best, max_steps=max_steps, alpha=alpha,
               early_stopping=early_stopping, no_repeat_ngram_size=ngram)
-    for prompt, hyps in zip(PROMPTS, got):
+    for prompt, hyps in zip(PROMPTS, got, strict=True):
         expected = reference_one(table, prompt, eos=eos, beam=beam, max_steps=max_steps, alpha=alpha,
                                  early_stopping=early_stopping, n_best=n_best, ngram=ngram)
         assert [(h.tokens, h.finished) for h in hyps] == [(e[0], e[1]) for e in expected]
@@ -127,7 +127,7 @@ def test_a_batch_decodes_each_input_as_alone():
     table = random_table(V, 3, eos=0, eos_shift=1.5)
     kw = dict(eos=[0, 5], beam_size=3, n_best=3, max_steps=6)
     batch = run(table, PROMPTS, **kw)
-    for prompt, hyps in zip(PROMPTS, batch):
+    for prompt, hyps in zip(PROMPTS, batch, strict=True):
         (alone,) = run(table, [prompt], **dict(kw))
         assert [(h.tokens, h.finished) for h in hyps] == [(h.tokens, h.finished) for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-6)
@@ -167,7 +167,7 @@ def test_the_defaults_are_generates_rule_with_early_stopping_false_and_alpha_one
     for seed in range(12):
         table = random_table(V, 40 + seed, eos=0, eos_shift=2.0)
         got = run_defaults(table, PROMPTS, [0], 3, 7)
-        for prompt, hyps in zip(PROMPTS, got):
+        for prompt, hyps in zip(PROMPTS, got, strict=True):
             want = reference_one(table, prompt, eos=[0], beam=3, max_steps=7, alpha=1.0, early_stopping=False,
                                  n_best=1)
             assert [(h.tokens, h.finished) for h in hyps] == [(e[0], e[1]) for e in want]
@@ -193,7 +193,7 @@ def test_ties_go_to_the_lower_flat_index_as_generate_sorts(beam, early_stopping,
     # they ended in; generate's own order for such exact ties is torch.topk's, which promises none.)
     table = lambda prefix: TIED  # noqa: E731
     got = run_defaults(table, PROMPTS, [0, 5], beam, 2, n_best=beam, early_stopping=early_stopping, alpha=alpha)
-    for prompt, hyps in zip(PROMPTS, got):
+    for prompt, hyps in zip(PROMPTS, got, strict=True):
         want = reference_one(table, prompt, eos=[0, 5], beam=beam, max_steps=2, alpha=alpha,
                              early_stopping=early_stopping, n_best=beam)
         assert [(h.tokens, h.finished) for h in hyps] == [(e[0], e[1]) for e in want]
@@ -204,7 +204,7 @@ def test_token_logprobs_pad_and_trace_are_handed_on():
     tree = SearchTree()
     got = run_defaults(table, PROMPTS, [0], 3, 5, n_best=3, return_token_logprobs=True, pad_token_id=4,
                        trace=tree)
-    for prompt, hyps in zip(PROMPTS, got):
+    for prompt, hyps in zip(PROMPTS, got, strict=True):
         for h in hyps:
             # teacher forcing: each token's log-softmax after the prompt and the tokens before it
             want = [log_softmax(table(tuple(prompt) + tuple(h.tokens[:i])))[t] for i, t in enumerate(h.tokens)]

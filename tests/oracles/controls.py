@@ -13,7 +13,8 @@ Every result is a tuple ``(tokens, logprob, score, finished)`` with ``tokens`` a
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -174,9 +175,7 @@ def _search_one(table: Table, prompt: tuple, *, eos: tuple[int, ...], max_steps:
                 if not math.isfinite(logp):
                     continue
                 new = tokens + (v,)
-                if v in eos:
-                    finished.append((new, logprob + logp))
-                elif t > min_new_tokens and ends_with_stop(new, stop_sequences):
+                if v in eos or t > min_new_tokens and ends_with_stop(new, stop_sequences):
                     finished.append((new, logprob + logp))
                 else:
                     candidates.append((logprob + logp, r, v))
@@ -206,7 +205,7 @@ def _search_one(table: Table, prompt: tuple, *, eos: tuple[int, ...], max_steps:
 
 
 def _gaps(ranked: list[Result]) -> list[float]:
-    return [a[2] - b[2] for a, b in zip(ranked, ranked[1:])]
+    return [a[2] - b[2] for a, b in zip(ranked, ranked[1:], strict=True)]
 
 
 # ---- exhaustive enumeration ------------------------------------------------------------------
@@ -254,7 +253,7 @@ def reference_score(table: Table, prompts: Sequence[Sequence[int]], targets: Seq
     """SPEC 10's ``score_sequences``: each target's processed logprob, score and finished flag."""
     eos_t, lp, stops = eos_ids(eos), PENALTIES[penalty], [tuple(s) for s in stop_sequences]
     out = []
-    for prompt, target in zip(prompts, targets):
+    for prompt, target in zip(prompts, targets, strict=True):
         target = tuple(int(v) for v in target)
         logprob = 0.0
         for t in range(1, len(target) + 1):

@@ -33,7 +33,7 @@ def starts(alignment, blank: int) -> list[tuple[int, int]]:
     return [(t, a) for t, a in enumerate(alignment) if a != blank and (t == 0 or alignment[t - 1] != a)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def alignments(frames: int, vocab: int, blank: int):
     """Every alignment ``[A, T]``, its collapsed sequence's group ``[A]``, the sequences, and the
     label starts as a bool ``[A, T]``."""

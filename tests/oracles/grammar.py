@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

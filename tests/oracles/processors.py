@@ -4,12 +4,12 @@ tests/processors/), and the random, tie-heavy inputs they are checked on (numpy 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from beamsearch import processors as P
-
 from beamsearch.backends import backend_of
 
 try:

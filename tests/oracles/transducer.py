@@ -41,7 +41,7 @@ class TinyTransducer:
 
     @staticmethod
     def make(seed: int, n: int = 2, frames: int = 3, vocab: int = 3, blank: int = 0, durations=None,
-             dim: int = 4, scale: float = 1.0) -> "TinyTransducer":
+             dim: int = 4, scale: float = 1.0) -> TinyTransducer:
         rng = np.random.default_rng(seed)
         out = vocab + (0 if durations is None else len(durations))
         return TinyTransducer(rng.normal(size=(n, frames, dim)), rng.normal(size=(dim, dim)) * 0.8,

@@ -136,10 +136,10 @@ def test_catalogue_exhaustive_beam_is_the_catalogues_best(backend, seed):
     # the beam holds every prefix of the catalogue at each depth: the search is exhaustive
     out = search(table, prompts, Catalogue(entries, EOS), backend, beam=len(unique), n_best=len(unique),
                  max_steps=4)
-    for prompt, hyps in zip(prompts, out):
+    for prompt, hyps in zip(prompts, out, strict=True):
         expected = ranked(table, prompt, [list(e) + [EOS] for e in unique], catalogue_allowed(unique))
         assert [tuple(h.tokens) for h in hyps] == [e[0] for e in expected]
-        for h, (_, lp, score) in zip(hyps, expected):
+        for h, (_, lp, score) in zip(hyps, expected, strict=True):
             assert h.finished
             assert h.logprob == pytest.approx(lp, abs=1e-9)
             assert h.score == pytest.approx(score, abs=1e-9)
@@ -223,11 +223,11 @@ def test_dfa_exhaustive_beam_is_the_best_accepted_output(backend, seed):
     beam = (vocab - 1) ** (max_steps - 1)  # every live prefix fits: exhaustive
     out = search(tbl, prompts, dfa, backend, beam=beam, n_best=beam, max_steps=max_steps)
     accepted = [s + [EOS] for s in all_sequences(vocab, max_steps - 1) if dfa_walk(table, start, s) in accepting]
-    for prompt, hyps in zip(prompts, out):
+    for prompt, hyps in zip(prompts, out, strict=True):
         finished = [h for h in hyps if h.finished]
         expected = ranked(tbl, prompt, accepted, dfa_allowed(table, start, accepting))
         assert [tuple(h.tokens) for h in finished] == [e[0] for e in expected]
-        for h, (_, lp, _) in zip(finished, expected):
+        for h, (_, lp, _) in zip(finished, expected, strict=True):
             assert h.logprob == pytest.approx(lp, abs=1e-9)
         for h in hyps:  # unfinished rows (out of steps) are prefixes the automaton could still walk
             assert dfa_walk(table, start, h.tokens[:-1] if h.finished else h.tokens) is not None
@@ -384,7 +384,7 @@ def test_allowed_tokens_exhaustive_beam_is_brute_force(backend):
     table = random_table(5, 11)
     beam = 4 ** 2  # every live prefix of at most 2 tokens fits
     out = search(table, prompts, AllowedTokens(parity_rule), backend, beam=beam, n_best=beam, max_steps=3)
-    for i, (prompt, hyps) in enumerate(zip(prompts, out)):
+    for i, (prompt, hyps) in enumerate(zip(prompts, out, strict=True)):
         def allowed(prefix, i=i, prompt=prompt):
             return set(parity_rule(i, list(prompt) + list(prefix)))
 

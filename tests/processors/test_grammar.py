@@ -7,8 +7,8 @@ and a matcher replayed from scratch along each row's tokens."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import time
 
@@ -17,17 +17,35 @@ import pytest
 
 pytest.importorskip("llguidance")
 
-from beamsearch import (beam_search_batch, constrained_beam_search, diverse_beam_search, exact_search,  # noqa: E402
-                        score_sequences, stochastic_beam_search)
-from beamsearch.processors import Grammar, NoRepeatNGram  # noqa: E402
+from approx import FLOAT32, FLOAT64, assert_same_hypotheses  # noqa: E402
+from beamsearch import (  # noqa: E402
+    beam_search_batch,
+    constrained_beam_search,
+    diverse_beam_search,
+    exact_search,
+    score_sequences,
+    stochastic_beam_search,
+)
 from beamsearch.backends import backend_of  # noqa: E402
-from beamsearch.processors import StepContext  # noqa: E402
+from beamsearch.processors import (  # noqa: E402
+    Grammar,
+    NoRepeatNGram,
+    StepContext,  # noqa: E402
+)
 from beamsearch.processors.grammar import SUPPORT_SHARE  # noqa: E402
 from beamsearch.processors.grammar_engine import PARALLEL_ROWS  # noqa: E402
 from beamsearch.refill import decode_stream  # noqa: E402
-from approx import FLOAT32, FLOAT64, assert_same_hypotheses  # noqa: E402
-from oracles.grammar import (EOS, all_outputs, allowed, constrained_logp, lark_parser, language,  # noqa: E402
-                            regex_parser, schema_parser, text)
+from oracles.grammar import (  # noqa: E402
+    EOS,
+    all_outputs,
+    allowed,
+    constrained_logp,
+    language,
+    lark_parser,
+    regex_parser,
+    schema_parser,
+    text,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -49,7 +67,7 @@ def schema_language(schema: dict) -> set[str]:
     texts = {"{}"}
     for keys in (["a"], ["b"], ["a", "b"], ["b", "a"]):
         for combo in np.array(np.meshgrid(*[range(len(values))] * len(keys))).T.reshape(-1, len(keys)):
-            texts.add(json.dumps({k: values[j] for k, j in zip(keys, combo)}, separators=(",", ":")))
+            texts.add(json.dumps({k: values[j] for k, j in zip(keys, combo, strict=True)}, separators=(",", ":")))
     order = list(schema["properties"])
     ok = schema_parser(schema)
     return {t for t in texts if ok(t) and list(json.loads(t)) == sorted(json.loads(t), key=order.index)}
@@ -108,7 +126,7 @@ def test_an_exhaustive_beam_equals_the_brute_force_best_accepted_output(kind, ba
     for h in out:  # each token's processed logprob: the masked, renormalized distribution (teacher forced)
         assert h.logprob == pytest.approx(want[tuple(h.tokens)], abs=1e-9)
         last, prefix = prompt[-1], ""
-        for t, lp in zip(h.tokens, h.token_logprobs):
+        for t, lp in zip(h.tokens, h.token_logprobs, strict=True):
             assert lp == pytest.approx(constrained_logp(table[last], allowed(prefix, strings, VOCAB))[t], abs=1e-9)
             last, prefix = t, prefix + (VOCAB[t] if t != EOS else "")
 
@@ -121,7 +139,7 @@ def test_scored_targets_are_the_teacher_forced_masked_distribution(kind):
     rejected = [VOCAB.index("}"), EOS]  # no string of the three languages starts with "}"
     got = score_sequences(step_of(table, "numpy"), np.zeros((5, 1)), [[13]] * 5, targets + [rejected],
                           eos_token_id=EOS, alpha=0.0, logits_processors=[make()])
-    for target, h in zip(targets, got):
+    for target, h in zip(targets, got, strict=True):
         last, prefix, want = 13, "", 0.0
         for t in target:
             want += constrained_logp(table[last], allowed(prefix, strings, VOCAB))[t]
@@ -243,7 +261,7 @@ def test_controls_compose():
             assert accepts(text(h.tokens, VOCAB)) or (h.tokens[-1] == stop[0] and grammar.allowed_after(h.tokens).any())
     for hyps in beam_search_batch(step, np.zeros((2, 1)), prompts, logits_processors=[NoRepeatNGram(2), grammar], **kw):
         for h in (h for h in hyps if h.finished):
-            pairs = list(zip(h.tokens, h.tokens[1:]))
+            pairs = list(zip(h.tokens, h.tokens[1:], strict=True))
             assert accepts(text(h.tokens, VOCAB)) and len(pairs) == len(set(pairs))
 
 
@@ -282,8 +300,8 @@ def test_bad_arguments_name_the_parameter():
         Grammar("regex", "a", VOCAB, EOS, {"whitespace_flexible": True})
     g = Grammar.regex("a", VOCAB, eos_token_id=EOS)
     with pytest.raises(ValueError, match="pass it in logits_processors="):
-        from beamsearch.processors import StepContext
         from beamsearch.backends import backend_of
+        from beamsearch.processors import StepContext
         x = np.zeros((1, V))
         g(x, StepContext(1, np.zeros((1, 0), np.int64), np.zeros(1, np.int64), backend_of(x)))
     with pytest.raises(ValueError, match=f"tokenizer has {V} tokens but the logits have V=5"):
@@ -301,7 +319,8 @@ def test_without_llguidance_the_error_names_the_extra(monkeypatch):
 
 # ---- every finished output of a search is accepted by the independent parser: generated grammars
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 JSON_VOCAB = ["</s>"] + list('{}[]":,-0123456789abtruefalsn') + ['":', '"a', "tr", "ue", "null", "12", '},{']
 JSON_VOCAB = list(dict.fromkeys(JSON_VOCAB))  # repeated characters once

@@ -3,17 +3,17 @@ every search that carries it."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 import beamsearch
 from beamsearch import processors as P
-
 from beamsearch.backends import backend_of
-from oracles.processors import BACKENDS
 from models import SequenceModel, random_table, reference_batch
+from oracles.processors import BACKENDS
 
 
 def test_banned_ngram_tokens_of_a_history_shorter_than_n_is_empty():
@@ -54,7 +54,7 @@ class NGramSpy:
         state = ctx.row_states(self.ngram)
         rows, tokens = state.banned()
         got: list[set[int]] = [set() for _ in range(ctx.history.shape[0])]
-        for r, t in zip(rows.tolist(), tokens.tolist()):
+        for r, t in zip(rows.tolist(), tokens.tolist(), strict=True):
             got[r].add(t)
         for r, row in enumerate(ctx.history.tolist()):
             assert got[r] == plain_banned([t for t in row if t >= 0], self.ngram.n), (ctx.step, r, row)
@@ -84,22 +84,22 @@ def test_ngram_table_lookups_equal_a_dict_through_its_merges(seed):
         m = int(rng.integers(1, 61))
         owner, context, token = rng.integers(0, 3, m), rng.integers(0, 6, (m, 2)), rng.integers(0, 50, m)
         table.add(owner, context, token)
-        for o, c, t in zip(owner.tolist(), context.tolist(), token.tolist()):
+        for o, c, t in zip(owner.tolist(), context.tolist(), token.tolist(), strict=True):
             want.setdefault((o, *c), set()).add(t)
         added += m
         q_owner, q_context = rng.integers(0, 4, 20), rng.integers(0, 7, (20, 2))
         query, tokens = table.lookup(q_owner, q_context)
         got: list[set[int]] = [set() for _ in range(20)]
-        for i, t in zip(query.tolist(), tokens.tolist()):
+        for i, t in zip(query.tolist(), tokens.tolist(), strict=True):
             got[i].add(t)
-        assert got == [want.get((o, *c), set()) for o, c in zip(q_owner.tolist(), q_context.tolist())]
+        assert got == [want.get((o, *c), set()) for o, c in zip(q_owner.tolist(), q_context.tolist(), strict=True)]
     assert len(table) == added and table.old[0].size > 0  # the latest part was merged at least once
 
 
 def banned_sets(rows: Any) -> list[set[int]]:
     """Each row's banned tokens from a :class:`~beamsearch.processors.no_repeat_ngram.NGramRows`."""
     got: list[set[int]] = [set() for _ in range(len(rows))]
-    for r, t in zip(*(a.tolist() for a in rows.banned())):
+    for r, t in zip(*(a.tolist() for a in rows.banned()), strict=True):
         got[r].add(t)
     return got
 
@@ -136,7 +136,7 @@ def test_ngram_rows_under_random_reorders_equal_the_plain_loop(seed):
         if rng.random() < 0.3:
             tokens[:] = tokens[0]
         rows = rows.advance(tokens)
-        for s, t in zip(seqs, tokens.tolist()):
+        for s, t in zip(seqs, tokens.tolist(), strict=True):
             s.append(t)
         settled = max(settled, len(rows.table))
     assert banned_sets(rows) == [plain_banned(s, n) for s in seqs]
@@ -160,7 +160,7 @@ def test_carried_ngram_index_equals_a_plain_loop_over_the_history(seed, backend)
                                        beam_size=beam, n_best=beam, logits_processors=[ngram, spy], early_stop=False)
     assert spy.checked > 0
     want = reference_batch(table, prompts, eos=0, max_steps=14, beam=beam, n_best=beam, ngram=n, early_stop=False)
-    for hyps, ref in zip(got, want):
+    for hyps, ref in zip(got, want, strict=True):
         assert [tuple(h.tokens) for h in hyps] == [r[0] for r in ref]
 
 
@@ -215,7 +215,7 @@ def test_step_search_blocks_ngrams_across_rounds(expansion):
         kw["sample_seed"] = 1
     got = beamsearch.step_search(model.step, model.init_state(prompts), prompts, **kw)
     rounds_seen = 0
-    for prompt, solutions in zip(prompts, got):
+    for prompt, solutions in zip(prompts, got, strict=True):
         for s in solutions:
             rounds_seen = max(rounds_seen, len(s.segments))
             seq = prompt + s.tokens

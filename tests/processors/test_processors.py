@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 import beamsearch
 from beamsearch import processors as P
-from oracles.processors import (BACKENDS, NEG_INF, bad_words_row, repetition_row, sequence_bias_row,
-                                suppress_row, tokens_of, top_p_cumsums, top_p_row)
 from models import SequenceModel, gnmt, log_softmax, random_table, reference_batch
+from oracles.processors import (
+    BACKENDS,
+    NEG_INF,
+    bad_words_row,
+    repetition_row,
+    sequence_bias_row,
+    suppress_row,
+    tokens_of,
+    top_p_cumsums,
+    top_p_row,
+)
 
 try:
     import torch
@@ -116,7 +125,7 @@ def rescored(table, prompt, tokens, specs) -> float:
 def assert_matches(out, ref, table, prompts, specs, alpha):
     assert [[(tuple(h.tokens), h.finished) for h in hyps] for hyps in out] == \
         [[(e[0], e[3]) for e in r] for r in ref]
-    for prompt, hyps, r in zip(prompts, out, ref):
+    for prompt, hyps, r in zip(prompts, out, ref, strict=True):
         assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)
         assert [h.score for h in hyps] == pytest.approx([e[2] for e in r], abs=1e-9)
         for h in hyps:
@@ -259,7 +268,7 @@ def test_history_processors_see_the_prompt_and_the_step():
     beamsearch.beam_search_batch(model.step, model.init_state(prompts), prompts, eos_token_id=EOS, max_steps=3,
                       beam_size=2, logits_processors=[Probe()])
     assert [s for s, _, _ in seen] == list(range(1, len(model.calls) + 1))
-    for (_, hist, _), call in zip(seen, model.calls):
+    for (_, hist, _), call in zip(seen, model.calls, strict=True):
         assert hist.dtype == np.int64
         assert [tuple(tokens_of(r)) for r in hist] == call  # prompt + generated tokens, per row
         for r in hist:  # left padding only
@@ -415,7 +424,7 @@ def test_a_non_finite_row_is_blamed_on_the_processor_that_made_it():
     with pytest.raises(ValueError, match=r"^logits row 0 contains \+inf after temperature=1e-310 "):
         run(temperature=1e-310)
 
-    with pytest.raises(ValueError, match=rf"^logits row 0 contains NaN after logits_processors\[1\] "
+    with pytest.raises(ValueError, match=r"^logits row 0 contains NaN after logits_processors\[1\] "
                                          r"\(function nan_token_1\) "):
         run(logits_processors=[P.TopP(1.0), nan_token_1, P.TopP(1.0)])
 

@@ -7,9 +7,19 @@ import numpy as np
 import pytest
 
 from beamsearch import processors as P
-from oracles.processors import (BACKENDS, DTYPES, NEG_INF, CASES, apply, assert_rows_close, history_matrix,
-                                random_histories, random_logits, repetition_row, tokens_of)
-
+from oracles.processors import (
+    BACKENDS,
+    CASES,
+    DTYPES,
+    NEG_INF,
+    apply,
+    assert_rows_close,
+    history_matrix,
+    random_histories,
+    random_logits,
+    repetition_row,
+    tokens_of,
+)
 
 # ---- RepetitionPenalty ---------------------------------------------------------------------------
 

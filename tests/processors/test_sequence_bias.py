@@ -7,9 +7,20 @@ import numpy as np
 import pytest
 
 from beamsearch import processors as P
-from oracles.processors import (BACKENDS, DTYPES, NEG_INF, CASES, apply, assert_rows_close, bad_words_row,
-                                history_matrix, random_histories, random_logits, sequence_bias_row, tokens_of)
-
+from oracles.processors import (
+    BACKENDS,
+    CASES,
+    DTYPES,
+    NEG_INF,
+    apply,
+    assert_rows_close,
+    bad_words_row,
+    history_matrix,
+    random_histories,
+    random_logits,
+    sequence_bias_row,
+    tokens_of,
+)
 
 # ---- SequenceBias --------------------------------------------------------------------------------
 

@@ -7,9 +7,17 @@ import numpy as np
 import pytest
 
 from beamsearch import processors as P
-from oracles.processors import (BACKENDS, DTYPES, NEG_INF, CASES, apply, history_matrix, random_histories,
-                                random_logits, suppress_row)
-
+from oracles.processors import (
+    BACKENDS,
+    CASES,
+    DTYPES,
+    NEG_INF,
+    apply,
+    history_matrix,
+    random_histories,
+    random_logits,
+    suppress_row,
+)
 
 # ---- SuppressTokens ------------------------------------------------------------------------------
 

@@ -7,9 +7,18 @@ import numpy as np
 import pytest
 
 from beamsearch import processors as P
-from oracles.processors import (BACKENDS, DTYPES, NEG_INF, CASES, apply, history_matrix, random_histories,
-                                random_logits, top_p_cumsums, top_p_row)
-
+from oracles.processors import (
+    BACKENDS,
+    CASES,
+    DTYPES,
+    NEG_INF,
+    apply,
+    history_matrix,
+    random_histories,
+    random_logits,
+    top_p_cumsums,
+    top_p_row,
+)
 
 # ---- TopP --------------------------------------------------------------------------------------
 

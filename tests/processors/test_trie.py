@@ -14,19 +14,26 @@ Oracles, written here from the definitions:
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from beamsearch import (beam_search, beam_search_batch, constrained_beam_search, diverse_beam_search, exact_search,
-                        stochastic_beam_search)
+from beamsearch import (
+    beam_search,
+    beam_search_batch,
+    constrained_beam_search,
+    diverse_beam_search,
+    exact_search,
+    stochastic_beam_search,
+)
 from beamsearch.backends import NEG_INF, backend_of
 from beamsearch.core import select
 from beamsearch.core.beam import Beam
 from beamsearch.core.select import StepScores, Terminals, best_of_support, best_per_input, sparse
 from beamsearch.processors import Catalogue, catalogue
-from models import PrefixModel, brute_force, random_table
-import re
 from beamsearch.processors.trie import FORMAT, Trie
+from models import PrefixModel, brute_force, random_table
 
 try:
     import torch
@@ -137,7 +144,7 @@ def test_masks_during_random_searches_equal_the_set_of_prefixes(backend):
     def record(logits, ctx):
         finite = np.isfinite(backend_of(logits).to_numpy(logits))
         generated = ctx.history[:, ctx.history.shape[1] - (ctx.step - 1):]  # --> [k, t - 1]
-        seen.extend((tuple(h), set(np.flatnonzero(f).tolist())) for h, f in zip(generated.tolist(), finite))
+        seen.extend((tuple(h), set(np.flatnonzero(f).tolist())) for h, f in zip(generated.tolist(), finite, strict=True))
         return logits
 
     for seed in range(6):
@@ -243,7 +250,7 @@ def test_exhaustive_beam_is_the_catalogues_best(backend, seed):
     prompts = [[2], [1]]
     out = beam_search_batch(model.step, model.init(2), prompts, eos_token_id=EOS, max_steps=5, beam_size=len(unique),
                             n_best=20, alpha=ALPHA, logits_processors=[Catalogue(entries, EOS)])
-    for prompt, hyps in zip(prompts, out):
+    for prompt, hyps in zip(prompts, out, strict=True):
         want = ranked_entries(model, prompt[-1], entries, allowed)[:20]
         assert [tuple(h.tokens) for h in hyps] == [w[0] for w in want]
         assert [h.logprob for h in hyps] == pytest.approx([w[1] for w in want], abs=1e-9)
@@ -285,7 +292,7 @@ def test_wide_beams_through_the_engine(beam, backend, monkeypatch):
                               n_best=50, alpha=ALPHA, logits_processors=[cat], early_stop=stop) for stop in (True, False)]
     assert [[(h.tokens, h.logprob) for h in r] for r in runs[0]] == [[(h.tokens, h.logprob) for h in r] for r in runs[1]]
     assert len(sparse_steps) >= 4  # each search ranked the allowed entries alone (steps 2 and 3 at least)
-    for prompt, hyps in zip([[2], [5]], runs[0]):
+    for prompt, hyps in zip([[2], [5]], runs[0], strict=True):
         assert len(hyps) == 50 and all(h.finished and tuple(h.tokens[:-1]) in unique for h in hyps)
         if beam >= len(unique):
             want = ranked_entries(model, prompt[-1], list(unique), prefix_sets(unique))[:50]
@@ -458,7 +465,7 @@ def test_searches_with_the_trie_on_the_device_equal_those_on_the_host(monkeypatc
     monkeypatch.setattr(catalogue, "on_accelerator", lambda x: forced.append(1) or isinstance(x, torch.Tensor))
     device = [search(beam) for beam in (4, 64, 1024)]
     assert len(forced) >= 9  # every step of the three searches
-    for a, b in zip(host, device):
+    for a, b in zip(host, device, strict=True):
         assert [[(h.tokens, h.logprob) for h in r] for r in a] == [[(h.tokens, h.logprob) for h in r] for r in b]
 
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beamsearch import beam_search, greedy_decode
 from approx import FLOAT32, FLOAT64, assert_same_hypotheses
+from beamsearch import beam_search, greedy_decode
 from models import PrefixModel, brute_force, greedy_oracle, path_logprob, random_table
 
 try:
@@ -108,7 +108,7 @@ def test_beam_search_each_equals_each_input_alone(model_spec, beam, max_len, alp
     model = SequenceModel(table)
     together = beam_search_each(model.step, model.init_state(prompts), n, 0, 0, beam, max_len, alpha)
     assert len(together) == n
-    for prompt, hyps in zip(prompts, together):
+    for prompt, hyps in zip(prompts, together, strict=True):
         alone_model = SequenceModel(table)
         alone = beam_search(alone_model.step, alone_model.init_state([prompt]), 0, 0, beam, max_len, alpha)
         assert [(h.tokens, h.finished) for h in hyps] == [(h.tokens, h.finished) for h in alone]

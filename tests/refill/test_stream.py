@@ -12,11 +12,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from beamsearch import (AnyOf, beam_search_batch, constrained_beam_search, diverse_beam_search,
-                        stochastic_beam_search, transformers_beam_search)
-from beamsearch.refill import decode_stream
+from beamsearch import (
+    AnyOf,
+    beam_search_batch,
+    constrained_beam_search,
+    diverse_beam_search,
+    stochastic_beam_search,
+    transformers_beam_search,
+)
 from beamsearch.core.state import concat_state, pad_axis, select_state
 from beamsearch.processors import RepetitionPenalty
+from beamsearch.refill import decode_stream
 from models import SequenceModel, random_table, reference_batch, row_cache_type
 
 try:
@@ -47,7 +53,7 @@ def length_table(seed: int):
 
 
 TABLE = length_table(7)
-PROMPTS = [[c, x] for c, x in zip([3, 0, 4, 1, 2, 0, 4, 1, 3, 2], [1, 2, 0, 3, 4, 0, 2, 1, 1, 3])]
+PROMPTS = [[c, x] for c, x in zip([3, 0, 4, 1, 2, 0, 4, 1, 3, 2], [1, 2, 0, 3, 4, 0, 2, 1, 1, 3], strict=True)]
 
 
 def plain(prompts):
@@ -527,12 +533,12 @@ def test_a_padded_memory_state_under_refill_equals_each_input_alone(lib):
     prompts = [[0]] * len(sources)
     items = [{"prompt": [0], "max_steps": 3 + i % 4} for i in range(len(sources))]
     model = MemoryModel(lib)
-    by_item = {id(it): s for it, s in zip(items, sources)}
+    by_item = {id(it): s for it, s in zip(items, sources, strict=True)}
     s = decode_stream(model.step, lambda batch: model.init_state([by_item[id(it)] for it in batch]), items,
                       max_rows=5, beam_size=2, n_best=2, eos_token_id=EOS, max_steps=6)
     got = {r.index: r.hypotheses for r in s}
     assert s.stats.mixed_calls > 0
-    for i, (src, it) in enumerate(zip(sources, items)):
+    for i, (src, it) in enumerate(zip(sources, items, strict=True)):
         solo = MemoryModel(lib)
         want = beam_search_batch(solo.step, solo.init_state([src]), [prompts[i]], beam_size=2, n_best=2,
                                  eos_token_id=EOS, max_steps=it["max_steps"])[0]
@@ -862,7 +868,7 @@ def test_each_call_gets_int64_tokens_and_the_state_it_returned_when_no_row_moves
     results = list(decode_stream(step, _make_state(model), prompts, max_rows=1, mode="greedy", eos_token_id=EOS,
                                  max_steps=4))
     assert sorted(r.index for r in results) == [0, 1, 2]
-    assert sum(s is r for s, r in zip(seen[1:], returned[:-1])) == len(seen) - len(prompts)  # all but a join
+    assert sum(s is r for s, r in zip(seen[1:], returned[:-1], strict=True)) == len(seen) - len(prompts)  # all but a join
     for r in results:  # greedy by hand: each step the highest logit, the lowest id among ties
         tokens: list[int] = []
         while len(tokens) < 4 and EOS not in tokens:

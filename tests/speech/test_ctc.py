@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from beamsearch.speech import CTCHypothesis, Vocabulary, ctc_beam_search
-from oracles.ctc import (allowed_starts, best_alignment_brute, brute_force, log_softmax, prefix_beam_search, runs,
-                        viterbi)
+from oracles.ctc import (
+    allowed_starts,
+    best_alignment_brute,
+    brute_force,
+    log_softmax,
+    prefix_beam_search,
+    runs,
+    viterbi,
+)
 
 WIDE = 1100  # more than the 1093 prefixes of up to 6 labels over 3 labels: nothing is pruned
 
@@ -175,7 +182,7 @@ def test_numpy_and_torch_emissions_agree(dtype):
     b = ctc_beam_search(torch.from_numpy(x), torch.tensor(lengths), **kw)
     assert np.array_equal(x, before)  # the caller's emissions (and the tensor sharing them) are not written
     tol = 1e-9 if dtype == "float64" else 1e-4
-    for ha, hb in zip(a, b):
+    for ha, hb in zip(a, b, strict=True):
         assert [h.tokens for h in ha] == [h.tokens for h in hb]
         assert [h.score for h in ha] == pytest.approx([h.score for h in hb], abs=tol)
 
@@ -223,7 +230,7 @@ def test_beam_threshold_keeps_only_hypotheses_within_it_of_the_best():
     wide = ctc_beam_search(x, blank=0, beam_size=16, n_best=16)
     for threshold in (0.0, 0.5, 2.0):
         cut = ctc_beam_search(x, blank=0, beam_size=16, n_best=16, beam_threshold=threshold)
-        for hs, ws in zip(cut, wide):
+        for hs, ws in zip(cut, wide, strict=True):
             assert hs[0].score - hs[-1].score <= threshold
             assert len(hs) <= len(ws)
             if threshold == 0.0:

@@ -17,11 +17,11 @@ TOKENS = ["<pad>", "a", "b", "|", "c"]
 def same(got, want):
     """Two decodes' results agree: labels, text, words, frames; scores to float64 rounding."""
     assert len(got) == len(want)
-    for g_utt, w_utt in zip(got, want):
+    for g_utt, w_utt in zip(got, want, strict=True):
         assert [h.tokens for h in g_utt] == [h.tokens for h in w_utt]
         assert [h.text for h in g_utt] == [h.text for h in w_utt]
         assert [h.words for h in g_utt] == [h.words for h in w_utt]
-        for g, w in zip(g_utt, w_utt):
+        for g, w in zip(g_utt, w_utt, strict=True):
             assert np.array_equal(g.token_frames, w.token_frames)
             np.testing.assert_allclose([g.score, g.acoustic_score, g.lm_score, g.word_score, g.hotword_bonus],
                                        [w.score, w.acoustic_score, w.lm_score, w.word_score, w.hotword_bonus],
@@ -34,7 +34,7 @@ def chunks_of(rng, lp, lengths):
     n, _, vocab = lp.shape
     cuts = [np.sort(rng.choice(np.arange(1, max(int(l), 2)), size=min(int(rng.integers(0, 4)), max(int(l) - 1, 0)),
                                replace=False)) for l in lengths]
-    pieces = [np.split(np.arange(int(l)), c) for l, c in zip(lengths, cuts)]
+    pieces = [np.split(np.arange(int(l)), c) for l, c in zip(lengths, cuts, strict=True)]
     for k in range(max(len(p) for p in pieces)):
         parts = [p[k] if k < len(p) else np.zeros(0, np.int64) for p in pieces]
         size = max(len(x) for x in parts)

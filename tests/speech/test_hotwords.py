@@ -141,7 +141,7 @@ def test_a_bonus_changes_the_best_and_weight_zero_changes_nothing():
     kw = dict(blank=0, beam_size=8, n_best=4)
     plain = ctc_beam_search(x, **kw)
     zero = ctc_beam_search(x, hotwords=[(1, 2), (3, 3, 4)], hotword_weight=0.0, **kw)
-    for a, b in zip(plain, zero):
+    for a, b in zip(plain, zero, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-12)
         assert all(h.hotword_bonus == 0.0 for h in b)
@@ -155,7 +155,7 @@ def test_numpy_and_torch_emissions_agree():
     x = rng.normal(size=(3, 25, 7)) * 3
     kw = dict(blank=2, beam_size=8, n_best=3, hotwords=[(1, 3), (3, 4, 1)], hotword_weight=3.0)
     a, b = ctc_beam_search(x, **kw), ctc_beam_search(torch.from_numpy(x), **kw)
-    for ha, hb in zip(a, b):
+    for ha, hb in zip(a, b, strict=True):
         assert [h.tokens for h in ha] == [h.tokens for h in hb]
         assert [h.score for h in ha] == pytest.approx([h.score for h in hb], abs=1e-9)
 

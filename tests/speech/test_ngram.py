@@ -111,7 +111,7 @@ def test_batch_scoring_equals_one_pair_at_a_time():
     states = states[lm.order[states] < lm.max_order]  # states hold at most order - 1 words
     words = rng.integers(0, len(lm.words), size=states.size)
     got, new = lm.score(states, words)
-    for s, w, g, n in zip(states, words, got, new):
+    for s, w, g, n in zip(states, words, got, new, strict=True):
         one, one_new = lm.score(np.array([s]), np.array([w]))
         assert np.isclose(g, one[0]) and n == one_new[0]
 

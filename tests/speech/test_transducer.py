@@ -84,7 +84,7 @@ def test_greedy_equals_plain_greedy(durations, m):
 def test_modified_beam_one_is_greedy_one_label_per_frame(seed):
     model = TinyTransducer.make(seed, n=3, frames=6, vocab=5, dim=6, scale=2.0)
     beam = decode(model, "modified", beam=1, m=1)
-    for g, b in zip(decode(model, None, m=1), beam):
+    for g, b in zip(decode(model, None, m=1), beam, strict=True):
         assert b[0].tokens == g.tokens and b[0].token_frames.tolist() == g.token_frames.tolist()
         assert b[0].acoustic_score == pytest.approx(g.acoustic_score, abs=1e-9)
 
@@ -122,7 +122,7 @@ def test_numpy_equals_torch(durations):
         got = transducer_beam_search(t["enc"], predictor=predictor, joint=joint, blank=0, beam_size=5, n_best=5,
                                      method=method, state=torch.zeros(2, 5, dtype=torch.float64),
                                      durations=durations, max_symbols_per_frame=2)
-        for w, g in zip(want, got):
+        for w, g in zip(want, got, strict=True):
             assert [h.tokens for h in w] == [h.tokens for h in g]
             np.testing.assert_allclose([h.score for h in w], [h.score for h in g], atol=1e-9)
 
@@ -142,7 +142,7 @@ def test_greedy_and_beam_agree_on_frames(durations, method):
     compared = 0
     for seed in range(12):
         model = TinyTransducer.make(seed, n=2, frames=8, vocab=5, dim=6, durations=durations, scale=4.0)
-        for g, b in zip(decode(model, None, m=2), decode(model, method, beam=4, n_best=1, m=2)):
+        for g, b in zip(decode(model, None, m=2), decode(model, method, beam=4, n_best=1, m=2), strict=True):
             if b[0].tokens == g.tokens and g.tokens:
                 compared += 1
                 assert b[0].token_frames.tolist() == g.token_frames.tolist()
@@ -159,7 +159,7 @@ def test_predictor_called_once_per_distinct_prefix():
     def predictor(state, y):
         h, who = state
         code = who[:, 1] * 7 + np.asarray(y) + 1
-        pairs = list(zip(who[:, 0].tolist(), code.tolist()))
+        pairs = list(zip(who[:, 0].tolist(), code.tolist(), strict=True))
         assert len(set(pairs)) == len(pairs)
         seen_calls.append(len(pairs))
         out, _ = model.predictor(h, y)
@@ -221,7 +221,7 @@ def test_token_cut_is_lossless(durations, method):
     model = TinyTransducer.make(8, n=8, frames=6, vocab=12, dim=6, durations=durations, scale=0.3)
     cut = decode(model, method, beam=3, n_best=3, m=2)
     full = decode(model, method, beam=3, n_best=3, m=2, hotwords=[[1]], hotword_weight=0.0)
-    for a, b in zip(cut, full):
+    for a, b in zip(cut, full, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         np.testing.assert_allclose([h.score for h in a], [h.score for h in b], atol=1e-12)
 

@@ -13,9 +13,9 @@ import pytest
 
 from beamsearch.speech import KenLMModel, NgramLM, TokenLM, Vocabulary, transducer_beam_search, transducer_greedy
 from oracles.ctc import PlainLM, random_arpa
+from oracles.transducer import TinyTransducer, brute_force
 from tests.speech.test_hotwords import final_positions
 from tests.speech.test_ngram import rnn_lm, token_lm_logprob
-from oracles.transducer import TinyTransducer, brute_force
 
 TOKENS = ["<pad>", "a", "b", "|"]  # blank 0; "|" ends a word
 CASES = [(None, 1), (None, 2), ([0, 1, 2], 2), ([1, 2], 1)]
@@ -190,7 +190,7 @@ class Scripted:
 
     def joint(self, enc, pred):
         out = np.full((enc.shape[0], 8), -20.0)
-        for r, (t, after) in enumerate(zip(enc[:, 0].astype(int), pred[:, 0])):
+        for r, (t, after) in enumerate(zip(enc[:, 0].astype(int), pred[:, 0], strict=True)):
             tok, d = self.plan.get(t, (0, 1))
             if t == 5 and after == 2:  # "b" was emitted at frame 5: the blank of duration 1 ends it
                 tok, d = 0, 1

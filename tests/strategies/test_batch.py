@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from approx import assert_same_hypotheses
 from beamsearch import BatchResults, Hypothesis, TokenLogprobHypothesis, beam_search_batch
 from beamsearch.processors import banned_ngram_tokens
-from approx import assert_same_hypotheses
 from models import SequenceModel, brute_force_batch, random_table, reference_batch
 
 try:
@@ -53,7 +53,7 @@ def run(prompts, **kw):
 
 def check(hyps, expected):
     assert [tuple(h.tokens) for h in hyps] == [e[0] for e in expected]
-    for h, (_, logprob, score) in zip(hyps, expected):
+    for h, (_, logprob, score) in zip(hyps, expected, strict=True):
         assert h.finished and type(h) is Hypothesis
         assert h.logprob == pytest.approx(logprob, abs=1e-12)
         assert h.score == pytest.approx(score, abs=1e-12)
@@ -250,7 +250,7 @@ def test_equals_the_plain_reference(case):
                           n_best=kw["n_best"], alpha=kw["alpha"], ngram=case["ngram"],
                           temperature=kw["temperature"], top_k=kw["top_k"])
     assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref]
-    for hyps, r in zip(out, ref):
+    for hyps, r in zip(out, ref, strict=True):
         assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)
         assert [h.score for h in hyps] == pytest.approx([e[2] for e in r], abs=1e-9)
     # one row per input at the first call, never more than beam_size per input after
@@ -283,7 +283,7 @@ def test_output_invariants(case):
     table, prompts, kw = _setup(case)
     out, _ = _search(table, prompts, **kw)
     n, k = kw["no_repeat_ngram_size"], kw["top_k"]
-    for prompt, hyps in zip(prompts, out):
+    for prompt, hyps in zip(prompts, out, strict=True):
         assert len(hyps) <= kw["n_best"]
         finished = [h for h in hyps if h.finished]
         assert hyps[: len(finished)] == finished  # finished first, then the fill
@@ -333,7 +333,7 @@ def test_ngram_blocker_equals_a_plain_loop(sequences, n):
         if s:
             history[i, width - len(s):] = s
     rows, tokens = banned_ngram_tokens(history, n)
-    got = {(int(r), int(t)) for r, t in zip(rows, tokens)}
+    got = {(int(r), int(t)) for r, t in zip(rows, tokens, strict=True)}
     expected = set()
     for i, s in enumerate(sequences):
         if len(s) < n - 1:
@@ -361,7 +361,7 @@ def test_fixed_cases_equal_the_plain_reference(backend):
                          top_k=top_k, **kw)
         ref = reference_batch(table, prompts, eos=0, beam=beam, ngram=ngram, top_k=top_k, **kw)
         assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref], case
-        for hyps, r in zip(out, ref):
+        for hyps, r in zip(out, ref, strict=True):
             assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)
 
 
@@ -405,5 +405,5 @@ def test_both_rankings_equal_the_plain_reference(ranking, backend):
         ref = reference_batch(table, prompts, eos=0, max_steps=kw["max_steps"], beam=beam, n_best=kw["n_best"],
                               alpha=0.6, ngram=kw["no_repeat_ngram_size"])
         assert _as_tuples(out) == [[(e[0], e[3]) for e in r] for r in ref], seed
-        for hyps, r in zip(out, ref):
+        for hyps, r in zip(out, ref, strict=True):
             assert [h.logprob for h in hyps] == pytest.approx([e[1] for e in r], abs=1e-9)

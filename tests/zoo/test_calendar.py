@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from beamsearch import beam_search_batch
-from beamsearch.processors import StepContext
 from beamsearch.backends import backend_of
+from beamsearch.processors import StepContext
 from beamsearch.zoo.calendar import CalendarDates, why_not_a_date
 from beamsearch.zoo.dates import TARGET_VOCAB
 
@@ -38,7 +38,7 @@ def real(text: str) -> bool:
 YEAR_PREFIXES = {f"{y:04d}"[:n] for y in range(1, 10000) for n in range(1, 5)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dates_of(year: int) -> tuple[str, ...]:
     """Every real date of ``year`` as ``isoformat()``."""
     first, last = dt.date(year, 1, 1).toordinal(), dt.date(year, 12, 31).toordinal()
@@ -103,7 +103,7 @@ def test_allowed_characters_equal_the_oracle_on_random_prefixes_of_mixed_lengths
     rng = random.Random(0)
     prefixes = random_prefixes(rng, 300)
     allowed = CalendarDates().allowed(history(prefixes))  # one call, rows of different lengths
-    for p, row in zip(prefixes, allowed):
+    for p, row in zip(prefixes, allowed, strict=True):
         assert as_set(row) == oracle_allowed(p), p
     no_empty = CalendarDates(allow_empty=False).allowed(history([""]))[0]
     assert as_set(no_empty) == oracle_allowed("", allow_empty=False)
@@ -122,7 +122,7 @@ def test_the_processor_masks_logits_on_each_backend(backend):
     out = CalendarDates()(logits, ctx)
     out = out.numpy() if backend == "torch" else out
     raw = logits.numpy() if backend == "torch" else logits
-    for p, row, before in zip(prefixes, out, raw):
+    for p, row, before in zip(prefixes, out, raw, strict=True):
         keep = np.isfinite(row)
         assert as_set(keep) == oracle_allowed(p)
         assert np.array_equal(row[keep], before[keep])  # allowed logits unchanged

@@ -15,7 +15,11 @@ pytest.importorskip("safetensors")
 
 from beamsearch import beam_search, beam_search_batch, greedy_decode  # noqa: E402
 from beamsearch.zoo.dates import (  # noqa: E402
-    SOURCE_VOCAB, TARGET_VOCAB, number_words, ordinal_words, year_words,
+    SOURCE_VOCAB,
+    TARGET_VOCAB,
+    number_words,
+    ordinal_words,
+    year_words,
 )
 from beamsearch.zoo.models import ModelConfig, build_model  # noqa: E402
 from beamsearch.zoo.translator import CHECKPOINTS, MODELS, CheckpointError, Translator  # noqa: E402
@@ -74,7 +78,7 @@ def teacher_forced_seq2seq(model, src, tokens):
     enc, cell, pad = model.encoder, model.cell, model.cfg.pad
     hidden = model.cfg.hidden
     rows = []
-    for ids, targets in zip(src, tokens):
+    for ids, targets in zip(src, tokens, strict=True):
         real = ids != pad
         n = int(real.sum())
         assert n >= 1 and bool(real[:n].all()), "sources are right-padded"
@@ -173,7 +177,7 @@ def test_shipped_greedy_equals_greedy_decode_and_logprobs_rescore(name):
     batched_greedy = tr.greedy(TEXTS)
     beams = tr.beam(TEXTS, beam_size=5, n_best=3)
     with torch.no_grad():
-        for text, g, outs in zip(TEXTS, batched_greedy, beams):
+        for text, g, outs in zip(TEXTS, batched_greedy, beams, strict=True):
             state = tr.model.init_state(tr.encode([text]))
             alone = greedy_decode(tr.model.step, state, tr.cfg.bos, tr.cfg.eos, tr.max_steps)
             (one,) = beam_search(tr.model.step, state, tr.cfg.bos, tr.cfg.eos, 1, tr.max_steps)
@@ -205,7 +209,7 @@ def masked_logprob(tr, text, tokens):
 def test_shipped_batch_equals_each_alone(name):
     tr = Translator.load(name)
     together = tr.beam(TEXTS, beam_size=4, n_best=2)
-    for text, outs in zip(TEXTS, together):
+    for text, outs in zip(TEXTS, together, strict=True):
         alone = tr.beam([text], beam_size=4, n_best=2)[0]
         assert [o.text for o in alone] == [o.text for o in outs]
         assert [o.hypothesis.logprob for o in alone] == pytest.approx([o.hypothesis.logprob for o in outs], abs=1e-4)
@@ -258,7 +262,7 @@ def test_no_impossible_date_is_ever_written(name):
     for outs in outputs:
         for o in outs:
             assert o.text == "" or dt.date.fromisoformat(o.text).isoformat() == o.text
-    accepted = {text for text, o in zip(IMPOSSIBLE, outputs) if Translator.accepts(o[0])}
+    accepted = {text for text, o in zip(IMPOSSIBLE, outputs, strict=True) if Translator.accepts(o[0])}
     assert accepted == ({"13/13/2013"} if name == "seq2seq" else set())
 
 
@@ -437,5 +441,5 @@ def test_spaced_numeric_dates_are_read(name):
     texts = {"1999 12 31": "1999-12-31", "1987 3 3": "1987-03-03", "11 30 1999": "1999-11-30",
              "25 12 1999": "1999-12-25", "3 4 2001": "2001-03-04", "2100 1 1": None}
     outputs = tr.beam(list(texts), beam_size=5)
-    printed = [o[0].text if v is None else None for o, v in zip(outputs, tr.verdicts(list(texts), outputs))]
+    printed = [o[0].text if v is None else None for o, v in zip(outputs, tr.verdicts(list(texts), outputs), strict=True)]
     assert printed == list(texts.values())

@@ -17,8 +17,8 @@ New backends are added with :func:`register_backend`.
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -12,7 +12,6 @@ from beamsearch.backends.base import NEG_INF
 from beamsearch.backends.bits import Exceptions, byte_bias, row_bias
 from beamsearch.backends.ties import order_top
 
-
 BUCKET = 16
 """Entries per bucket of the two-stage top-m (:meth:`TorchBackend._two_stage`)."""
 SPARE = 4

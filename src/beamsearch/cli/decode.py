@@ -7,15 +7,15 @@ import contextlib
 import os
 import sys
 import warnings
-from typing import Any, BinaryIO, TextIO
 from collections.abc import Iterator
+from typing import Any, BinaryIO, TextIO
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
-from beamsearch.corpus.load import HF_MAX_STEPS
-from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.cli.decode_files import check_decode_files, decode_identity, output_locked
 from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults, option_names
 from beamsearch.core.config import DecodingConfig, flag
+from beamsearch.corpus.load import HF_MAX_STEPS
+from beamsearch.corpus.load import ZOO_MODELS as MODELS  # numpy only: torch is not imported here
 from beamsearch.modes.registry import MODES as SEARCH_MODES
 
 

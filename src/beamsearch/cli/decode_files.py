@@ -7,8 +7,8 @@ import argparse
 import contextlib
 import os
 import pathlib
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 from beamsearch.cli.common import CliError
 from beamsearch.cli.options import flag_names

@@ -6,9 +6,9 @@ n-gram blocking), the caller's, the forced prefix, the stop sequences, and the l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
-
 _NONE = np.zeros(0, np.int64)
 
 

@@ -7,7 +7,6 @@ rank order), ``j`` candidates kept at a step, ``P`` prompt columns, ``t`` the st
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np

@@ -17,9 +17,9 @@ and corpus decoding read it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
 
 from beamsearch.core.penalties import LengthPenalty
 

@@ -21,14 +21,14 @@ runs over rows or tokens in the loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable
 
 import numpy as np
 
-from beamsearch.core import model_checks
 from beamsearch.backends import NEG_INF, backend_of, first_foreign_leaf
+from beamsearch.core import model_checks
 from beamsearch.core.beam import Beam, Candidates, Ended, Trail
 from beamsearch.core.protocols import Controls, GeneratedTokens, RowCarrier, Selection, StepContext, Strategy
 from beamsearch.core.select import StepScores, Terminals

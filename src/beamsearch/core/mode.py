@@ -11,15 +11,21 @@ so their flags and help come from the mode's module too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from beamsearch.core import validate as check
-from beamsearch.core.config import (REQUIRED_CONTROLS, SEARCH_SIZES, SHARED_CONTROLS, DecodingConfig, SearchConfig,
-                                    controls_of)
+from beamsearch.core.config import (
+    REQUIRED_CONTROLS,
+    SEARCH_SIZES,
+    SHARED_CONTROLS,
+    DecodingConfig,
+    SearchConfig,
+    controls_of,
+)
 
 __all__ = ["Mode", "NoOptions"]
 

@@ -7,8 +7,8 @@ the parameter or the processor at fault; argument checks at the entry are in
 from __future__ import annotations
 
 import inspect
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,8 +6,8 @@ Both are non-decreasing in the length for ``alpha >= 0``, which makes the early-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -5,17 +5,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
 from beamsearch.core import validate as check
 from beamsearch.core.config import SHARED_CONTROLS, DecodingConfig
-from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.engine import Outcome, StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
+from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, StepRecord, tracer
 

@@ -14,9 +14,9 @@ this module imports nothing above :mod:`beamsearch.core`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable, Sequence
 
 import numpy as np
 

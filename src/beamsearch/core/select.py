@@ -12,7 +12,6 @@ import numpy as np
 from beamsearch.backends import NEG_INF, Backend
 from beamsearch.core.beam import Beam, Candidates
 
-
 GROUPED_MAX_ELEMENTS = 1 << 19
 """Up to this many ``k*V`` entries an input's rows are ranked on the device in one ``[G, r*V]``
 top-m (one cheap offset pass while the array sits in cache); above it, each row's top m on the

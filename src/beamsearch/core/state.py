@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Protocol
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -19,9 +19,9 @@ nodes of a trace, ``T`` the most steps.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -35,10 +35,16 @@ from beamsearch.corpus.lines import MAX_JSON_DEPTH, MAX_JSON_DIGITS, Line, read_
 from beamsearch.corpus.load import HF_MAX_STEPS, ZOO_MODELS, ModelSpecError, load_model
 from beamsearch.corpus.models import CorpusModel, CorpusModelBase, TokenLabels, toy_model
 from beamsearch.corpus.options import LengthRule, corpus_options, line_max_steps, search_keywords
-from beamsearch.corpus.progress import Progress
-from beamsearch.corpus.records import (NO_OUTPUT, CorpusSearch, RecordKeyWarning, corpus_search, decode_records,
-                                      trace_line)
 from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
+from beamsearch.corpus.progress import Progress
+from beamsearch.corpus.records import (
+                                      NO_OUTPUT,
+                                      CorpusSearch,
+                                      RecordKeyWarning,
+                                      corpus_search,
+                                      decode_records,
+                                      trace_line,
+)
 from beamsearch.corpus.sidefile import Interrupted, line_name
 
 __all__ = ["HF_MAX_STEPS", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "NO_OUTPUT", "ZOO_MODELS", "CorpusModel",

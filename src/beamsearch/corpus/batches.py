@@ -5,8 +5,8 @@ fail when decoded alone, never the end of the run."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from beamsearch.core.mode import Mode
 from beamsearch.corpus.models import CorpusModel

@@ -12,19 +12,27 @@ import os
 import pathlib
 import sys
 from array import array
-from typing import Any
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_crc
 from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
 from beamsearch.corpus.options import LengthRule, max_steps_of
+from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
 from beamsearch.corpus.progress import Progress
 from beamsearch.corpus.records import CorpusSearch, corpus_search, run_records
-from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
-from beamsearch.corpus.sidefile import (Fingerprint, Interrupted, SideFile, encode, interrupts_held, json_object,
-                                        line_name, text_crc)
+from beamsearch.corpus.sidefile import (
+    Fingerprint,
+    Interrupted,
+    SideFile,
+    encode,
+    interrupts_held,
+    json_object,
+    line_name,
+    text_crc,
+)
 from beamsearch.modes import registry
 
 __all__ = ["decode_corpus", "load_partial", "partial_path"]

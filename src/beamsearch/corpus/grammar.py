@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions, controls_of
 from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file

@@ -5,8 +5,8 @@ imported when a model is made."""
 from __future__ import annotations
 
 import os
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from beamsearch.core import validate as check
 from beamsearch.corpus.hf_media import batched, line_inputs, media_kinds
@@ -27,7 +27,6 @@ class HFModel(CorpusModelBase):
     def __init__(self, directory: str | os.PathLike, max_steps: int) -> None:
         import torch
         from transformers import AutoConfig, AutoTokenizer
-
         from transformers.utils import logging as hf_logging
 
         from beamsearch import hf

@@ -4,13 +4,13 @@ cannot be read carrying its ``error`` instead of failing the run."""
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import re
 import reprlib
-import dataclasses
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterable, Iterator
 
 from beamsearch.corpus.sidefile import LONE_SURROGATE
 

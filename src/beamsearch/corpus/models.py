@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Protocol
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

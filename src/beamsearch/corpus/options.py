@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode

@@ -17,8 +17,7 @@ from beamsearch.corpus.batches import ScorerFailure, batch_results
 from beamsearch.corpus.grammar import with_constraints
 from beamsearch.corpus.lines import Line
 from beamsearch.corpus.models import CorpusModel, MediaModel, check_model
-from beamsearch.corpus.options import (LengthRule, line_max_steps, line_options, line_problem, search_keywords,
-                                       texts_ids)
+from beamsearch.corpus.options import LengthRule, line_max_steps, line_options, line_problem, search_keywords, texts_ids
 from beamsearch.corpus.sidefile import line_name
 from beamsearch.modes import registry
 from beamsearch.refill import Decoded

@@ -24,8 +24,8 @@ import re
 import signal
 import zlib
 from array import array
-from typing import Any, BinaryIO
 from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from beamsearch.corpus.output import OutputError, create_temporary, open_beside
 

@@ -72,14 +72,15 @@ except ModuleNotFoundError as e:
     raise ModuleNotFoundError(f"beamsearch.hf: {missing_package(e.name, 'hf')}", name=e.name) from None
 
 from beamsearch.hf.adapters import causal_lm
-from beamsearch.hf.seq2seq import seq2seq_lm
-from beamsearch.hf.generation import Generation, generate
-from beamsearch.hf.custom import CUSTOM_GENERATE_DIR, custom_generate
-from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_generation_config, search_settings
-from beamsearch.hf.inputs import position_limit
-from beamsearch.hf.states import Prepared, joinable
-from beamsearch.hf.reward import RewardScorer
 from beamsearch.hf.ctc import CTCDecoder, ctc_emissions
+from beamsearch.hf.custom import CUSTOM_GENERATE_DIR, custom_generate
+from beamsearch.hf.generation import Generation, generate
+from beamsearch.hf.inputs import position_limit
+from beamsearch.hf.positions import joinable
+from beamsearch.hf.reward import RewardScorer
+from beamsearch.hf.seq2seq import seq2seq_lm
+from beamsearch.hf.settings import SEARCH_SETTINGS, other_settings, saved_generation_config, search_settings
+from beamsearch.hf.states import Prepared
 
 importlib.import_module("beamsearch.hf.static_layers")  # registers the static key/value layers' rules
 

@@ -6,8 +6,8 @@ calls: the forward timed and counted (:func:`timed`), the last position's logits
 from __future__ import annotations
 
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -16,8 +16,9 @@ from beamsearch.hf.caches import cache_keyword
 from beamsearch.hf.carried import carrier_for
 from beamsearch.hf.image_decoders import ADDITIVE_TYPES, additive_mask
 from beamsearch.hf.inputs import position_limit
+from beamsearch.hf.positions import as_4d
 from beamsearch.hf.recurrent import cache_length
-from beamsearch.hf.states import Prepared, as_4d
+from beamsearch.hf.states import Prepared
 
 __all__ = ["CAPACITY", "AdapterStep", "adapter_cache", "keeps_prompt", "last_logits", "timed", "unconsumed"]
 
@@ -75,14 +76,15 @@ def adapter_cache(model: Any, layer: Callable[[], DynamicLayer]) -> DynamicCache
 
 class AdapterStep:
     """What the adapters' step objects share: ``step(state, y_prev [k]) -> (logits [k, V'], new
-    state)`` is a subclass's ``__call__`` (:class:`~beamsearch.hf.adapters.CausalStep`, :class:`~beamsearch.hf.seq2seq.Seq2SeqStep`).
+    state)`` is a subclass's ``__call__`` (:class:`~beamsearch.hf.adapters.CausalStep`,
+    :class:`~beamsearch.hf.seq2seq.Seq2SeqStep`).
 
     Attributes:
         prepared: the :class:`~beamsearch.hf.states.Prepared` whose forward time and calls it counts.
         model: the causal LM or the encoder-decoder.
         extra_column: the search's eos is one the model never produces: the logits get one more
             column, V, always -inf.
-        ready: the steps pass the model 4-D masks themselves (:func:`~beamsearch.hf.states.mask_ready`).
+        ready: the steps pass the model 4-D masks themselves (:func:`~beamsearch.hf.positions.mask_ready`).
         limit: the model's positions (:func:`~beamsearch.hf.inputs.position_limit`), or None.
         cache_kw: the forward's name for the KV cache argument.
         carrier: how a model whose state is not a ``Cache`` it returns takes and gives it back

@@ -7,28 +7,40 @@ share and the model calls' helpers are in :mod:`beamsearch.hf.adapter_step`.
 from __future__ import annotations
 
 import inspect
-from typing import Any
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, StaticCache
 
 from beamsearch.core import validate as check
-from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, keeps_prompt, last_logits, timed,
-                                       unconsumed)
-from beamsearch.hf.caches import (DeferredLayer, PromptLayer, cache_keyword, cache_of, inference, skip_dummy_column,
-                                  windows_held)
+from beamsearch.hf.adapter_step import (
+    CAPACITY,
+    AdapterStep,
+    adapter_cache,
+    keeps_prompt,
+    last_logits,
+    timed,
+    unconsumed,
+)
+from beamsearch.hf.caches import (
+    DeferredLayer,
+    PromptLayer,
+    cache_keyword,
+    cache_of,
+    inference,
+    skip_dummy_column,
+    windows_held,
+)
 from beamsearch.hf.carried import carrier_for
 from beamsearch.hf.image_decoders import ADDITIVE_TYPES, image_columns, is_blip
-from beamsearch.hf.recurrent import (FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held,
-                                     restore)
-from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id,
-                                  search_eos)
-from beamsearch.hf.multimodal import (check_model_inputs, prefill_positions,
-                                      step_model)
+from beamsearch.hf.inputs import check_positions, in_eval_mode, in_vocab, input_rows, left_padded, pad_id, search_eos
+from beamsearch.hf.multimodal import check_model_inputs, prefill_positions, step_model
+from beamsearch.hf.positions import mask_ready
+from beamsearch.hf.recurrent import FOUR_D_TYPES, OWN_CACHE_TYPES, UNPADDED_TYPES, attends, by_length, held, restore
 from beamsearch.hf.shared import check_shared, shared_attention, shared_cache
-from beamsearch.hf.static_layers import room
-from beamsearch.hf.states import (CausalState, Prepared, mask_ready)
+from beamsearch.hf.states import CausalState, Prepared
+from beamsearch.hf.static_layers import room, whole_static
 
 
 @inference
@@ -225,8 +237,8 @@ class CausalStep(AdapterStep):
             raise ValueError(f"the search asks for a token at position {int(state.positions.max())}, beyond the "
                              f"model's {limit} positions: lower max_steps")
         t = state.columns
-        if type(state.cache) is StaticCache:
-            _check_room(state.cache, t)
+        if whole_static(state.cache):
+            _check_room(cast(StaticCache, state.cache), t)
         if t == state.mask.shape[1]:  # out of allocated columns (no max_new_tokens): grow once per C
             state = state._replace(mask=torch.cat([state.mask, state.mask.new_ones(len(y_prev), CAPACITY)], dim=1))
         mask, fed = state.mask, torch.ones_like(state.positions)

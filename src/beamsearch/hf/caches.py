@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
@@ -166,6 +167,7 @@ class DeferredLayer(DynamicLayer):
         idx, self.pending = self.pending, None
         if idx is None or self.keys is None or self.keys.dim() < 4:  # nothing waits, or nothing cached yet
             return super().update(key_states, value_states, *args, **kwargs)
+        assert self.values is not None, "a layer holding keys holds values"
         self.keys, self.values = _gathered(self.keys, idx, key_states), _gathered(self.values, idx, value_states)
         return self.keys, self.values
 
@@ -175,8 +177,9 @@ class DeferredLayer(DynamicLayer):
 
     def settle(self) -> None:
         if self.pending is not None:
-            if self.keys is not None and self.keys.dim() == 4:
-                self.keys, self.values = self.keys.index_select(0, self.pending), self.values.index_select(0, self.pending)
+            if self.keys is not None and self.values is not None and self.keys.dim() == 4:
+                self.keys = self.keys.index_select(0, self.pending)
+                self.values = self.values.index_select(0, self.pending)
             self.pending = None
 
 
@@ -307,13 +310,13 @@ def skip_dummy_column(cache: Any, rows: torch.Tensor, kept: list[tuple[torch.Ten
     if len(windows) != len(kept):
         raise RuntimeError(f"the model changed its sliding-window layers during a step ({len(kept)} before, "
                            f"{len(windows)} after)")
-    for layer, old in zip(windows, kept):
+    for layer, old in zip(windows, kept, strict=True):
         if is_static(layer):  # places [0, width) filled now, [0, before) before the dummy
             tokens = count(layer)
             width, before = slots(layer, tokens), slots(layer, tokens - 1)
         else:
             width, before = layer.keys.shape[2], old[0].shape[2]
-        for name, then in zip(("keys", "values"), old):
+        for name, then in zip(("keys", "values"), old, strict=True):
             now = getattr(layer, name)
             now[rows, :, :width] = torch.cat([now.index_select(0, rows)[:, :, width - 1: width],
                                               then[:, :, :before]], dim=2)[:, :, -width:]
@@ -357,7 +360,8 @@ def drop_leading(cache: DynamicCache, mask: torch.Tensor, columns: int) -> tuple
     drops columns; recurrent layers hold no columns, and count the columns dropped off their
     tokens; a static layer moves its columns left in its buffer, freeing as many places). Returns
     the mask ``[k, M]`` and the columns left."""
-    held = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]  # not a recurrent state alone
+    held: list[Any] = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]  # keys: not
+    # a recurrent state alone
     full = bool(held) and all(layer.keys.dim() == 4 and not getattr(layer, "is_sliding", False)
                               and (full_columns(layer) if is_static(layer) else layer.keys.shape[2]) == columns
                               for layer in held)

@@ -16,8 +16,9 @@ runs each length's prompts together and joins the states
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -116,8 +117,8 @@ class XlstmCarrier(Carrier):
         inner = xLSTMCache.__new__(xLSTMCache)  # the tensors are ours: no zeros allocated to be replaced
         inner.config, inner.dtype = model.config, cache.carried[0].dtype
         inner.seqlen_offset = torch.tensor([cache.tokens], dtype=torch.long, device=cache.carried[0].device)
-        inner.rnn_state = {layer: tuple(cache.carried[3 * layer: 3 * layer + 3])
-                           for layer in range(len(cache.carried) // 3)}
+        c = cache.carried
+        inner.rnn_state = {layer: (c[3 * layer], c[3 * layer + 1], c[3 * layer + 2]) for layer in range(len(c) // 3)}
         return inner
 
     def read(self, model: Any, cache: CarriedCache, out: Any, fed: int) -> CarriedCache:
@@ -142,7 +143,7 @@ class RecurrentGemmaCarrier(Carrier):
     def give(self, model: Any, cache: CarriedCache) -> Any:
         blocks = self._blocks(model)
         if cache.carried:
-            for block, conv, rec in zip(blocks, cache.carried[0::2], cache.carried[1::2]):
+            for block, conv, rec in zip(blocks, cache.carried[0::2], cache.carried[1::2], strict=True):
                 block.conv1d_state, block.rg_lru.recurrent_states = conv, rec
         else:  # a prefill: the blocks start from zeros (their forward allocates them)
             for block in blocks:
@@ -150,14 +151,16 @@ class RecurrentGemmaCarrier(Carrier):
         return cache
 
     def read(self, model: Any, cache: CarriedCache, out: Any, fed: int) -> CarriedCache:
-        cache.carried = [t for block in self._blocks(model) for t in (block.conv1d_state, block.rg_lru.recurrent_states)]
+        cache.carried = [t for block in self._blocks(model)
+                         for t in (block.conv1d_state, block.rg_lru.recurrent_states)]
         for block in self._blocks(model):  # the model keeps no reference to the search's tensors
             block.conv1d_state = block.rg_lru.recurrent_states = None
         cache.tokens += fed
         return cache
 
 
-CARRIERS: dict[str, Carrier] = {"rwkv": RwkvCarrier(), "xlstm": XlstmCarrier(), "recurrent_gemma": RecurrentGemmaCarrier()}
+CARRIERS: dict[str, Carrier] = {"rwkv": RwkvCarrier(), "xlstm": XlstmCarrier(),
+                                "recurrent_gemma": RecurrentGemmaCarrier()}
 """The carriers, by model type."""
 
 

@@ -5,7 +5,8 @@ generation config's logits processors (README: "Generative retrieval")."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence, Set as AbstractSet
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 

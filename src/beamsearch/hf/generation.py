@@ -19,19 +19,19 @@ from beamsearch.core import validate as check
 from beamsearch.core.config import GrammarOptions
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.caches import inference
-from beamsearch.hf.forced import ForcedTokens
-from beamsearch.hf.hooks import generate_hooks, held_prompts
-from beamsearch.hf.catalogue import catalogues, check_catalogue
-from beamsearch.hf.grammar import OUTPUT_CONSTRAINTS, grammars, output_constraints
-from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
-from beamsearch.hf.shared import check_shared
 from beamsearch.hf.calls import inferred_mask
-from beamsearch.hf.multimodal import call_model_inputs, media_rows
+from beamsearch.hf.catalogue import catalogues, check_catalogue
+from beamsearch.hf.forced import ForcedTokens
+from beamsearch.hf.grammar import OUTPUT_CONSTRAINTS, grammars, output_constraints
+from beamsearch.hf.hooks import generate_hooks, held_prompts
+from beamsearch.hf.inputs import in_vocab, input_rows, search_eos
 from beamsearch.hf.keywords import refuse, refuse_arguments
-from beamsearch.hf.settings import generate_defaults, search_settings
-from beamsearch.hf.prefill import prefill
-from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
 from beamsearch.hf.modes import choose_mode, generate_rule, mode_keywords, once_per_solution, own_options
+from beamsearch.hf.multimodal import call_model_inputs, media_rows
+from beamsearch.hf.outputs import LogitsTap, generate_outputs, step_outputs
+from beamsearch.hf.prefill import prefill
+from beamsearch.hf.settings import generate_defaults, search_settings
+from beamsearch.hf.shared import check_shared
 from beamsearch.processors import BadWords, RepetitionPenalty, SequenceBias, SuppressTokens
 
 

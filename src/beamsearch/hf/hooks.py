@@ -28,9 +28,9 @@ constraint) wins over a prefix function that disallows it (here the two masks in
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 import torch
 

@@ -9,8 +9,8 @@ and the way to get it here.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from beamsearch.hf.calls import MODEL_INPUTS
 

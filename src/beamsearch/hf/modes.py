@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from beamsearch.core.config import DecodingConfig, controls_of
 from beamsearch.core.mode import Mode
 from beamsearch.modes.constrained import AnyOf
-from beamsearch.modes.registry import MODES, mode as registered
+from beamsearch.modes.registry import MODES
+from beamsearch.modes.registry import mode as registered
 
 __all__ = ["choose_mode", "config_keywords", "generate_rule", "mode_keywords", "once_per_solution", "own_options"]
 

@@ -5,8 +5,8 @@ when asked, the per-step ``scores``, ``logits`` and ``beam_indices`` in ``genera
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -20,14 +20,22 @@ and how to register it.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from transformers.cache_utils import (DummyLayer, DynamicCache, DynamicIndexedLayer, DynamicLayer,
-                                      DynamicSlidingWindowLayer, LinearAttentionAndFullAttentionLayer,
-                                      LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionCacheLayerMixin,
-                                      LinearAttentionLayer)
+from transformers.cache_utils import (
+    DummyLayer,
+    DynamicCache,
+    DynamicIndexedLayer,
+    DynamicLayer,
+    DynamicSlidingWindowLayer,
+    LinearAttentionAndFullAttentionLayer,
+    LinearAttentionAndSlidingWindowAttentionLayer,
+    LinearAttentionCacheLayerMixin,
+    LinearAttentionLayer,
+)
 
 from beamsearch.core.state import concat_state, pad_axis, select_state
 
@@ -197,8 +205,9 @@ def joined_layer(layers: list[Any], orders: list[torch.Tensor | None], columns: 
     adapter joins itself."""
     rule = layer_rule(layers[0])
     if rule is not None:
-        return rule.join([layer if order is None else rule.take(layer, order) for layer, order in zip(layers, orders)],
-                         columns)
+        taken = [layer if order is None else rule.take(layer, order)
+                 for layer, order in zip(layers, orders, strict=True)]
+        return rule.join(taken, columns)
     return type(layers[0])() if getattr(layers[0], "keys", None) is None else None
 
 
@@ -282,8 +291,8 @@ def joined_extras(new: Any, caches: list[Any], columns: int) -> None:
         new.tokens = columns
     extras = extras_of(caches[0])
     if extras is not None:
-        columns = list(zip(*[extras.get(cache) for cache in caches]))
-        extras.put(new, [None if parts[0] is None else torch.cat(list(parts)) for parts in columns])
+        tensors = list(zip(*[extras.get(cache) for cache in caches], strict=True))  # per tensor: its rows per cache
+        extras.put(new, [None if parts[0] is None else torch.cat(list(parts)) for parts in tensors])
 
 
 def _minimax_get(cache: Any) -> list[torch.Tensor | None]:
@@ -367,7 +376,7 @@ def restore(cache: Any, rows: torch.Tensor, kept: list[torch.Tensor]) -> None:
     if len(tensors) != len(kept):
         raise RuntimeError(f"the model changed its recurrent states' layout during a step ({len(kept)} tensors "
                            f"before, {len(tensors)} after)")
-    for t, old in zip(tensors, kept):
+    for t, old in zip(tensors, kept, strict=True):
         t[rows] = old
 
 

@@ -10,9 +10,9 @@ extends one of them (the next round's, of a partial solution kept) feeds only it
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -13,14 +13,12 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state, take_state
-from beamsearch.hf.adapter_step import (CAPACITY, AdapterStep, adapter_cache, last_logits, timed,
-                                       unconsumed)
-from beamsearch.hf.caches import (DeferredLayer, cache_of, inference)
-from beamsearch.hf.inputs import (check_positions, in_eval_mode, in_vocab, input_rows, pad_id,
-                                  right_padded, search_eos)
-from beamsearch.hf.multimodal import (decoder_rows, encoded, inputs_count)
-from beamsearch.hf.states import (Prepared, RowPositions, Seq2SeqState, as_4d, joinable, mask_ready,
-                                  position_table)
+from beamsearch.hf.adapter_step import CAPACITY, AdapterStep, adapter_cache, last_logits, timed, unconsumed
+from beamsearch.hf.caches import DeferredLayer, cache_of, inference
+from beamsearch.hf.inputs import check_positions, in_eval_mode, in_vocab, input_rows, pad_id, right_padded, search_eos
+from beamsearch.hf.multimodal import decoder_rows, encoded, inputs_count
+from beamsearch.hf.positions import RowPositions, as_4d, joinable, mask_ready, position_table
+from beamsearch.hf.states import Prepared, Seq2SeqState
 
 
 @inference
@@ -95,7 +93,7 @@ class Seq2SeqStep(AdapterStep):
 
     Attributes:
         can_join, table: what a joined state needs, read once: whether the decoder's positions can
-            be given per row (:func:`~beamsearch.hf.states.joinable`), and its position table
+            be given per row (:func:`~beamsearch.hf.positions.joinable`), and its position table
             (:func:`~beamsearch.hf.states.position_table`).
         every: bool ``[1, 1, 1, 1]``, True: the decoder mask where no column is padding.
     """

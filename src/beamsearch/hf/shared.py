@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, cast
 from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from transformers import AttentionInterface

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from beamsearch.core.state import concat_state, pad_axis, select_state, take_state
-from beamsearch.hf.caches import (DeferredLayer, PromptLayer, drop_leading, inference, plain_layer, reorder_in_place,
-                                  settled)
+from beamsearch.hf.caches import (
+    DeferredLayer,
+    PromptLayer,
+    drop_leading,
+    inference,
+    plain_layer,
+    reorder_in_place,
+    settled,
+)
 from beamsearch.hf.recurrent import extras_of, joined_extras, joined_layer
 from beamsearch.hf.shared import SharedPromptCache, joined_shared
+from beamsearch.hf.static_layers import whole_static
 
 
 @dataclass
@@ -90,7 +98,8 @@ class Seq2SeqState(NamedTuple):
     encoder_mask: torch.Tensor  # int64 [k, S]
     fed: int  # decoder cache columns (every row's): the step's token goes to column fed
     source: torch.Tensor  # int64 [k]: the source each row decodes (what the encoder-side rows depend on)
-    mask: torch.Tensor | None = None  # int64 [k, M], M >= fed: 0 on decoder cache columns that are padding (None: none are)
+    # int64 [k, M], M >= fed: 0 on decoder cache columns that are padding (None: none are)
+    mask: torch.Tensor | None = None
     positions: torch.Tensor | None = None  # int64 [k]: the decoder position of each row's next token (None: fed)
 
 
@@ -141,8 +150,9 @@ def _compacted(cache: DynamicCache, rows: torch.Tensor) -> torch.Tensor | None:
     far = rows >= k
     holes = torch.nonzero(~present[:k]).flatten()  # places < k' of rows that leave, as many as rows beyond k'
     movers = rows[far]
-    for layer in cache.layers:
-        layer.move_rows(holes, movers, k)  # type: ignore[attr-defined]
+    layers: list[Any] = cache.layers  # each a layer of ours with move_rows (reorder_in_place's callers check it)
+    for layer in layers:
+        layer.move_rows(holes, movers, k)
     order = rows.clone()
     order[far] = holes
     return order
@@ -176,13 +186,13 @@ def _concat_causal_states(states: list[CausalState]) -> CausalState:
     if any(shared) and not all(shared):
         raise TypeError("concat_state: states with a shared prompt cache (share_prompt=True) and states without "
                         "one cannot be joined; prepare every cohort alike")
-    static = [type(s.cache) is StaticCache for s in states]
+    static = [whole_static(s.cache) for s in states]
     if any(static) and not all(static):
         raise TypeError("concat_state: states with a static cache (cache_implementation=\"static\") and states with "
                         "a dynamic one cannot be joined; prepare every cohort alike")
     if all(shared):
-        cache: Any = joined_shared([s.cache for s in states], [s.mask.shape[0] for s in states],
-                                   [s.columns for s in states])
+        caches = [cast(SharedPromptCache, s.cache) for s in states]  # all shared: checked above
+        cache: Any = joined_shared(caches, [s.mask.shape[0] for s in states], [s.columns for s in states])
         source = cache.shared.rows
     else:
         cache, source = _joined_cache(states), _joined_sources([s.source for s in states])
@@ -213,17 +223,17 @@ def _joined_cache(states: list[CausalState]) -> DynamicCache:
     cache.layers = []
     t = max(s.columns for s in states)
     for i, layer in enumerate(states[0].cache.layers):
-        other = joined_layer([s.cache.layers[i] for s in states], [s.order for s in states], t)
+        other = joined_layer([_layer(s, i) for s in states], [s.order for s in states], t)
         if other is not None:  # a layer holding more than (or no) keys and values
             cache.layers.append(other)
             continue
-        parts = [(s.cache.layers[i].keys, s.cache.layers[i].values) if s.order is None else
-                 (s.cache.layers[i].keys.index_select(0, s.order), s.cache.layers[i].values.index_select(0, s.order))
+        parts = [(_layer(s, i).keys, _layer(s, i).values) if s.order is None else
+                 (_layer(s, i).keys.index_select(0, s.order), _layer(s, i).values.index_select(0, s.order))
                  for s in states]
         if isinstance(layer, (PromptLayer, DeferredLayer)) or type(layer) is DynamicLayer:
             cache.layers.append(PromptLayer.joined(parts, layer.room if isinstance(layer, PromptLayer) else JOIN_ROOM))
             continue
-        new = copy.copy(layer)
+        new: Any = copy.copy(layer)  # a layer of keys and values (the others were joined above)
         new.keys = torch.cat(pad_axis([k for k, _ in parts], 2, 0.0, side="left"))
         new.values = torch.cat(pad_axis([v for _, v in parts], 2, 0.0, side="left"))
         if hasattr(new, "cumulative_length"):  # a sliding window's count of the tokens seen: the joined columns
@@ -238,7 +248,7 @@ def _joined_mask(masks: list[torch.Tensor], columns: list[int]) -> torch.Tensor:
     each left-padded with 0 to the most columns (their caches are left-padded so), then
     right-padded with 1 (the columns of tokens to come) to the widest."""
     t = max(columns)
-    masks = [torch.cat([m.new_zeros(m.shape[0], t - c), m], dim=1) for m, c in zip(masks, columns)]
+    masks = [torch.cat([m.new_zeros(m.shape[0], t - c), m], dim=1) for m, c in zip(masks, columns, strict=True)]
     return torch.cat(pad_axis(masks, 1, 1, side="right"))
 
 
@@ -292,7 +302,8 @@ def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
         if like is None:  # no state has fed a token: nothing cached yet
             self_cache.layers.append(DynamicLayer())
             continue
-        ref = like.cache.self_attention_cache.layers[i].keys
+        first: Any = like.cache.self_attention_cache.layers[i]  # a layer of keys: a state has fed a token
+        ref = first.keys
         parts = []
         for s in states:
             layer: Any = s.cache.self_attention_cache.layers[i]
@@ -317,82 +328,6 @@ def _concat_seq2seq_states(states: list[Seq2SeqState]) -> Seq2SeqState:
                         _joined_mask(ones, [s.fed for s in states]), torch.cat(positions))
 
 
-def joinable(model: Any) -> bool:
-    """Whether states of ``seq2seq_lm`` for ``model`` at different steps can be joined (refill):
-    the decoder's absolute positions come from a table whose row for position p is known (BART
-    and mBART: row p + 2; Marian and Pegasus: row p), so each row's can be read, or it has
-    relative positions only (T5), which padding on the left does not change. Any other decoder
-    (FSMT, M2M100 / NLLB, ...) is not joinable: decode it in fixed batches. Decoder-only models
-    always can (:func:`causal_lm`)."""
-    if not model.config.is_encoder_decoder:
-        return True
-    return position_table(model) is not None or _relative_positions(model)
-
-
-_TABLE_OFFSETS = {"BartLearnedPositionalEmbedding": 2, "MBartLearnedPositionalEmbedding": 2,
-                  "MarianSinusoidalPositionalEmbedding": 0, "PegasusSinusoidalPositionalEmbedding": 0}
-"""Position tables whose row for decoder position p is row ``p + offset`` (their forward reads
-``position_ids + offset``; tested in tests/hf/test_states.py)."""
-
-
-def position_table(model: Any) -> tuple[torch.nn.Embedding, int] | None:
-    """The decoder's position table and its offset, when it is one of :data:`_TABLE_OFFSETS`."""
-    table = getattr(model.get_decoder(), "embed_positions", None)
-    offset = _TABLE_OFFSETS.get(type(table).__name__)
-    if not isinstance(table, torch.nn.Embedding) or offset is None:
-        return None
-    return table, offset
-
-
-def _relative_positions(model: Any) -> bool:
-    return getattr(model.get_decoder(), "embed_positions", None) is None and \
-        getattr(model.config, "relative_attention_num_buckets", None) is not None
-
-
-_MASK_READY_TYPES = frozenset({"gpt2", "llama", "qwen2", "qwen3", "bart", "mbart", "marian", "pegasus"})
-"""Model types whose forward takes a 4-D attention mask as it is (``masking_utils`` returns a 4-D
-mask untouched) and applies it in every attention layer alike: the step passes them the boolean
-``[k, 1, 1, t+1]`` mask that ``sdpa_mask`` would build for one query token, which skips the
-model's own mask construction at every step (about 6% of a step of a small model on the CPU).
-Each type is tested against the same search with the model's own mask (tests/hf/test_generation_models.py,
-tests/hf/test_states.py); GPT-2, Llama, Qwen2, Qwen3, BART and Marian also against ``generate``."""
-
-
-def mask_ready(model: Any, cache: DynamicCache) -> bool:
-    """Whether the steps may pass a ready 4-D boolean mask (:data:`_MASK_READY_TYPES`): the model
-    is on the CPU and uses sdpa attention, and every layer of its (self-attention) cache is full
-    attention (a sliding-window layer needs the model's own windowed mask). On an accelerator
-    the model's own mask is kept: with no padding it passes sdpa none, which lets a GPU take its
-    fastest (flash) kernel, where any mask, even all True, rules it out."""
-    cfg = model.config
-    return (cfg.model_type in _MASK_READY_TYPES and getattr(cfg, "_attn_implementation", None) == "sdpa"
-            and next(model.parameters()).device.type == "cpu"
-            and all(isinstance(layer, (DeferredLayer, PromptLayer)) for layer in cache.layers))
-
-
-def as_4d(mask: torch.Tensor) -> torch.Tensor:
-    """int64 ``[k, L]`` (1 on tokens) -> bool ``[k, 1, 1, L]``: for one query token, the mask
-    ``sdpa_mask`` builds (True: attended)."""
-    return mask[:, None, None, :].bool()
-
-
-class RowPositions:
-    """While in use, the decoder's position table gives each row its own position (``positions``
-    ``[k]``): a forward hook replaces the table's output (one position for all rows, from the
-    cache length) by the rows of the table at ``positions + offset`` (BART's table is offset by 2)."""
-
-    def __init__(self, table: tuple[torch.nn.Embedding, int] | None, positions: torch.Tensor) -> None:
-        self.table, self.positions = table, positions  # the table and offset of position_table, or None
-        self.handle: Any = None
-
-    def __enter__(self) -> None:
-        if self.table is not None:
-            table, offset = self.table
-            rows = self.positions[:, None] + offset  # --> [k, 1]
-            self.handle = table.register_forward_hook(
-                lambda module, args, out: torch.nn.functional.embedding(rows, module.weight).to(out.dtype))
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-
+def _layer(state: CausalState, i: int) -> Any:
+    """Layer ``i`` of ``state``'s cache, whichever kind it is (the callers dispatch on it)."""
+    return state.cache.layers[i]

@@ -31,17 +31,36 @@ import copy
 from typing import Any
 
 import torch
-from transformers.cache_utils import (LinearAttentionAndStaticFullAttentionLayer,
-                                      LinearAttentionAndStaticSlidingWindowAttentionLayer, LinearAttentionLayer,
-                                      StaticCache, StaticIndexedLayer, StaticLayer, StaticSlidingWindowLayer)
+from transformers.cache_utils import (
+    LinearAttentionAndStaticFullAttentionLayer,
+    LinearAttentionAndStaticSlidingWindowAttentionLayer,
+    LinearAttentionLayer,
+    StaticCache,
+    StaticIndexedLayer,
+    StaticLayer,
+    StaticSlidingWindowLayer,
+)
 
 from beamsearch.core.state import concat_state, select_state, take_state
-from beamsearch.hf.recurrent import (LayerRule, join_linear, reorder_linear, take_linear, layer_rule,
-                                     register_layer, reorder_extras)
+from beamsearch.hf.recurrent import (
+    LayerRule,
+    join_linear,
+    layer_rule,
+    register_layer,
+    reorder_extras,
+    reorder_linear,
+    take_linear,
+)
 
 STATIC_KINDS = (StaticLayer, StaticSlidingWindowLayer, StaticIndexedLayer, LinearAttentionAndStaticFullAttentionLayer,
                 LinearAttentionAndStaticSlidingWindowAttentionLayer)
 """The static layer kinds a rule is registered for (exact types)."""
+
+
+def whole_static(cache: Any) -> bool:
+    """Whether ``cache`` is a ``StaticCache`` itself (its rows share one write position); a
+    subclass of it is not, and meets the rules of its layers' kinds."""
+    return type(cache) is StaticCache
 
 
 def is_static(layer: Any) -> bool:
@@ -161,17 +180,18 @@ def _join(layers: list[Any], columns: int) -> Any:
     end = slots(layers[0], columns)
     if all(filled):
         for name in ("keys", "values"):
-            setattr(new, name, _shifted([(getattr(layer, name), slots(layer, c)) for layer, c in zip(layers, counts)],
-                                        2, length, end))
+            parts = [(getattr(layer, name), slots(layer, c)) for layer, c in zip(layers, counts, strict=True)]
+            setattr(new, name, _shifted(parts, 2, length, end))
         new.batch_size = int(new.keys.shape[0])
     for name, axis in _indexer(layers[0]):
         if name == "indexer_keys":
-            new.indexer_keys = _shifted([(layer.indexer_keys, c) for layer, c in zip(layers, counts)], 1, length, end)
+            parts = [(layer.indexer_keys, c) for layer, c in zip(layers, counts, strict=True)]
+            new.indexer_keys = _shifted(parts, 1, length, end)
             new.indexer_cumulative_length = torch.tensor(columns, dtype=torch.long, device=new.indexer_keys.device)
         else:  # the positions of the columns seen: [dims, k, c], left-padded with 0 to the joined count
-            parts = [layer.indexer_position_ids for layer in layers]
+            seen = [layer.indexer_position_ids for layer in layers]
             new.indexer_position_ids = torch.cat([torch.cat([p.new_zeros((*p.shape[:2], columns - p.shape[2])), p], 2)
-                                                  for p in parts], dim=axis)
+                                                  for p in seen], dim=axis)
     return new
 
 

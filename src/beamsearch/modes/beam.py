@@ -10,18 +10,18 @@ runner (:func:`run_plan` for one batch, :func:`beamsearch.refill.decode_stream` 
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from beamsearch.controls import Controls
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
 from beamsearch.core.penalties import length_power
-from beamsearch.controls.shared import mode_options
 from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, tracer

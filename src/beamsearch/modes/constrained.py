@@ -11,25 +11,23 @@ The strategy is :class:`beamsearch.strategies.constrained.ConstrainedBeam` on th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import dataclasses
-from typing import Any
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from beamsearch.controls.shared import Options, mode_options
 from beamsearch.core import validate as check
+from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
-from beamsearch.core.config import control
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import Options, mode_options
 from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
-from beamsearch.strategies.constrained import (MAX_STATES, Constraint, ConstrainedBeam, TooManyStates,
-                                               Trackers)
+from beamsearch.strategies.constrained import MAX_STATES, ConstrainedBeam, Constraint, TooManyStates, Trackers
 
 __all__ = ["CONSTRAINED", "AnyOf", "ConstrainedOptions", "constrained_beam_search", "constrained_plan"]
 

@@ -3,21 +3,20 @@ penalty, on the one engine (:mod:`beamsearch.strategies.diverse`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from typing import Any
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
+from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
-from beamsearch.core.config import control
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import mode_options
 from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.diverse import DiverseBeam
-from beamsearch.core.trace import SearchTree
 
 __all__ = ["DIVERSE", "DiverseOptions", "diverse_beam_search", "diverse_plan"]
 

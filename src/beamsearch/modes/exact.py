@@ -40,12 +40,13 @@ by call): never more than the budget allows, whatever ``max_steps`` is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.core.beam import Trail
@@ -53,11 +54,10 @@ from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import mode_options
 from beamsearch.core.plan import pad_id
-from beamsearch.modes.beam import beam_plan
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import copy_if_shared
+from beamsearch.modes.beam import beam_plan
 from beamsearch.strategies import Selection
 from beamsearch.strategies.branch_and_bound import BranchAndBound, Meter
 

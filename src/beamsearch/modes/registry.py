@@ -15,8 +15,8 @@ from beamsearch.modes.beam import BEAM, GREEDY
 from beamsearch.modes.constrained import CONSTRAINED
 from beamsearch.modes.diverse import DIVERSE
 from beamsearch.modes.exact import EXACT
-from beamsearch.modes.stochastic import STOCHASTIC
 from beamsearch.modes.step import STEP
+from beamsearch.modes.stochastic import STOCHASTIC
 from beamsearch.modes.transformers_beam import TRANSFORMERS
 
 __all__ = ["MODES", "mode", "register"]

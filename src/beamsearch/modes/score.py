@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, cast
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 

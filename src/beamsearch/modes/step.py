@@ -14,20 +14,20 @@ solution's prompt and prefix are never fed again, and its ``m`` expansions share
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
-from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
 from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn, carriers, run
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import mode_options
+from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.plan import pad_id
 from beamsearch.core.results import ranking
-from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.state import select_state
 from beamsearch.modes.beam import beam_plan
 from beamsearch.modes.step_rounds import Live, RowCount, StepResults, StepSolution, budgets, settle_round

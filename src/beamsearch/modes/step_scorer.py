@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib
 import numbers
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from typing import Any, cast
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
+from beamsearch.core.config import control
 from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
-from beamsearch.core.config import control
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import mode_options
 from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.stochastic import StochasticBeam, StochasticState

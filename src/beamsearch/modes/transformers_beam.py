@@ -6,16 +6,16 @@ engine (:mod:`beamsearch.strategies.transformers_beam`), so that a team moving f
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
+from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
 from beamsearch.core.config import control
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
-from beamsearch.controls.shared import mode_options
 from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.transformers_beam import TransformersBeam

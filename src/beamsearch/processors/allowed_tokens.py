@@ -13,9 +13,9 @@ there, as SPEC section 6 says for any row that processing empties.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable
 
 import numpy as np
 

@@ -25,11 +25,11 @@ from the root (one vectorized lookup per position).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Set as AbstractSet
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 

@@ -23,9 +23,9 @@ prompt is not read). Guarantees and limits: ``docs/grammar.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 

@@ -23,16 +23,16 @@ processor scans ``ctx.history`` (:func:`banned_ngram_tokens`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from beamsearch.backends import NEG_INF
 from beamsearch.core import validate as check
 from beamsearch.core.state import select_state
-from beamsearch.backends import NEG_INF
 from beamsearch.processors._base import RowCarrier, StepContext
 
 __all__ = ["NGramRows", "NGramTable", "NoRepeatNGram", "banned_ngram_tokens"]

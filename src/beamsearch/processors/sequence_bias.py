@@ -10,14 +10,14 @@ log_softmax.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from beamsearch.core import validate as check
 from beamsearch.backends import NEG_INF
+from beamsearch.core import validate as check
 from beamsearch.processors._base import StepContext, history_suffix_matches
 
 

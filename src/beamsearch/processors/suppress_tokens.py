@@ -7,14 +7,14 @@ are banned only for the first generated token).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 
-from beamsearch.core import validate as check
 from beamsearch.backends import NEG_INF
+from beamsearch.core import validate as check
 from beamsearch.processors._base import StepContext
 
 

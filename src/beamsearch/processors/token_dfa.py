@@ -25,16 +25,16 @@ one add.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 
-from beamsearch.core import validate as check
-from beamsearch.extras import install_hint
 from beamsearch.backends import NEG_INF, Backend
+from beamsearch.core import validate as check
 from beamsearch.core.state import concat_state, select_state
+from beamsearch.extras import install_hint
 from beamsearch.processors._base import RowCarrier, StepContext
 from beamsearch.processors.allowed_tokens import generated_tokens
 

@@ -4,8 +4,8 @@ flight and their joint state) and the phases of one step, as its methods."""
 from __future__ import annotations
 
 import collections
-from typing import Any
 from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import numpy as np
 

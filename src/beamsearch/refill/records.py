@@ -3,9 +3,9 @@ result (:class:`Decoded`) and the stream's counts (:class:`StreamStats`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.plan import Plan

@@ -5,8 +5,8 @@ and validates each input alone, makes each cohort's plan and first rows, and run
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Generator, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -7,8 +7,7 @@ enough, torch emissions are taken as they are. ``transducer_greedy`` and ``trans
 decode RNN-T and TDT models given as functions (docs/transducer.md).
 """
 
-from beamsearch.speech.ctc import ctc_beam_search
-from beamsearch.speech.ctc import CTCStream
+from beamsearch.speech.ctc import CTCStream, ctc_beam_search
 from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word

@@ -12,8 +12,8 @@ API does not list a model's vocabulary, so the words are given (the 1-grams, as 
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

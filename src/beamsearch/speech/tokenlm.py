@@ -12,9 +12,9 @@ an extension is one lookup. With ``eos``, ``alpha * log p_LM(eos | labels)`` is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 

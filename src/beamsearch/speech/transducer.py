@@ -10,22 +10,22 @@ hypotheses at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
 from beamsearch.backends import first_foreign_leaf, index_like
 from beamsearch.core import validate
 from beamsearch.core.model_checks import step_output
+from beamsearch.core.state import select_state
 from beamsearch.speech.checks import emissions_shape, lengths_of, vocabulary_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import hotwords_of
 from beamsearch.speech.results import Word
 from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.transducer_merge import Plan, Pool
-from beamsearch.core.state import select_state
 from beamsearch.speech.transducer_model import Network, start
 from beamsearch.speech.transducer_search import search
 

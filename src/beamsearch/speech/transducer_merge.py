@@ -11,7 +11,7 @@ import numpy as np
 from beamsearch.backends import NEG_INF
 from beamsearch.core.state import select_state
 from beamsearch.speech.fusion import LMState, WordFusion, lm_rows
-from beamsearch.speech.hotwords import Hotwords, HotState, hot_rows
+from beamsearch.speech.hotwords import HotState, Hotwords, hot_rows
 from beamsearch.speech.tokenlm import TokenFusion
 from beamsearch.speech.transducer_model import Network, carry
 

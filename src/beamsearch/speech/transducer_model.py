@@ -17,9 +17,9 @@ log-probs of the next label and its state, stepped with the predictor on each ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 

@@ -14,8 +14,8 @@ Text joins the words with single spaces, so no text starts or ends with a space 
 from __future__ import annotations
 
 import re
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 SP_MARK = "\u2581"
 SPECIAL = re.compile(r"^(<[^<>\s]+>|\[[A-Za-z_]+\])$")

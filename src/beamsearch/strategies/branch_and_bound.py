@@ -5,9 +5,9 @@ incumbent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 

@@ -25,9 +25,9 @@ Per step and input (:class:`ConstrainedBeam`):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 

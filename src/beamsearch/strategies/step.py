@@ -12,8 +12,8 @@ sequence (a delimiter), or at its input's ``max_steps`` (the segment's token lim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 

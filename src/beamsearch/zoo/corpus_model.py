@@ -5,8 +5,8 @@ verdict."""
 from __future__ import annotations
 
 import os
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 __all__ = ["CENTURY_WEIGHTS", "FOUR_DIGIT_FORMS", "NO_DATE_FORMS", "SOURCE_VOCAB", "TARGET_VOCAB", "YEARS", "Example",
            "Vocab", "days_in_month", "make_example", "make_non_date", "make_splits", "written_year"]

@@ -7,8 +7,8 @@ import math
 import pathlib
 import random
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

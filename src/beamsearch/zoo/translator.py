@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import torch
 
