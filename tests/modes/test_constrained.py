@@ -102,7 +102,7 @@ def assert_best(found, expected, n):
     fill up after them."""
     finished = [h for h in found if h.finished]
     assert found[:len(finished)] == finished and len(finished) == min(n, len(expected))
-    for h, (tokens, logprob, sc) in zip(finished, expected, strict=True):
+    for h, (tokens, logprob, sc) in zip(finished, expected, strict=False):
         assert h.score == pytest.approx(sc, abs=1e-9)
         ties = [o for o in expected if abs(o[2] - sc) < 1e-9]
         if len(ties) == 1:
