@@ -242,7 +242,8 @@ def test_no_lines_need_no_ray(monkeypatch):
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ModuleNotFoundError, match=r"install the ray extra \(in the beamsearch checkout: pip install -e '\.\[ray\]'\)"):
+    with pytest.raises(ModuleNotFoundError,
+                       match=r"install the ray extra \(in the beamsearch checkout: pip install -e '\.\[ray\]'\)"):
         decode_ray("_toy", [Line(0, "hello")])
 
 

@@ -60,7 +60,8 @@ def test_jsonl_field_max_steps_prefix_and_bad_json(tmp_path):
                  "--beam-size", "2", "--max-steps", "9"]) == 1
     records = read(out)
     model = corpus.toy_model()
-    assert records[0]["nbest"] == next(decode_records(model, [Line(0, "hello", None, 2)], beam_size=2, max_steps=9))["nbest"]
+    want = next(decode_records(model, [Line(0, "hello", None, 2)], beam_size=2, max_steps=9))["nbest"]
+    assert records[0]["nbest"] == want
     assert records[1]["nbest"][0]["text"].startswith("fed")
     assert records[1]["nbest"] == next(decode_records(model, [Line(0, "hello", None, None, "fed")], beam_size=2,
                                                       max_steps=9))["nbest"]
@@ -106,7 +107,8 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
 @pytest.mark.parametrize("argv, message", [
     (["--beam-size", "0"], "--beam-size must be >= 1; got 0"),
     (["--beam-size", "2", "--n-best", "3"], "--n-best must be <= --beam-size=2; got 3"),
-    (["--beam-size", "4", "--max-rows", "3"], "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
+    (["--beam-size", "4", "--max-rows", "3"],
+     "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1; got 0"),
     (["--max-steps", "13"], "--max-steps must be in [1, 12] (the model's limit); got 13"),
     (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
@@ -322,7 +324,8 @@ def test_the_zoo_commands_take_the_shared_controls_flags_as_decode_spells_them()
             assert action.option_strings == decode[name].option_strings, (command, name)
             assert action.help == DecodingConfig.__dataclass_fields__[name].metadata["control"].help
             assert action.default == value and action.type is decode[name].type, (command, name)
-    assert defaults["beam_size"] == 5 and defaults["n_best"] == 1 and defaults["alpha"] == 0.6  # translate's are the fields'
+    # translate's are the fields'
+    assert defaults["beam_size"] == 5 and defaults["n_best"] == 1 and defaults["alpha"] == 0.6
     assert main(["demo", "--beam", "2", "--models", "1", "--max-len", "3"]) == 0
 
 
@@ -410,7 +413,8 @@ def test_decode_stochastic_mode_equals_stochastic_beam_search(tmp_path):
     (["--mode", "diverse", "--beam-size", "3", "--num-groups", "2", "--diversity-penalty", "1"],
      "--num-groups must divide --beam-size=3; got --num-groups=2"),
     (["--mode", "stochastic"], "mode 'stochastic' needs --k; got --k=None"),
-    (["--mode", "stochastic", "--k", "4", "--max-rows", "3"], "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
+    (["--mode", "stochastic", "--k", "4", "--max-rows", "3"],
+     "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
     (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size"),
     (["--min-new-tokens", "-2"], "--min-new-tokens"),
     (["--stop-sequences", "xyz"], "--stop-sequences: 'xyz': characters outside the target vocabulary: 'xyz'"),
@@ -487,7 +491,8 @@ def test_decode_constrained_mode_equals_constrained_beam_search_alone(tmp_path):
         '{"text": "a much longer line of text"}',
     ]) + "\n", encoding="utf-8")
     code = main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--jsonl",
-                 "--mode", "constrained", "--constraints", "ab", "--constraints", "e", "--beam-size", "3", "--n-best", "2"])
+                 "--mode", "constrained", "--constraints", "ab", "--constraints", "e", "--beam-size", "3",
+                 "--n-best", "2"])
     assert code == 1
     records = read(out)
     ab, e = model.tokens("ab"), model.tokens("e")
@@ -592,7 +597,8 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
                                            temperature=0.25)
         assert main(["decode", "--model", "_toy", "--input", str(tmp_path / "in.txt"), "--output", "-", "--mode",
                      "sharp", "--temperature", "2"]) == 2
-        assert "--mode sharp does not take --temperature (its sharpness sets the temperature)" in capsys.readouterr().err
+        assert ("--mode sharp does not take --temperature (its sharpness sets the temperature)"
+                in capsys.readouterr().err)
     finally:
         registry.MODES.pop("sharp")
 

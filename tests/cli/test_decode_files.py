@@ -67,8 +67,9 @@ def read(path):
 
 def test_two_writers_killed_at_random_points_leave_a_complete_output(tmp_path, corpus_file):
     """20 trials: two `--resume` writers started together on one output, each SIGKILLed at its own
-    random time (fixed seed; a dead writer's lock file stays, its flock goes with it). The lock lets one write, the other is refused at once; after every
-    trial the side file is whole (each index once); a last --resume gives the clean run's bytes."""
+    random time (fixed seed; a dead writer's lock file stays, its flock goes with it). The lock
+    lets one write, the other is refused at once; after every trial the side file is whole (each
+    index once); a last --resume gives the clean run's bytes."""
     src, expected = corpus_file
     out = tmp_path / "out.jsonl"
     side, lock, rng = partial_path(out), lock_path(out), random.Random(2)
@@ -90,7 +91,8 @@ def test_two_writers_killed_at_random_points_leave_a_complete_output(tmp_path, c
         errors = [run.communicate()[1].decode() for run in runs]
         lock_refusals = [e for e in errors if "is being written by another run" in e]
         assert all(e.count("\n") == 1 and f"--output '{out}'" in e and "(pid " in e for e in lock_refusals), errors
-        assert all(r.returncode in (2, -signal.SIGKILL) for r, e in zip(runs, errors, strict=True) if e in lock_refusals)
+        assert all(r.returncode in (2, -signal.SIGKILL)
+                   for r, e in zip(runs, errors, strict=True) if e in lock_refusals)
         refused += len(lock_refusals)
         if side.exists():
             partial += 1

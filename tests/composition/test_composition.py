@@ -124,7 +124,8 @@ def bigram(backend):
 
 
 def step_scorer(prompts, partials):
-    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials, strict=True)]
+    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011
+            for p, s in zip(prompts, partials, strict=True)]
 
 
 MODE_KEYWORDS = {

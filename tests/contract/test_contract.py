@@ -50,7 +50,8 @@ def _parameters(text: str) -> tuple[list[tuple[str, str, object]], bool]:
     fn = ast.parse(f"def f({args}): pass").body[0].args
     out = []
     positional = fn.posonlyargs + fn.args
-    defaults = [inspect.Parameter.empty] * (len(positional) - len(fn.defaults)) + [ast.literal_eval(d) for d in fn.defaults]
+    defaults = ([inspect.Parameter.empty] * (len(positional) - len(fn.defaults))
+                + [ast.literal_eval(d) for d in fn.defaults])
     for a, d in zip(positional, defaults, strict=True):
         out.append((a.arg, "positional", d))
     for a, d in zip(fn.kwonlyargs, fn.kw_defaults, strict=True):

@@ -562,7 +562,7 @@ def test_oracle_without_controls_equals_the_section_6_reference(case):
     if case["ngram"] == 0 and case["temperature"] == 1.0 and case["top_k"] is None:
         for prompt, r in zip(prompts, got, strict=True):
             for tokens, logprob, _, _ in r:
-                full = path_logprob(lambda s: table(tuple(prompt) + s), tokens)
+                full = path_logprob(lambda s, prompt=prompt: table(tuple(prompt) + s), tokens)
                 assert logprob == pytest.approx(full, abs=1e-12)
 
 

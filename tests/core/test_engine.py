@@ -67,7 +67,8 @@ def test_terminals_contains_eos_ids_and_pairs():
 def test_stop_sequence_pairs_equal_a_plain_loop():
     rng = np.random.default_rng(0)
     for case in range(200):
-        seqs = tuple(tuple(int(v) for v in rng.integers(0, 4, size=rng.integers(1, 5))) for _ in range(rng.integers(1, 4)))
+        seqs = tuple(tuple(int(v) for v in rng.integers(0, 4, size=rng.integers(1, 5)))
+                     for _ in range(rng.integers(1, 4)))
         stops = StopSequences(seqs, min_new_tokens=int(rng.integers(0, 3)))
         w = stops.window
         k = int(rng.integers(1, 6))

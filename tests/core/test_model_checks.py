@@ -169,7 +169,8 @@ def state_variants(rows: int, right: int):
         yield {"kv": (torch.zeros(rows, 2, 3), torch.zeros(rows, 2, 3))}
 
 
-@pytest.mark.parametrize("dtype", ["bool", "complex128"] + (["torch.bool", "torch.complex64"] if torch is not None else []))
+@pytest.mark.parametrize("dtype", ["bool", "complex128"]
+                         + (["torch.bool", "torch.complex64"] if torch is not None else []))
 def test_logits_of_a_dtype_that_is_not_numbers_are_named_so(dtype):
     """Logits of bool or complex dtype are refused saying the dtype (they were taken for a swapped
     pair); with a real array beside them, the message asks too whether the pair is swapped."""
@@ -180,28 +181,29 @@ def test_logits_of_a_dtype_that_is_not_numbers_are_named_so(dtype):
     with pytest.raises(TypeError, match=want):
         beam_search_batch(lambda state, y_prev: (rows, state), [None], [[1]], eos_token_id=0, max_steps=2, beam_size=2)
     # a real array beside them: maybe the pair is swapped (a bool state returned first), so that is asked too
-    with pytest.raises(TypeError, match=want[:-1] + rf"; or is the pair swapped\? the second is ndarray of shape \(1, {V}\)$"):
+    with pytest.raises(TypeError,
+                       match=want[:-1] + rf"; or is the pair swapped\? the second is ndarray of shape \(1, {V}\)$"):
         beam_search_batch(lambda state, y_prev: (rows, np.zeros((1, V))), [None], [[1]], eos_token_id=0, max_steps=2,
                           beam_size=2)
 
 
 def test_batch_init_state_rows():
     for state in state_variants(3, 2):
-        check_rows_error(lambda: beam_search_batch(uniform_step, state, [[1], [2]], eos_token_id=0,
-                                                   max_steps=3, beam_size=2), 3, 2)
+        check_rows_error(lambda state=state: beam_search_batch(uniform_step, state, [[1], [2]], eos_token_id=0,
+                                                               max_steps=3, beam_size=2), 3, 2)
     for state in state_variants(1, 2):
-        check_rows_error(lambda: beam_search_batch(uniform_step, state, [[1], [2]], eos_token_id=0,
-                                                   max_steps=3, beam_size=2), 1, 2)
+        check_rows_error(lambda state=state: beam_search_batch(uniform_step, state, [[1], [2]], eos_token_id=0,
+                                                               max_steps=3, beam_size=2), 1, 2)
 
 
 def test_beam_search_init_state_must_have_one_row():
     for state in state_variants(2, 1):
-        check_rows_error(lambda: beam_search(uniform_step, state, 1, 0, 2, 3), 2, 1)
+        check_rows_error(lambda state=state: beam_search(uniform_step, state, 1, 0, 2, 3), 2, 1)
 
 
 def test_greedy_init_state_must_have_one_row():
     for state in state_variants(2, 1):
-        check_rows_error(lambda: greedy_decode(uniform_step, state, 1, 0, 3), 2, 1)
+        check_rows_error(lambda state=state: greedy_decode(uniform_step, state, 1, 0, 3), 2, 1)
 
 
 def test_states_without_row_leaves_are_fine():

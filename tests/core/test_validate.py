@@ -142,7 +142,9 @@ def test_processor_faults_are_named_and_emptied_rows_are_not():
         logits[ctx.row_input == 1, 0] = np.nan
         return logits
 
-    with pytest.raises(ValueError, match=r"row 1 contains NaN after logits_processors\[0\] \(function test_processor_faults_are_named_and_emptied_rows_are_not.<locals>.nan_row_1\) "):
+    with pytest.raises(ValueError, match=r"row 1 contains NaN after logits_processors\[0\] \(function "
+                                         r"test_processor_faults_are_named_and_emptied_rows_are_not"
+                                         r".<locals>.nan_row_1\) "):
         beam_search_batch(model.step, model.init_state(2), [[0], [0]], eos_token_id=0, max_steps=2,
                           beam_size=2, logits_processors=[nan_row_1])
     huge = PrefixModel(lambda prefix: np.array([1e308, 0.0, 0.0]))

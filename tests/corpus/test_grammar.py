@@ -110,7 +110,8 @@ def test_decode_records_takes_the_grammar_by_name_and_refuses_a_model_without_to
     (["--regex", r"[^\s\S]"], "--regex '[^\\\\s\\\\S]' allows no output: its language is empty"),
     (["--json-schema", "DEEP"], "--json-schema is nested more than 127 levels deep (objects and arrays); the grammar "
                                 "engine reads at most 127"),
-    (["--json-schema", "X_GUIDANCE"], "--json-schema has an x-guidance that is not an object (the grammar engine's JSON options"),
+    (["--json-schema", "X_GUIDANCE"],
+     "--json-schema has an x-guidance that is not an object (the grammar engine's JSON options"),
     (["--regex", "a", "--grammar", "GOOD_LARK"], "--json-schema, --grammar and --regex exclude each other: give "
                                                  "one; given: --grammar, --regex"),
 ])

@@ -13,10 +13,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from beamsearch import (
-    beam_search_batch,  # noqa: E402
-    hf,  # noqa: E402
-)
+# after the importorskip lines above: the module is skipped, not failed, without the hf extra
+from beamsearch import beam_search_batch, hf  # noqa: E402
 from beamsearch.cli import main  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept", "by", "door"]
@@ -138,7 +136,8 @@ def test_hf_causal_model_decodes_with_refill(gpt2_dir, bart_dir):
         want = alone(gpt2_dir, text, beam_size=2, n_best=2, max_steps=s, min_new_tokens=2)
         assert all(len(w[1]) >= 2 for w in want)
         assert [(h.tokens, h.finished) for h in got[i]] == [(w[1], w[4]) for w in want]
-        assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4 for h, w in zip(got[i], want, strict=True))
+        assert all(abs(h.logprob - w[2]) < 1e-4 and abs(h.score - w[3]) < 1e-4
+                   for h, w in zip(got[i], want, strict=True))
 
 
 # ---- the folder's generation config: decode's defaults (flags override it) --------------------------------------
@@ -208,7 +207,8 @@ def test_hf_decode_defaults_are_the_saved_generation_config(gpt2_generation_dir,
 
 
 def test_hf_decode_flags_override_the_generation_config(gpt2_generation_dir, tmp_path):
-    records = decoded(gpt2_generation_dir, tmp_path, "--beam-size", "2", "--max-steps", "5", "--no-repeat-ngram-size", "0")
+    records = decoded(gpt2_generation_dir, tmp_path, "--beam-size", "2", "--max-steps", "5",
+                      "--no-repeat-ngram-size", "0")
     same_as_generate(records, gpt2_generation_dir, num_beams=2, max_new_tokens=5, no_repeat_ngram_size=0)
     assert all(len(h["tokens"]) <= 5 for r in records for h in r["nbest"])
 
@@ -266,7 +266,8 @@ def test_hf_decode_resume_is_refused_after_the_generation_config_changed(tmp_pat
 def test_hf_decode_help_says_where_defaults_come_from(capsys):
     assert main(["decode", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for flag, setting in [("--beam-size", "num_beams"), ("--n-best", "num_return_sequences"), ("--alpha", "length_penalty"),
+    for flag, setting in [("--beam-size", "num_beams"), ("--n-best", "num_return_sequences"),
+                          ("--alpha", "length_penalty"),
                           ("--no-repeat-ngram-size", "no_repeat_ngram_size"), ("--min-new-tokens", "min_new_tokens"),
                           ("--max-steps", "max_new_tokens")]:
         assert flag in text and f"generation config's {setting}" in text, flag

@@ -22,7 +22,8 @@ from beamsearch import hf  # noqa: E402
 from beamsearch.cli import main  # noqa: E402
 from beamsearch.modes.registry import MODES  # noqa: E402
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept", "by", "door", "\n\n"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept", "by", "door",
+         "\n\n"]
 SPECIAL = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]  # ids 0..3
 LINES = ["the cat sat on a mat", "dog ran"]
 SCORER = '''def score(prompts, partial_solutions):

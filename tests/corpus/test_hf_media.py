@@ -256,7 +256,8 @@ def rescored(folder, text, image_path, tokens, entries=None):
     inputs = processor(text=text, images=Image.open(image_path).convert("RGB"), return_tensors="pt")
     ids = torch.cat([inputs["input_ids"], torch.tensor([tokens])], dim=1)
     with torch.no_grad():
-        logits = model(input_ids=ids, pixel_values=inputs["pixel_values"]).logits[0, inputs["input_ids"].shape[1] - 1: -1]
+        logits = model(input_ids=ids, pixel_values=inputs["pixel_values"]).logits
+        logits = logits[0, inputs["input_ids"].shape[1] - 1: -1]
     logits = logits.double()
     for t in range(len(tokens) if entries is not None else 0):
         allowed = {e[t] for e in entries if len(e) > t and e[:t] == tokens[:t]} | \
@@ -268,7 +269,8 @@ def rescored(folder, text, image_path, tokens, entries=None):
 ENTRIES = [[6, 7], [9], [10, 11, 12]]
 MODES = {"greedy": [], "constrained": ["--beam-size", "2", "--constraints", "cat"],
          "diverse": ["--beam-size", "4", "--num-groups", "2", "--diversity-penalty", "0.5"],
-         "exact": ["--node-budget", "200"], "transformers": ["--beam-size", "2"], "stochastic": ["--k", "3", "--seed", "0"],
+         "exact": ["--node-budget", "200"], "transformers": ["--beam-size", "2"],
+         "stochastic": ["--k", "3", "--seed", "0"],
          "catalogue": ["--beam-size", "3", "--catalogue", "entries.txt"]}
 
 
@@ -293,7 +295,8 @@ def test_every_mode_decodes_image_lines(mode, llava_dir, tmp_path, monkeypatch):
         checked = [h for h in record["nbest"] if placeholder not in h["tokens"]]
         assert checked
         for h in checked:
-            want = rescored(llava_dir, line["text"], line["image"], h["tokens"], ENTRIES if mode == "catalogue" else None)
+            want = rescored(llava_dir, line["text"], line["image"], h["tokens"],
+                            ENTRIES if mode == "catalogue" else None)
             assert h["logprob"] == pytest.approx(want, abs=1e-4)
             if mode == "constrained" and h["finished"]:
                 assert 6 in h["tokens"]

@@ -111,7 +111,8 @@ def test_a_utf8_bom_is_not_part_of_the_first_line():
 def test_every_way_a_json_line_can_be_bad_is_its_own_error():
     deep = b"[" * 100_000
     rows = [b'{"text": "x", "max_steps": ' + b"9" * 5000 + b"}", deep, b"[" * 101 + b"]" * 101,
-            b'{"text": "x", "meta": ' + b"[" * 99 + b"]" * 99 + b"}", b'{"text": "x", "max_steps": -' + b"1" * 4301 + b"}",
+            b'{"text": "x", "meta": ' + b"[" * 99 + b"]" * 99 + b"}",
+            b'{"text": "x", "max_steps": -' + b"1" * 4301 + b"}",
             b'{"text": "x", "max_steps": ' + b"1" * 4300 + b"}", b'"just a string"', b'{"text": "[[[[", "id": "{{{"}',
             b'{"text": "x", "constraints": [[[[[[[["a"]]]]]]]]}']
     lines = list(read_lines(rows, jsonl=True))
@@ -375,7 +376,8 @@ def test_a_step_search_scorer_is_recorded_by_name_and_module_file(tmp_path):
     _interrupted_run(out, 4, lines, mode="step", scorer=score, n=2, max_steps=3, max_rows=4)
     options = corpus.sidefile.SideFile.read(partial_path(out)).header["options"]
     assert options["scorer"] == f"{__name__}:{score.__qualname__}"
-    assert options["scorer_sha256"] == hashlib.sha256(open(__file__, "rb").read()).hexdigest()
+    with open(__file__, "rb") as source:
+        assert options["scorer_sha256"] == hashlib.sha256(source.read()).hexdigest()
     assert decode_corpus(corpus.toy_model(), lines, str(out), resume=True, mode="step", scorer=score, n=2,
                          max_steps=3, max_rows=4) == (len(TEXTS), 0)
 

@@ -69,7 +69,8 @@ def test_forced_eos_equals_generate(name, seed):
     _, plain = greedy_pair(model)
     expected, got = greedy_pair(model, forced_eos_token_id=7)
     assert got == expected
-    assert any(len(tokens) == NEW and tokens[-1] == 7 and tokens[-1] != old[-1] for tokens, old in zip(got, plain, strict=True))
+    assert any(len(tokens) == NEW and tokens[-1] == 7 and tokens[-1] != old[-1]
+               for tokens, old in zip(got, plain, strict=True))
 
 
 def test_forced_bos_equals_generate_on_an_encoder_decoder():
@@ -235,7 +236,8 @@ BAD_SETTINGS = [
     (dict(mode="beam", num_beams=4, num_beam_groups=2), ValueError,
      "mode='beam' does not take num_beam_groups=2 \\(options of mode 'diverse'\\)"),
     (dict(mode="exact", num_beams=4), ValueError, "mode 'exact' does not take num_beams=4: "),
-    (dict(mode="stochastic", length_penalty=2.0, k=2), ValueError, "mode 'stochastic' does not take length_penalty=2.0"),
+    (dict(mode="stochastic", length_penalty=2.0, k=2), ValueError,
+     "mode 'stochastic' does not take length_penalty=2.0"),
     (dict(mode="stochastic"), ValueError, "mode 'stochastic' needs k="),
     (dict(mode="beem"), ValueError, "mode must be one of beam, greedy, .*; got 'beem'"),
     (dict(mode="diverse", num_beams=4, num_beam_groups=3), ValueError, "num_groups must divide beam_size=4"),
@@ -248,7 +250,8 @@ BAD_SETTINGS = [
     (dict(length_penalty=-1.0), ValueError, "length_penalty.*-1.0"),
     (dict(stop_strings=["w5"]), ValueError, "stop_strings=.* needs the tokenizer"),
     (dict(min_length=8), ValueError, "min_length=8 counts the prompt"),
-    (dict(max_length=5, max_new_tokens=None), ValueError, "max_length=5 leaves no new token for inputs\\[0\\] \\(5 tokens"),
+    (dict(max_length=5, max_new_tokens=None), ValueError,
+     "max_length=5 leaves no new token for inputs\\[0\\] \\(5 tokens"),
     (dict(forced_bos_token_id=5), ValueError, "forced_bos_token_id"),
     (dict(bad_words_ids=[[5, "x"]]), TypeError, "must be an integer"),
     (dict(eos_token_id=[3, -1]), ValueError, "eos_token_id\\[1\\]"),

@@ -252,7 +252,8 @@ def test_half_precision_beam_search_agrees_with_generate_up_to_rounding(name, dt
         assert [h.score for h in hyps] == pytest.approx(their_scores, abs=tolerance)
 
 
-MASK_READY = {"gpt2", "llama", "qwen2", "qwen3", "bart", "marian", "mbart", "pegasus"}  # not Mistral (sliding window), not T5
+# not Mistral (sliding window), not T5
+MASK_READY = {"gpt2", "llama", "qwen2", "qwen3", "bart", "marian", "mbart", "pegasus"}
 
 
 def ready_mask_against_own_mask(model, monkeypatch, *, ready: bool, eos=EOS) -> None:

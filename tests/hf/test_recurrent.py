@@ -186,7 +186,8 @@ def theirs(model, prompts, **kw):
         ids = torch.tensor([[PAD] * (width - len(p)) + p for p in batch])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, return_dict_in_generate=True, output_scores=True,
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, return_dict_in_generate=True,
+                                 output_scores=True,
                                  **kw)
         for seq in out.sequences[:, width:].tolist():
             rows.append(seq[: seq.index(EOS) + 1] if EOS in seq else seq)

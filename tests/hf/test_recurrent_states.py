@@ -52,7 +52,8 @@ def hybrid_cache(k, seed):
     """A cache with one layer of each kind: linear attention, linear + full attention, full
     attention, and a layer holding nothing (a Dummy: an MLP-only block)."""
     cache = DynamicCache()
-    cache.layers = [linear(LinearAttentionLayer(), k, seed), linear(LinearAttentionAndFullAttentionLayer(), k, seed + 1),
+    cache.layers = [linear(LinearAttentionLayer(), k, seed),
+                    linear(LinearAttentionAndFullAttentionLayer(), k, seed + 1),
                     kv(k, seed + 2), DummyLayer()]
     return cache
 

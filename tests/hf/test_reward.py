@@ -131,7 +131,8 @@ def test_reward_scorer_refusals():
     (lambda s: s([[5], [6]], [[1]]), ValueError,
      r"^prompts and partial_solutions must hold one entry per candidate; got 2 and 1$"),
     (lambda s: s([[5], []], [[1], []]), ValueError,
-     r"^prompts\[1\] \+ partial_solutions\[1\] is empty \(and no step_tag\): the reward model reads at least one token$"),
+     r"^prompts\[1\] \+ partial_solutions\[1\] is empty \(and no step_tag\): "
+     r"the reward model reads at least one token$"),
     (lambda s: s(5, [[1]]), TypeError, r"^prompts must be a sequence of token-id lists; got 5$"),
     (lambda s: s([[5]], "ab"), TypeError, r"^partial_solutions must be a sequence of token-id lists; got 'ab'$"),
     (lambda s: s([[5]], ["ab"]), TypeError, r"^partial_solutions\[0\] must be a sequence of token ids; got 'ab'$"),
@@ -140,7 +141,8 @@ def test_reward_scorer_refusals():
     (lambda s: RewardScorer(reward_model(), step_tag=[DELIM, VOCAB]), ValueError,
      rf"^step_tag\[1\] must be in \[0, V\) with V={VOCAB} \(the model's embeddings\); got {VOCAB}$"),
     (lambda s: RewardScorer(object()), TypeError,
-     r"^model must be a transformers \.\.\.ForSequenceClassification or \.\.\.ForTokenClassification model; got object$"),
+     r"^model must be a transformers \.\.\.ForSequenceClassification or "
+     r"\.\.\.ForTokenClassification model; got object$"),
 ])
 def test_reward_scorer_names_bad_calls(call, error, message):
     """Bad candidates are refused before the model runs, naming the argument (rows that zip would

@@ -65,7 +65,8 @@ def test_refill_equals_each_prompt_alone(model, allocate, layout):
         assert [h.tokens for h in have] == [h.tokens for h in want], i
         assert [h.finished for h in have] == [h.finished for h in want], i
         # the joined call pads the cache with masked columns: float sums differ in the last bits only
-        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want, strict=True))
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4
+                   for a, b in zip(have, want, strict=True))
 
 
 def test_joined_state_steps_like_each_state_alone(model):
@@ -180,7 +181,8 @@ def test_encoder_decoder_refill_equals_each_source_alone(name):
         assert [h.tokens for h in have] == [h.tokens for h in want], i
         assert [h.finished for h in have] == [h.finished for h in want], i
         # padded attention sums differ from the unpadded ones in the last bits only
-        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4 for a, b in zip(have, want, strict=True))
+        assert all(abs(a.logprob - b.logprob) < 1e-4 and abs(a.score - b.score) < 1e-4
+                   for a, b in zip(have, want, strict=True))
 
 
 def test_joined_encoder_decoder_states_step_like_each_state_alone():

@@ -105,7 +105,7 @@ def test_exhaustive_beam_equals_brute_force(alpha, seed):
     model = PrefixModel(table)
     out = beam_search(model.step, model.init_state(), 0, 0, beam_size=81, max_len=4, length_penalty=alpha)
     assert [tuple(h.tokens) for h in out] == [e[0] for e in expected]
-    for h, (tokens, lp, score, finished) in zip(out, expected, strict=True):
+    for h, (_, lp, score, finished) in zip(out, expected, strict=True):
         assert h.logprob == pytest.approx(lp, abs=1e-9)
         assert h.score == pytest.approx(score, abs=1e-9)
         assert h.finished == finished
@@ -258,7 +258,10 @@ def test_state_follows_parents_in_a_real_search():
 
 def test_default_length_penalty_is_one():
     table = random_table(4, 3, eos=0, eos_shift=1.0)
-    run = lambda *alpha: beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, 3, 5, *alpha)
+
+    def run(*alpha):
+        return beam_search(PrefixModel(table).step, PrefixModel(table).init_state(), 0, 0, 3, 5, *alpha)
+
     default, one, two = run(), run(1.0), run(2.0)
     assert [(h.tokens, h.score) for h in default] == [(h.tokens, h.score) for h in one]
     assert [h.score for h in default] != [h.score for h in two]
@@ -272,7 +275,10 @@ def test_the_models_logits_are_never_written(backend, dtype):
 
     base = np.random.default_rng(0).normal(size=(6, 5)).astype(dtype)
     fixed = torch.from_numpy(base.copy()) if backend == "torch" else base.copy()
-    step = lambda state, y: (fixed[: len(y)], state)
+
+    def step(state, y):
+        return fixed[: len(y)], state
+
     beam_search(step, None, 0, 0, 3, 4)
     beam_search_batch(step, None, [[1], [2]], eos_token_id=0, max_steps=4, beam_size=3,
                       no_repeat_ngram_size=2, top_k=3)
@@ -368,7 +374,7 @@ def test_a_greedy_stream_gives_plain_hypotheses_unless_asked():
     for asked in (False, True):
         model = SequenceModel(table)
         kw = dict(return_token_logprobs=True) if asked else {}
-        got = {r.index: r.hypotheses for r in decode_stream(model.step, lambda items: model.init_state(items),
-                                                              PROMPTS, max_rows=2, mode="greedy", eos_token_id=EOS_LAST,
-                                                              max_steps=5, **kw)}
+        got = {r.index: r.hypotheses for r in decode_stream(model.step, model.init_state, PROMPTS, max_rows=2,
+                                                              mode="greedy", eos_token_id=EOS_LAST, max_steps=5,
+                                                              **kw)}
         assert all((type(hyps[0]) is TokenLogprobHypothesis) == asked and len(hyps) == 1 for hyps in got.values())

@@ -31,8 +31,9 @@ def reference_diverse(table, prompts, *, eos, max_steps, beam, groups, lam, n_be
     logprob + log p(token) - lam * (times the earlier groups of this step chose the token), ties to
     the lower (row position in the group, token), and keeps its beam // groups best non-eos
     extensions; every finite eos extension of every row finishes. Each group is a beam of its own
-    that starts from the empty hypothesis (so a step-1 eos finishes once per group). No early stop. Result: finished by score (stable, production order),
-    cut to n_best, filled with the live rows at the end by score.
+    that starts from the empty hypothesis (so a step-1 eos finishes once per group). No early
+    stop. Result: finished by score (stable, production order), cut to n_best, filled with the
+    live rows at the end by score.
     Returns per input ``(tokens, logprob, score, finished)``.
     """
     width = beam // groups

@@ -231,7 +231,8 @@ def test_a_budget_result_is_never_worse_than_the_seed_beam_only_when_the_budget_
                 assert len(got[0]) >= len(outputs)
                 for e, b in zip(got[0], outputs, strict=True):
                     assert _rank_key(e) >= (b.finished, b.score - 1e-12)
-            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b) for e, b in zip(got[0], outputs, strict=True)):
+            elif len(got[0]) < len(outputs) or any(_rank_key(e) < _rank_key(b)
+                                                   for e, b in zip(got[0], outputs, strict=True)):
                 worse += 1
     assert worse > 0  # a budget below the seed's rows does cut it: "never worse" holds only above
 
@@ -324,7 +325,10 @@ def test_pruning_expands_far_fewer_prefixes_than_there_are():
     # A peaky model (logits scaled by 4): the bound prunes almost everything.
     vocab, eos, steps = 5, 4, 5
     base = random_table(vocab, 11, eos=eos, eos_shift=1.0)
-    table = lambda seq: 4.0 * np.asarray(base(seq))
+
+    def table(seq):
+        return 4.0 * np.asarray(base(seq))
+
     results, _ = run_exact(table, [[0]], eos_token_id=eos, max_steps=steps, alpha=0.6)
     prefixes = sum((vocab - 1) ** t for t in range(steps))  # non-eos prefixes of 0 .. steps-1 tokens
     assert results.proven[0] and results.expanded[0] < prefixes / 10
@@ -346,7 +350,10 @@ def test_batch_independence(backend):
 
 def test_calls_hold_at_most_batch_rows_rows_all_at_one_step():
     base = random_table(4, 3, eos=3, eos_shift=-1.0)
-    table = lambda seq: 0.3 * np.asarray(base(seq))  # flat: many prefixes to expand
+
+    def table(seq):  # flat: many prefixes to expand
+        return 0.3 * np.asarray(base(seq))
+
     results, model = run_exact(table, [[0]], eos_token_id=3, max_steps=5, alpha=1.0, batch_rows=2, seed_beam=1)
     assert max(len(c) for c in model.calls) == 2  # the seed's calls hold one row, the rest at most 2
     assert all(len({len(p) for p in call}) == 1 for call in model.calls)  # one prefix length per call

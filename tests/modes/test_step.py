@@ -31,7 +31,8 @@ V, EOS, DELIM = 5, 0, 4  # tokens 1, 2, 3 are words; 4 ends a step; 0 ends the s
 
 def scorer(prompts, partials):
     """A deterministic verifier: a value in (0, 1) from the prompt and the partial solution's tokens."""
-    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011 for p, s in zip(prompts, partials, strict=True)]
+    return [((sum((i + 3) * t for i, t in enumerate(p + s)) * 7919) % 1009 + 1) / 1011
+            for p, s in zip(prompts, partials, strict=True)]
 
 
 def segments_from(table, prefix, limit):
@@ -71,7 +72,7 @@ def reference(table, prompt, *, n, m, rounds, limit, how, dvts):
         going = []
         for c, (tokens, segs, steps, lp, sub, seg, slp) in enumerate(cands):
             item = (tokens + seg, segs + [seg], steps + [scores[c]], lp + slp, c // m if r == 0 else sub)
-            (done if seg[-1] == EOS else going).append((item, True if seg[-1] == EOS else False))
+            (done if seg[-1] == EOS else going).append((item, seg[-1] == EOS))
         key = lambda x: (-aggregate(x[0][2], how), -x[0][3], x[0][0])  # noqa: E731
         going = sorted(going, key=key)
         if dvts:
@@ -710,7 +711,8 @@ def sampled_reference(table, prompt, seed, *, n, m, rounds, limit, how, dvts):
         key_of = lambda x: (-plain_aggregate(x[2], how), -x[3], x[0])  # noqa: E731
         going.sort(key=key_of)
         if dvts:
-            live = [min((g for g in going if g[4] == t), key=key_of) for t in range(n // m) if any(g[4] == t for g in going)]
+            live = [min((g for g in going if g[4] == t), key=key_of)
+                    for t in range(n // m) if any(g[4] == t for g in going)]
         else:
             live = going[: n // m]
     out = [(x, True) for x in done] + [(x, False) for x in live]
@@ -927,7 +929,8 @@ def test_integer_scores_are_kept_as_reals():
     (dict(sample_seed=[1]), ValueError, r"^sample_seed must be one int or one int per prompt \(2\); got 1$"),
     (dict(sample_seed=[1, 2], rng=np.random.default_rng(0)), ValueError,
      r"^give rng or sample_seed, not both; got rng=Generator\(PCG64\) at \w+ and sample_seed=\[1, 2\]$"),
-    (dict(sample_seed=5, rng=np.random.default_rng(0)), ValueError, r"^give rng or sample_seed, not both; .* sample_seed=5$"),
+    (dict(sample_seed=5, rng=np.random.default_rng(0)), ValueError,
+     r"^give rng or sample_seed, not both; .* sample_seed=5$"),
     (dict(sample_seed=-1), ValueError, r"^sample_seed must be >= 0; got -1$"),
     (dict(sample_seed=[3, -2]), ValueError, r"^sample_seed\[1\] must be >= 0; got -2$"),
     (dict(sample_seed=1.5), TypeError, r"^sample_seed must be an integer; got 1\.5 of type float$"),
@@ -944,7 +947,8 @@ def test_integer_scores_are_kept_as_reals():
      r"scorer returned -0\.25 for candidate 2$"),
     (dict(aggregation="prod", scorer=lambda p, s: [0.5, float("inf")] + [0.5] * (len(s) - 2)), ValueError,
      r"scorer returned inf for candidate 1$"),
-    (dict(aggregation="mean", rounds=2, scorer=lambda p, s: [float("inf") if len(x) <= 3 else -float("inf") for x in s]),
+    (dict(aggregation="mean", rounds=2,
+          scorer=lambda p, s: [float("inf") if len(x) <= 3 else -float("inf") for x in s]),
      ValueError, r"^aggregation 'mean' of candidate \d+'s step scores \[inf, -inf\] is NaN \(infinities of both signs, "
                  r"or a product that overflows times 0\): scores must aggregate to a number$"),
     (dict(aggregation="prod", rounds=3, scorer=lambda p, s: [1e200 if len(x) <= 6 else 0.0 for x in s]), ValueError,

@@ -253,8 +253,11 @@ def test_conditional_gumbels_match_the_direct_formula_and_keep_the_maximum():
 def test_errors_before_any_model_call():
     table = random_table(3, 1, eos=EOS)
     model = SequenceModel(table)
-    calls = lambda **kw: stochastic_beam_search(model.step, model.init_state([[0]]), [[0]], eos_token_id=EOS,
-                                                max_steps=2, **kw)
+
+    def calls(**kw):
+        return stochastic_beam_search(model.step, model.init_state([[0]]), [[0]], eos_token_id=EOS, max_steps=2,
+                                      **kw)
+
     with pytest.raises(ValueError, match="k must be >= 1; got 0"):
         calls(k=0)
     with pytest.raises(TypeError, match="k must be an integer; got 2.0"):
@@ -384,7 +387,8 @@ def test_seed_errors_name_what_was_given():
     class Generator:  # not numpy's nor torch's
         pass
 
-    with pytest.raises(TypeError, match=r"^rng must be a numpy\.random\.Generator or a torch\.Generator; got Generator$"):
+    with pytest.raises(TypeError,
+                       match=r"^rng must be a numpy\.random\.Generator or a torch\.Generator; got Generator$"):
         base_seed(Generator(), None)
     with pytest.raises(ValueError, match=r"^give rng or seed, not both; got rng=Generator\(PCG64\) at .* and "
                                          r"seed=\[1, 2, 3\]$"):

@@ -36,7 +36,8 @@ def test_row_states_outside_a_search_are_refused_by_name():
         ctx.row_states(Carrier())
     assert str(err.value) == message
     carrier = Carrier()
-    ctx = StepContext(1, np.zeros((2, 0), np.int64), np.zeros(2, np.int64), backend_of(np.zeros(1)), {id(carrier): "rows"})
+    ctx = StepContext(1, np.zeros((2, 0), np.int64), np.zeros(2, np.int64), backend_of(np.zeros(1)),
+                      {id(carrier): "rows"})
     assert ctx.row_states(carrier) == "rows"
     with pytest.raises(ValueError, match="^Carrier carries"):
         ctx.row_states(Carrier())  # another object of the class: not started

@@ -168,7 +168,8 @@ def test_an_uint64_array_id_past_int64_is_refused_as_given_not_wrapped():
     for big, at in ((2**64 - 1, (0, 1)), (2**63 + 5, (1, 0))):
         items = np.array([[1, 2, 3], [4, 5, 6]], np.uint64)
         items[at] = big
-        with pytest.raises(ValueError, match=rf"^outputs\[{at[0]}\]\[{at[1]}\] must be in \[0, V\); got {big}, and no V "
+        with pytest.raises(ValueError, match=rf"^outputs\[{at[0]}\]\[{at[1]}\] must be in \[0, V\); got {big}, "
+                                             r"and no V "
                                              r"is larger than 2\*\*63 - 1$"):
             Catalogue(items, EOS)
     assert Catalogue(np.array([[1, 2], [3, 2**40]], np.uint64), EOS).trie.items() == [(1, 2), (3, 2**40)]
@@ -184,7 +185,8 @@ def test_ids_whose_trie_keys_would_pass_int64_are_refused():
     many = [[i + 1, big] for i in range(512)]  # 1 + 512 + 512 nodes
     for outputs, nodes in (([[3, 2**63 - 1]], 1), (np.array([[3, 2**63 - 1]], np.uint64), 1), (many, 1025),
                            (np.array(many), 1025)):
-        with pytest.raises(ValueError, match=rf"^outputs: a trie of {nodes} nodes over token ids up to \d+ does not fit "
+        with pytest.raises(ValueError, match=rf"^outputs: a trie of {nodes} nodes over token ids up to \d+ "
+                                             r"does not fit "
                                              r"its int64 keys \(nodes x \(largest id \+ 1\) must be < 2\*\*63\)"):
             Catalogue(outputs, EOS)
     few = many[:500]  # 1,001 x (2**53 + 1) < 2**63
@@ -215,7 +217,8 @@ def test_the_messages_in_full():
         with pytest.raises(ValueError, match=r"^outputs\[1\] holds the eos id 7: \[3, 7\]; the catalogue lists outputs "
                                              r"without eos \(eos is allowed where an entry ends\)$"):
             Catalogue(outputs, 7)
-    with pytest.raises(ValueError, match=r"^outputs\[1\] has an id after pad_id -1: \[2, -1, 3\]; pad only ends a row$"):
+    with pytest.raises(ValueError,
+                       match=r"^outputs\[1\] has an id after pad_id -1: \[2, -1, 3\]; pad only ends a row$"):
         Catalogue(np.array([[1, -1, -1], [2, -1, 3]]), EOS)
     with pytest.raises(TypeError, match=r"^pad_id must be an integer; got 1.5 of type float$"):
         Catalogue(np.array([[1]]), EOS, pad_id=1.5)
@@ -241,15 +244,18 @@ def test_files_and_their_messages(tmp_path):
     cat.save(tmp_path / "saved.bin")
     assert sorted(Catalogue.from_file(tmp_path / "saved.bin").trie.items()) == [(1, 2), (3,)]
     missing = tmp_path / "missing.txt"
-    with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(missing)))} cannot be read: No such file or directory$"):
+    with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(missing)))} cannot be read: "
+                                         r"No such file or directory$"):
         Catalogue.from_file(missing)
     text = tmp_path / "c.txt"
     text.write_text("1 2\n\n3\n")
     assert sorted(Catalogue.from_file(text, EOS).trie.items()) == [(1, 2), (3,)]
-    with pytest.raises(ValueError, match=rf"^eos_token_id is required with a text catalogue file \({re.escape(repr(str(text)))}\)$"):
+    with pytest.raises(ValueError, match=r"^eos_token_id is required with a text catalogue file "
+                                         rf"\({re.escape(repr(str(text)))}\)$"):
         Catalogue.from_file(text)
     text.write_text("1 2\nx 3\n")
-    with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(text)))} line 2 is not token ids separated by spaces: "
+    with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(text)))} line 2 is not token ids "
+                                         r"separated by spaces: "
                                          r"'x 3'$"):
         Catalogue.from_file(text, EOS)
 

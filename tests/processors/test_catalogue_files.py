@@ -40,7 +40,8 @@ def saved(tmp_path, width="6", **fields):
 
     arrays = {k: v for k, v in {**GOOD, **fields}.items() if v is not None}
     path = tmp_path / "c.safetensors"
-    save_file(arrays, str(path), metadata={"format": FORMAT, "width": width} if width is not None else {"format": FORMAT})
+    save_file(arrays, str(path),
+              metadata={"format": FORMAT, "width": width} if width is not None else {"format": FORMAT})
     return path
 
 
@@ -64,7 +65,8 @@ DAMAGED = [
     ({"first": np.array([0, 0, 0, 2, 4, 4])}, "6", "first", "makes edge 0 of node 2 lead to node 1, not after it"),
     ({"ends": np.array([0, 0, 1, 1, 2], np.uint8)}, "6", "ends", "must hold 0 or 1 for each node"),
     ({"ends": np.array([1, 0, 1, 1, 1], np.uint8)}, "6", "ends", "marks the root as an entry"),
-    ({"ends": np.array([0, 0, 1, 0, 1], np.uint8)}, "6", "ends", "leaves node 3 with no child and no entry ending there"),
+    ({"ends": np.array([0, 0, 1, 0, 1], np.uint8)}, "6", "ends",
+     "leaves node 3 with no child and no entry ending there"),
     ({"eos": np.array([-1])}, "6", "eos", "must hold one or more ids >= 0"),
     ({"token": np.array([[3, 5, 1, 2]])}, "6", "token", "must be a 1-D array of integers; got shape (1, 4)"),
     ({"first": np.array([0.0, 2, 4, 4, 4, 4])}, "6", "first", "dtype float64"),
@@ -108,7 +110,8 @@ def test_a_text_catalogue_that_is_not_utf8_names_the_file(tmp_path):
 
 
 def test_inputs_that_are_not_a_catalogue_name_the_value():
-    with pytest.raises(ValueError, match=r"^outputs as an array \[M, L\] must have L >= 1 \(every entry is non-empty\); "
+    with pytest.raises(ValueError, match=r"^outputs as an array \[M, L\] must have L >= 1 "
+                                         r"\(every entry is non-empty\); "
                                          r"got shape \(3, 0\)$"):
         Catalogue(np.zeros((3, 0), int), 0)
     with pytest.raises(ValueError, match="^outputs must hold at least one token-id sequence; got an empty catalogue$"):

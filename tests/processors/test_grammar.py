@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("llguidance")
 
@@ -79,7 +81,8 @@ def lark_language(grammar: str) -> set[str]:
     short = language(lark_parser(grammar), "ab12:[]", 4)
     pieces = ["", "a", "b", "1", "ab", "[a"]
     ok = lark_parser(grammar)
-    longer = {f"{o}{k}:{v}{c}" for o in ("", "[") for c in ("", "]") for k in pieces for v in ("1", "2", "12", "21", "a")}
+    longer = {f"{o}{k}:{v}{c}" for o in ("", "[") for c in ("", "]") for k in pieces
+              for v in ("1", "2", "12", "21", "a")}
     return short | {t for t in longer if ok(t)}
 
 
@@ -180,8 +183,8 @@ MODES = {
                                                        **COMMON),
     "diverse": lambda s, st, p, g: diverse_beam_search(s, st, p, num_groups=2, diversity_penalty=1.0, beam_size=4,
                                                        n_best=4, logits_processors=g, **COMMON),
-    "stochastic": lambda s, st, p, g: stochastic_beam_search(s, st, p, k=4, seed=3, logits_processors=g, eos_token_id=EOS,
-                                                             max_steps=9),
+    "stochastic": lambda s, st, p, g: stochastic_beam_search(s, st, p, k=4, seed=3, logits_processors=g,
+                                                             eos_token_id=EOS, max_steps=9),
     "exact": lambda s, st, p, g: exact_search(s, st, p, n_best=2, logits_processors=g, **COMMON),
     "constrained": lambda s, st, p, g: constrained_beam_search(s, st, p, constraints=[[[VOCAB.index("xb")]]] * len(p),
                                                                beam_size=4, n_best=4, logits_processors=g, **COMMON),
@@ -318,9 +321,6 @@ def test_without_llguidance_the_error_names_the_extra(monkeypatch):
 
 
 # ---- every finished output of a search is accepted by the independent parser: generated grammars
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st
 
 JSON_VOCAB = ["</s>"] + list('{}[]":,-0123456789abtruefalsn') + ['":', '"a', "tr", "ue", "null", "12", '},{']
 JSON_VOCAB = list(dict.fromkeys(JSON_VOCAB))  # repeated characters once

@@ -84,7 +84,8 @@ def test_options_and_x_guidance_in_their_order():
     space = ids(" ")[0]
     flexible = {"whitespace_flexible": True}
     assert allowed_after(ge.compile_grammar("json_schema", BOOLEANS, VOCAB, EOS, None), ["["]) == [compact]
-    assert allowed_after(ge.compile_grammar("json_schema", BOOLEANS, VOCAB, EOS, flexible), ["["]) == [compact | {space}]
+    assert (allowed_after(ge.compile_grammar("json_schema", BOOLEANS, VOCAB, EOS, flexible), ["["])
+            == [compact | {space}])
     own = {**BOOLEANS, "x-guidance": flexible}
     assert allowed_after(ge.compile_grammar("json_schema", own, VOCAB, EOS, None), ["["]) == [compact | {space}]
     overridden = ge.compile_grammar("json_schema", own, VOCAB, EOS, {"whitespace_flexible": False})
@@ -214,7 +215,8 @@ def test_a_hugging_face_tokenizer_counts_its_added_tokens_and_has_its_own_key():
 
 
 def test_the_messages():
-    with pytest.raises(ValueError, match="^lark " + re.escape(repr("start: foo")) + " is refused by the grammar engine: "):
+    with pytest.raises(ValueError,
+                       match="^lark " + re.escape(repr("start: foo")) + " is refused by the grammar engine: "):
         ge.compile_grammar("lark", "start: foo", VOCAB, EOS, None)
     schema = {"type": "nonsense", "minimum": 1}  # shown as given, its keys in their order
     with pytest.raises(ValueError, match="^json_schema " + re.escape(repr('{"type": "nonsense", "minimum": 1}'))):

@@ -95,7 +95,8 @@ def test_a_json_schema_deeper_than_the_engine_reads_names_the_limit():
     deep = nested(3000)
     text = '{"type":"array","items":' * 2999 + '{"type":"integer"}' + "}" * 2999
     for schema in (nested(128), deep, text):
-        with pytest.raises(ValueError, match=r"^json_schema is nested more than 127 levels deep \(objects and arrays\); "
+        with pytest.raises(ValueError, match=r"^json_schema is nested more than 127 levels deep "
+                                             r"\(objects and arrays\); "
                                              r"the grammar engine reads at most 127$"):
             Grammar.json_schema(schema, VOCAB, eos_token_id=0)
     assert ge.MAX_SCHEMA_DEPTH == 127
@@ -104,7 +105,8 @@ def test_a_json_schema_deeper_than_the_engine_reads_names_the_limit():
 @pytest.mark.parametrize("guidance", [5, "flexible", [1]])
 def test_an_x_guidance_that_is_not_an_object_is_named(guidance):
     with pytest.raises(ValueError, match="^" + re.escape(f"json_schema has an x-guidance that is not an object (the "
-                                                         "grammar engine's JSON options, e.g. {\"whitespace_flexible\": true}); "
+                                                         "grammar engine's JSON options, "
+                                                         "e.g. {\"whitespace_flexible\": true}); "
                                                          f"got {guidance!r}") + "$"):
         Grammar.json_schema({"type": "integer", "x-guidance": guidance}, VOCAB, eos_token_id=0)
 

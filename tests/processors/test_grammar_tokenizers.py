@@ -65,7 +65,8 @@ def test_an_exhaustive_beam_over_a_bpe_equals_brute_force(tokenizer, extra):
     width = max(len({t[:d] for t in want if len(t) > d}) for d in range(20))  # the most prefixes at a depth
     grammar = Grammar.json_schema(SCHEMA, tokenizer)
     out = beam_search_batch(lambda s, y: (table[y], s), np.zeros((1, 1)), [[5]], eos_token_id=eos, max_steps=20,
-                            beam_size=max(width, len(want)), n_best=len(want), alpha=0.0, logits_processors=[grammar])[0]
+                            beam_size=max(width, len(want)), n_best=len(want), alpha=0.0,
+                            logits_processors=[grammar])[0]
     assert {tuple(h.tokens) for h in out} == set(want)
     for h in out:
         assert h.logprob == pytest.approx(want[tuple(h.tokens)], abs=1e-9)

@@ -297,11 +297,13 @@ def test_processor_ids_outside_the_vocabulary_are_named(make, shown, argument, b
     model = SequenceModel(random_table(5, 1))
     processors = [P.TopP(0.9), make()]  # the second: logits_processors[1]
     if entry == "beam_search_batch":
-        call = lambda: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
-                                                    max_steps=3, beam_size=2, logits_processors=processors)
+        def call():
+            return beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                                max_steps=3, beam_size=2, logits_processors=processors)
     elif entry == "score_sequences":
-        call = lambda: beamsearch.score_sequences(model.step, model.init_state([[1]]), [[1]], [[2, 0]],
-                                                  eos_token_id=0, logits_processors=processors)
+        def call():
+            return beamsearch.score_sequences(model.step, model.init_state([[1]]), [[1]], [[2, 0]],
+                                              eos_token_id=0, logits_processors=processors)
     else:
         from beamsearch.refill import decode_stream
 
@@ -387,8 +389,11 @@ def test_a_user_processor_returning_numpy_for_torch_logits_is_named():
 def test_a_new_array_of_the_right_kind_is_fine():
     # a processor may return a new array instead of writing in place: results equal the in-place one's
     model = SequenceModel(random_table(5, 1))
-    run = lambda p: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
-                                                 max_steps=3, beam_size=2, logits_processors=[p])
+
+    def run(p):
+        return beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                            max_steps=3, beam_size=2, logits_processors=[p])
+
 
     def in_place(x, ctx):
         x[:, 2] = NEG_INF
@@ -418,8 +423,11 @@ def mask_all(x, ctx):
 @pytest.mark.filterwarnings("ignore:overflow encountered")
 def test_a_non_finite_row_is_blamed_on_the_processor_that_made_it():
     model = SequenceModel(lambda prefix: np.array([1.0, 0.0, 0.0]))
-    run = lambda **kw: beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
-                                                    max_steps=2, beam_size=2, **kw)
+
+    def run(**kw):
+        return beamsearch.beam_search_batch(model.step, model.init_state([[1]]), [[1]], eos_token_id=0,
+                                            max_steps=2, beam_size=2, **kw)
+
     # 1.0 / 1e-310 overflows to +inf: the temperature keyword did it, not logits_processors
     with pytest.raises(ValueError, match=r"^logits row 0 contains \+inf after temperature=1e-310 "):
         run(temperature=1e-310)

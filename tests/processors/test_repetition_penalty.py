@@ -27,7 +27,7 @@ from oracles.processors import (
 @pytest.mark.parametrize("name", BACKENDS)
 def test_repetition_penalty_equals_a_plain_loop(name, dtype):
     rng = np.random.default_rng(20)
-    for case in range(CASES):
+    for _ in range(CASES):
         x = random_logits(rng, dtype)
         hist = random_histories(rng, x.shape[0], x.shape[1])
         penalty = float(rng.choice([1.0, 1.3, 2.0, 0.7, 0.25, 5.0]))

@@ -41,7 +41,7 @@ def random_sequences(rng: np.random.Generator, vocab: int, hist: np.ndarray, cou
 @pytest.mark.parametrize("name", BACKENDS)
 def test_sequence_bias_equals_a_plain_loop(name, dtype):
     rng = np.random.default_rng(30)
-    for case in range(CASES):
+    for _ in range(CASES):
         x = random_logits(rng, dtype)
         v = x.shape[1]
         hist = random_histories(rng, x.shape[0], v)

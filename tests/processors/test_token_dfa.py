@@ -107,7 +107,8 @@ def test_the_mask_is_made_once_per_library_and_dtype(monkeypatch):
                    torch.zeros(2, 3), torch.zeros(1, 3), torch.zeros(2, 3, dtype=torch.float64)):
         backend = backend_of(logits)
         real = backend.from_host
-        monkeypatch.setattr(backend, "from_host", lambda a, like, real=real: made.append(str(like.dtype)) or real(a, like=like))
+        monkeypatch.setattr(backend, "from_host",
+                            lambda a, like, real=real: made.append(str(like.dtype)) or real(a, like=like))
         k = logits.shape[0]
         history = np.array([[1], [2]])[:k]  # row 0: 0 -t1-> 1 (accepting: eos, t2); row 1: no move
         out = dfa(logits, StepContext(2, history, np.zeros(k, np.int64), backend))
@@ -123,7 +124,8 @@ def test_the_messages():
         TokenDFA(table, 0, [1], "x")
     with pytest.raises(TypeError, match=r"^accepting must be a sequence of token ids; got 'x'$"):
         TokenDFA(table, 0, "x", EOS)
-    with pytest.raises(ValueError, match=r"^transitions has a transition on eos id 0 from state 1; the eos columns must "
+    with pytest.raises(ValueError, match=r"^transitions has a transition on eos id 0 from state 1; "
+                                         r"the eos columns must "
                                          r"be -1 \(eos is allowed in accepting states, by `accepting` alone\)$"):
         TokenDFA([[-1, -1, -1], [1, 1, -1]], 0, [1], EOS)
     with pytest.raises(ValueError, match=r"^transitions\[0, 1\] is 2; entries must be -1 \(no transition\) or a "

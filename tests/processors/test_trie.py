@@ -144,7 +144,8 @@ def test_masks_during_random_searches_equal_the_set_of_prefixes(backend):
     def record(logits, ctx):
         finite = np.isfinite(backend_of(logits).to_numpy(logits))
         generated = ctx.history[:, ctx.history.shape[1] - (ctx.step - 1):]  # --> [k, t - 1]
-        seen.extend((tuple(h), set(np.flatnonzero(f).tolist())) for h, f in zip(generated.tolist(), finite, strict=True))
+        seen.extend((tuple(h), set(np.flatnonzero(f).tolist()))
+                    for h, f in zip(generated.tolist(), finite, strict=True))
         return logits
 
     for seed in range(6):
@@ -182,7 +183,8 @@ def test_array_strings_and_lists_give_one_trie():
         return {"input_ids": [[ord(c) - ord("a") + 1 for c in s] for s in texts]}
 
     want = sorted({tuple(e) for e in entries})
-    forms = [Catalogue(entries, EOS), Catalogue(padded, EOS), Catalogue(np.where(padded < 0, EOS, padded), EOS, pad_id=EOS),
+    forms = [Catalogue(entries, EOS), Catalogue(padded, EOS),
+             Catalogue(np.where(padded < 0, EOS, padded), EOS, pad_id=EOS),
              Catalogue(["abc", "ab", "c", "ab"], EOS, tokenizer=tokenizer)]
     if torch is not None:
         forms.append(Catalogue(torch.from_numpy(padded), EOS))
@@ -289,8 +291,10 @@ def test_wide_beams_through_the_engine(beam, backend, monkeypatch):
     sparse_steps = []
     monkeypatch.setattr(select, "best_of_support", lambda *a: sparse_steps.append(1) or best_of_support(*a))
     runs = [beam_search_batch(model.step, model.init(2), [[2], [5]], eos_token_id=EOS, max_steps=5, beam_size=beam,
-                              n_best=50, alpha=ALPHA, logits_processors=[cat], early_stop=stop) for stop in (True, False)]
-    assert [[(h.tokens, h.logprob) for h in r] for r in runs[0]] == [[(h.tokens, h.logprob) for h in r] for r in runs[1]]
+                              n_best=50, alpha=ALPHA, logits_processors=[cat], early_stop=stop)
+            for stop in (True, False)]
+    assert ([[(h.tokens, h.logprob) for h in r] for r in runs[0]]
+            == [[(h.tokens, h.logprob) for h in r] for r in runs[1]])
     assert len(sparse_steps) >= 4  # each search ranked the allowed entries alone (steps 2 and 3 at least)
     for prompt, hyps in zip([[2], [5]], runs[0], strict=True):
         assert len(hyps) == 50 and all(h.finished and tuple(h.tokens[:-1]) in unique for h in hyps)
@@ -372,7 +376,7 @@ def test_sparse_selection_equals_the_dense_one(backend, dtype):
         terminals = Terminals(np.array([EOS]), np.zeros(0, np.int64), np.zeros(0, np.int64))
         assert sparse(StepScores(b, x, beam, terminals, 1, support))  # the search would take the sparse path here
         branches.add(select.grouped(beam.size, len(set(beam.input.tolist())), vocab, int(width.max())))
-        copy = lambda: b.copy(x)  # noqa: E731 -- a selection may write into the scores
+        copy = lambda b=b, x=x: b.copy(x)  # noqa: E731 -- a selection may write into the scores
         dense = best_per_input(StepScores(b, (y := copy()), beam, terminals, 1), y, width)
         for choose in (best_per_input, best_of_support):
             got = choose(StepScores(b, (y := copy()), beam, terminals, 1, support), y, width)
@@ -399,9 +403,9 @@ def test_support_is_dropped_after_another_processor():
 
 def test_a_processor_declaring_masks_only_keeps_the_support(monkeypatch):
     """A caller's processor after the catalogue that declares ``masks_only = True`` (it only sets
-    entries to -inf, here token 2 at every step: the outputs with a 2 are out): the support holds, so the search ranks the
-    allowed pairs alone, and its results equal those of the same processing ranked densely (the
-    same processor without the declaration)."""
+    entries to -inf, here token 2 at every step: the outputs with a 2 are out): the support
+    holds, so the search ranks the allowed pairs alone, and its results equal those of the same
+    processing ranked densely (the same processor without the declaration)."""
 
     class Ban:
         masks_only = True
@@ -418,11 +422,13 @@ def test_a_processor_declaring_masks_only_keeps_the_support(monkeypatch):
     out = {}
     for ban in (Ban(), BanDense()):
         sparse_steps = []
-        monkeypatch.setattr(select, "best_of_support", lambda *a: sparse_steps.append(1) or best_of_support(*a))
+        monkeypatch.setattr(select, "best_of_support",
+                            lambda *a, seen=sparse_steps: seen.append(1) or best_of_support(*a))
         out[ban.masks_only] = beam_search_batch(model.step, model.init(2), [[1], [3]], eos_token_id=EOS, max_steps=4,
                                                 beam_size=3, n_best=3, logits_processors=[cat, ban])
         assert bool(sparse_steps) is ban.masks_only
-    assert [[(h.tokens, h.logprob) for h in r] for r in out[True]] == [[(h.tokens, h.logprob) for h in r] for r in out[False]]
+    assert ([[(h.tokens, h.logprob) for h in r] for r in out[True]]
+            == [[(h.tokens, h.logprob) for h in r] for r in out[False]])
     assert all(2 not in h.tokens for r in out[True] for h in r) and all(len(r) == 3 for r in out[True])
 
 
@@ -543,9 +549,11 @@ def test_load_messages(tmp_path):
     path = tmp_path / "other.safetensors"
     save_file({"x": np.zeros(3)}, str(path), metadata={"format": "other/1"})
     with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(path)))} is not a saved catalogue "
-                                         rf"\(its safetensors metadata has format 'other/1', not {re.escape(repr(FORMAT))}\)$"):
+                                         r"\(its safetensors metadata has format 'other/1', "
+                                         rf"not {re.escape(repr(FORMAT))}\)$"):
         Trie.load(path)
     text = tmp_path / "t.txt"
     text.write_text("1 2\n")
-    with pytest.raises(ValueError, match=rf"^catalogue file {re.escape(repr(str(text)))} cannot be read as safetensors: "):
+    with pytest.raises(ValueError,
+                       match=rf"^catalogue file {re.escape(repr(str(text)))} cannot be read as safetensors: "):
         Trie.load(text)

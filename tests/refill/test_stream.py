@@ -410,7 +410,8 @@ def test_concat_state_errors():
     a = (np.zeros((2, 3)), "x")
     with pytest.raises(ValueError, match="at least one state"):
         concat_state([])
-    with pytest.raises(ValueError, match=r"agree beyond axis 0; states\[0\] has shape \(2, 3\), states\[1\] has \(1, 4\).*pad_axis"):
+    with pytest.raises(ValueError, match=r"agree beyond axis 0; states\[0\] has shape \(2, 3\), "
+                                         r"states\[1\] has \(1, 4\).*pad_axis"):
         concat_state([a, (np.zeros((1, 4)), "x")])
     with pytest.raises(ValueError, match=r"states\[1\] has the leaf 'y' where states\[0\] has 'x'"):
         concat_state([a, (np.zeros((1, 3)), "y")])
@@ -748,7 +749,8 @@ def test_greedy_mode_gives_each_input_its_greedy_decoding():
         (h,) = got[i]
         assert (h.tokens, h.finished) == (tokens, finished)
         assert abs(h.logprob - logprob) < 1e-9 and abs(h.score - logprob) < 1e-9  # alpha 0: score = logprob
-    with pytest.raises(TypeError, match=r"greedy_search does not take beam_size \(greedy decoding has one row per input\)"):
+    with pytest.raises(TypeError,
+                       match=r"greedy_search does not take beam_size \(greedy decoding has one row per input\)"):
         decode_stream(model.step, make_state_for(model), PROMPTS, max_rows=3, mode="greedy", beam_size=2,
                       eos_token_id=EOS, max_steps=MAX_STEPS)
 
@@ -868,7 +870,8 @@ def test_each_call_gets_int64_tokens_and_the_state_it_returned_when_no_row_moves
     results = list(decode_stream(step, _make_state(model), prompts, max_rows=1, mode="greedy", eos_token_id=EOS,
                                  max_steps=4))
     assert sorted(r.index for r in results) == [0, 1, 2]
-    assert sum(s is r for s, r in zip(seen[1:], returned[:-1], strict=True)) == len(seen) - len(prompts)  # all but a join
+    # all but a join
+    assert sum(s is r for s, r in zip(seen[1:], returned[:-1], strict=True)) == len(seen) - len(prompts)
     for r in results:  # greedy by hand: each step the highest logit, the lowest id among ties
         tokens: list[int] = []
         while len(tokens) < 4 and EOS not in tokens:

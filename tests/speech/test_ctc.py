@@ -246,7 +246,8 @@ def test_a_narrow_beam_returns_at_most_its_width_and_beam_one_follows_one_prefix
         # beam 1 keeps, each frame, the best of "stay" and each one-label extension of the one prefix
         lp, pb, pnb, prefix = log_softmax(x[i]), 0.0, -np.inf, []
         for t in range(15):
-            cands = {tuple(prefix): (np.logaddexp(pb, pnb) + lp[t, 0], pnb + (lp[t, prefix[-1]] if prefix else -np.inf))}
+            cands = {tuple(prefix): (np.logaddexp(pb, pnb) + lp[t, 0],
+                                     pnb + (lp[t, prefix[-1]] if prefix else -np.inf))}
             for c in range(1, 4):
                 base = pb if prefix and prefix[-1] == c else np.logaddexp(pb, pnb)
                 cands[tuple(prefix) + (c,)] = (-np.inf, base + lp[t, c])
@@ -322,7 +323,8 @@ def test_bad_emissions_are_named_with_their_shape_or_frame():
     with pytest.raises(ValueError, match=r"emissions\[1, 2\] must hold no NaN or \+inf"):
         ctc_beam_search(x, blank=0, beam_size=2)
     x[1, 2] = -np.inf
-    with pytest.raises(ValueError, match=r"emissions\[1, 2\] .* at least one finite entry; got array\(\[-inf, -inf, -inf\]\)"):
+    with pytest.raises(ValueError,
+                       match=r"emissions\[1, 2\] .* at least one finite entry; got array\(\[-inf, -inf, -inf\]\)"):
         ctc_beam_search(x, blank=0, beam_size=2)
     ctc_beam_search(x, [4, 2], blank=0, beam_size=2)  # the bad frame lies beyond utterance 1's length
 

@@ -32,9 +32,10 @@ def chunks_of(rng, lp, lengths):
     """Each utterance's frames cut at its own random points; chunk k holds every utterance's k-th
     piece (padded with garbage past its length in the chunk, 0 frames once it has ended)."""
     n, _, vocab = lp.shape
-    cuts = [np.sort(rng.choice(np.arange(1, max(int(l), 2)), size=min(int(rng.integers(0, 4)), max(int(l) - 1, 0)),
-                               replace=False)) for l in lengths]
-    pieces = [np.split(np.arange(int(l)), c) for l, c in zip(lengths, cuts, strict=True)]
+    cuts = [np.sort(rng.choice(np.arange(1, max(int(length), 2)),
+                               size=min(int(rng.integers(0, 4)), max(int(length) - 1, 0)), replace=False))
+            for length in lengths]
+    pieces = [np.split(np.arange(int(length)), c) for length, c in zip(lengths, cuts, strict=True)]
     for k in range(max(len(p) for p in pieces)):
         parts = [p[k] if k < len(p) else np.zeros(0, np.int64) for p in pieces]
         size = max(len(x) for x in parts)

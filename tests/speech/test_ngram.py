@@ -60,14 +60,16 @@ def test_a_file_without_unk_gives_it_minus_100_and_a_unigram_model_works():
     text = text.replace("ngram 1=5", "ngram 1=4").replace("ngram 2=3", "ngram 2=2")
     lm = NgramLM.from_lines(text.splitlines())
     assert np.allclose(lm.sentence_scores(["zz"]), np.array([-100.5, -1.2]) * LN10)
-    uni = NgramLM.from_lines(["\\data\\", "ngram 1=3", "", "\\1-grams:", "-1\t<s>", "-0.5\ta", "-0.25\t</s>", "\\end\\"])
+    uni = NgramLM.from_lines(["\\data\\", "ngram 1=3", "", "\\1-grams:", "-1\t<s>", "-0.5\ta", "-0.25\t</s>",
+                              "\\end\\"])
     assert np.allclose(uni.sentence_scores(["a", "q"]), np.array([-0.5, -100, -0.25]) * LN10)
 
 
 @pytest.mark.parametrize("bad, needle", [
     ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n\\end\\\n", "the file has 1"),
     ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\nx\n\\end\\\n", "needs log10 prob"),
-    ("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n\\2-grams:\n-1\t<s> q\n\\end\\\n", "no 1-gram"),
+    ("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n"
+     "\\2-grams:\n-1\t<s> q\n\\end\\\n", "no 1-gram"),
     ("hello\n", "not an ARPA file"),
 ])
 def test_malformed_files_are_value_errors_naming_the_problem(bad, needle):
@@ -144,7 +146,7 @@ def check_n_best(hyps, ranked, n_best):
     scores = [h.score for h in hyps]
     np.testing.assert_allclose(scores, [s for _, s in ranked[: len(scores)]], rtol=1e-9, atol=1e-9)
     assert len(hyps) == min(n_best, len(ranked))
-    for i, h in enumerate(hyps):  # labels agree wherever the score is not tied
+    for h in hyps:  # labels agree wherever the score is not tied
         tied = [lab for lab, s in ranked if abs(s - h.score) < 1e-9]
         assert tuple(h.tokens) in tied
         assert np.isclose(h.score, h.acoustic_score + h.lm_score + h.word_score + h.hotword_bonus)
@@ -263,7 +265,8 @@ def test_an_lm_without_a_vocabulary_is_refused():
 def rnn_lm(seed, vocab=4, hidden=3, torch=None):
     """A tiny recurrent LM: ``h' = tanh(W h + E[y])``, logits ``U h'``; numpy, or torch if given."""
     rng = np.random.default_rng(seed)
-    w, e, u = rng.normal(size=(hidden, hidden)), rng.normal(size=(vocab, hidden)) * 2, rng.normal(size=(hidden, vocab)) * 2
+    w, e, u = (rng.normal(size=(hidden, hidden)), rng.normal(size=(vocab, hidden)) * 2,
+               rng.normal(size=(hidden, vocab)) * 2)
     if torch is not None:
         w, e, u = (torch.tensor(a) for a in (w, e, u))
 
@@ -447,8 +450,9 @@ def test_narrow_beams_with_a_token_lm_rank_as_a_plain_search_does():
         alpha, eos = float(rng.uniform(0, 2)), (None if i % 2 else 3)
         got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, lm=TokenLM(step, init, bos=1, eos=eos),
                               alpha=alpha)[0]
-        want = plain_search(log_softmax(x), beam, lambda p: alpha * token_lm_logprob(step, init, 1, p, 0),
-                            lambda p: alpha * token_lm_logprob(step, init, 1, p, 0, eos))
+        want = plain_search(log_softmax(x), beam,
+                            lambda p, a=alpha, s=step, i=init: a * token_lm_logprob(s, i, 1, p, 0),
+                            lambda p, a=alpha, s=step, i=init, e=eos: a * token_lm_logprob(s, i, 1, p, 0, e))
         assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
         assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
 

@@ -345,7 +345,8 @@ def test_while_decoding_a_candidate_ranks_by_the_terms_it_will_have(durations, h
         stepped_h = hs if (hw is None or k == 0) else hw.step(*hs, label)
         stepped_l = ls if k == 0 else fusion.step(*ls, label)
         for d in range(dn):
-            np.testing.assert_allclose(grid[:, k * dn + d], plan.terms(stepped_h, stepped_l), rtol=1e-12, err_msg=f"label {k}")
+            np.testing.assert_allclose(grid[:, k * dn + d], plan.terms(stepped_h, stepped_l), rtol=1e-12,
+                                       err_msg=f"label {k}")
 
 
 @pytest.mark.parametrize("durations", [None, [0, 1, 2]])

@@ -25,10 +25,14 @@ MONTH_NAMES = {name: i for i, name in enumerate(calendar.month_name) if name}
 MONTH_NAMES = {**{n.lower(): i for n, i in MONTH_NAMES.items()}, **{n.lower()[:3]: i for n, i in MONTH_NAMES.items()}}
 WEEKDAY_NAMES = {d.lower() for d in calendar.day_name} | {d.lower()[:3] for d in calendar.day_abbr}
 SMALL = {w: i for i, w in enumerate(
-    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
-TENS = {w: 10 * i for i, w in enumerate(["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]) if i > 1}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+     "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+TENS = {w: 10 * i for i, w in enumerate(["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
+                                        "ninety"]) if i > 1}
 ORDINALS = {w: i + 1 for i, w in enumerate(
-    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth"])}
+    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh",
+     "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth", "nineteenth",
+     "twentieth"])}
 ORDINALS["thirtieth"] = 30
 
 

@@ -441,5 +441,6 @@ def test_spaced_numeric_dates_are_read(name):
     texts = {"1999 12 31": "1999-12-31", "1987 3 3": "1987-03-03", "11 30 1999": "1999-11-30",
              "25 12 1999": "1999-12-25", "3 4 2001": "2001-03-04", "2100 1 1": None}
     outputs = tr.beam(list(texts), beam_size=5)
-    printed = [o[0].text if v is None else None for o, v in zip(outputs, tr.verdicts(list(texts), outputs), strict=True)]
+    printed = [o[0].text if v is None else None
+               for o, v in zip(outputs, tr.verdicts(list(texts), outputs), strict=True)]
     assert printed == list(texts.values())
