@@ -93,10 +93,50 @@ class HotTerm:
     done: np.ndarray
     up: np.ndarray
 
+    pairs: tuple[np.ndarray, ...]
+    start: np.ndarray
+
     @staticmethod
     def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> "HotTerm":
-        """The term for slots in these states (an extension earns at most one more position)."""
-        return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1))
+        """The term for slots in these states (an extension earns at most one more position).
+
+        Only three kinds of extension exist: by a label of ``pairs`` (the slot's node has its own
+        transition by it: a few per slot, whatever the number of phrases), bounded by ``up``; by
+        a label that starts a phrase (``start``, bool ``[n, V]``, per utterance), exactly
+        ``weight * (done + 1)``; by any other label, exactly ``weight * done`` (the match falls
+        back to the root)."""
+        lo = np.searchsorted(hw.codes, node * hw.vocab)
+        count = (np.searchsorted(hw.codes, (node + 1) * hw.vocab) - lo).ravel()
+        flat = np.repeat(np.arange(count.size), count)
+        pos = np.arange(flat.size) - np.repeat(np.cumsum(count) - count - lo.ravel(), count)
+        utt, slot = np.divmod(flat, node.shape[1])
+        pairs = (utt, slot, hw.codes[pos] % hw.vocab, count.reshape(node.shape))
+        start = hw.depth[hw.root_next[hw.root_of[node[:, 0]]]] > 0
+        return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1), pairs, start)
+
+    def labels(self, masked: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, int]:
+        """``(also, most)``: bool ``[n, V]`` the labels of ``pairs`` of each utterance (at or
+        above ``floor``, float64 ``[n]``, in ``masked``, :func:`beamsearch.speech.tokens.startable`'s);
+        the most ``pairs`` of a slot."""
+        utt, _, label, count = self.pairs
+        also = np.zeros(masked.shape, dtype=bool)
+        also[utt, label] = True
+        also &= (masked >= floor[:, None]) & (masked > -np.inf)
+        return also, int(count.max(initial=0))
+
+    def cols(self, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
+        """float64 ``[n, B, M]``: an upper bound of the bonus of each slot extended by each of
+        ``tok`` (int64 ``[n, M]``; -inf ``tok_lp``: padding), exact but for ``pairs``."""
+        row = np.arange(tok.shape[0])[:, None]
+        up = self.hw.weight * (self.done[:, :, None] + np.take_along_axis(self.start, tok, 1)[:, None, :])
+        lookup = np.full(self.start.shape, -1, dtype=np.int64)
+        valid = tok_lp > -np.inf
+        lookup[np.broadcast_to(row, tok.shape)[valid], tok[valid]] = np.nonzero(valid)[1]
+        utt, slot, label, _ = self.pairs
+        col = lookup[utt, label]
+        ok = col >= 0
+        up[utt[ok], slot[ok], col[ok]] = self.up[utt[ok], slot[ok]]
+        return up
 
     def now(self) -> np.ndarray:
         """float64 ``[n, B]``: each slot's own bonus while decoding."""

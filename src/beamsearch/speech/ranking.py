@@ -9,8 +9,8 @@ slot's last one; -inf when that prefix is already a slot, since it was merged in
    of each slot extended by the frame's most probable label (a subset of the candidates, so its
    ``B``-th best is no higher than the full set's); labels below ``L`` minus the best slot's
    log-prob are not candidates at all (:func:`beamsearch.speech.tokens.candidates`);
-2. in slot ``b`` only the first ``count[b]`` labels, those with ``tok_lp[m] >= L - lse[b]``, can
-   reach ``L`` (labels are sorted, and every extension of ``b`` is at most ``lse[b] + tok_lp[m]``);
+2. in slot ``b`` only the labels with ``tok_lp[m] >= L - lse[b]`` can reach ``L`` (every
+   extension of ``b`` is at most ``lse[b] + tok_lp[m]``);
 3. those are scored, and the best ``B`` of the stays and of the extensions at or above ``L`` are
    kept, by score, ties to the lower candidate index (stay ``b``, extension ``B + b M + m``).
 
@@ -19,8 +19,9 @@ emissions a few dozen extensions per utterance are scored instead of ``2 B**2``.
 
 Score terms beyond the acoustic one (an LM's word scores, a hotword bonus) enter in two places:
 :meth:`Extensions.scores` adds each extension's term, and the stays carry their prefix's; step 2
-then compares ``tok_lp[m]`` with ``L - lse[b] - D`` for ``D`` an upper bound of the term any
-extension of slot ``b`` can add, so it still leaves out only extensions that cannot be kept.
+then compares ``tok_lp[m]`` with ``L - lse[b] - D[b, m]`` for ``D[b, m]`` an upper bound of the
+term slot ``b`` extended by label ``m`` can add (a term's ``cols``; else its bound ``up[b]`` for
+every label), so it still leaves out only extensions that cannot be kept.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ class Extensions:
     extra: Any = None  # a further term: .term(utt, slot, label) -> float64 [K]; .up float64 [n, B] its bound
 
     def upper(self) -> np.ndarray | float:
-        """``D``: an upper bound of the further term of any extension of each slot (0: none)."""
-        return 0.0 if self.extra is None else self.extra.up
+        """``D``: an upper bound of the further term of each slot extended by each of ``tok``,
+        float64 ``[n, B, M]`` (0: none; a term without ``cols``: its ``up`` for every label)."""
+        if self.extra is None:
+            return 0.0
+        return cols_of(self.extra, self.tok, self.tok_lp)
 
     def scores(self, utt: np.ndarray, slot: np.ndarray, col: np.ndarray) -> np.ndarray:
         """float64 ``[K]``: slot ``slot[k]`` of utterance ``utt[k]`` extended by ``tok[utt, col]``."""
@@ -62,6 +66,16 @@ class Extensions:
         if self.extra is not None:
             val = val + self.extra.term(utt, slot, label)
         return val
+
+
+def cols_of(term: Any, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
+    """float64 ``[n, B, M]``: ``term.cols(tok, tok_lp)`` (a bound per slot and label), or its
+    ``up`` ``[n, B]`` for every label; a sum of terms (``parts``) bound part by part."""
+    parts = getattr(term, "parts", None)
+    if parts is not None:
+        return sum(cols_of(p, tok, tok_lp) for p in parts)
+    cols = getattr(term, "cols", None)
+    return term.up[:, :, None] if cols is None else cols(tok, tok_lp)
 
 
 def slack(need: np.ndarray) -> np.ndarray:
@@ -97,10 +111,9 @@ def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarr
     utt, score = np.repeat(np.arange(n), width), stay.ravel()
     if m:
         with np.errstate(invalid="ignore"):  # a dead slot: -inf - -inf; it gets no extension
-            need = slack(bound[:, None] - ext.lse - ext.upper())  # --> [n, B]
-            count = (ext.tok_lp[:, None, :] >= need[:, :, None]).sum(2)  # labels sorted: a prefix of them
-        rows = np.repeat(np.arange(n * width), count.ravel())
-        col = np.arange(rows.size) - np.repeat(np.cumsum(count.ravel()) - count.ravel(), count.ravel())
+            need = slack((bound[:, None] - ext.lse)[:, :, None] - ext.upper())  # --> [n, B, M]
+            reach = ext.tok_lp[:, None, :] >= need
+        rows, col = np.nonzero(reach.reshape(n * width, m))
         e_utt, e_slot = np.divmod(rows, width)
         val = ext.scores(e_utt, e_slot, col)
         keep = (val >= bound[e_utt]) & (val > NEG_INF)
