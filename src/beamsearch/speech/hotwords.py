@@ -21,7 +21,7 @@ share them.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +31,8 @@ from beamsearch.core import validate
 MAX_LEN = 62
 """The longest phrase, in labels: a hypothesis's window of positions is an int64 bit mask."""
 FULL = np.int64((1 << MAX_LEN) - 1)
+DENSE = 1 << 22
+"""The most entries of a dense transition table (one index per step instead of a binary search)."""
 BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
 
@@ -63,18 +65,27 @@ class Hotwords:
     depth: np.ndarray
     longest: np.ndarray
     starts: np.ndarray
+    dense: np.ndarray | None = None  # int64 [S, V]: every transition, where S x V <= DENSE (else None)
 
     def step(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray,
              label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The state after one more label (all int64, same shapes)."""
+        if self.dense is not None:
+            nxt = self.dense[node, label]
+        else:
+            nxt = self.transition(node, label)
+        shifted = (mask << 1) & FULL
+        new = (np.int64(1) << self.longest[nxt]) - 1  # the completed occurrences end here: one run
+        return nxt, shifted | new, done + popcount(new & ~shifted)
+
+    def transition(self, node: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The node after ``label`` from ``node`` (int64, same shapes): one binary search."""
         code = node * self.vocab + label
         nxt = self.root_next[self.root_of[node], label]
         if self.codes.size:
             pos = np.minimum(np.searchsorted(self.codes, code), self.codes.size - 1)
             nxt = np.where(self.codes[pos] == code, self.targets[pos], nxt)
-        shifted = (mask << 1) & FULL
-        new = (np.int64(1) << self.longest[nxt]) - 1  # the completed occurrences end here: one run
-        return nxt, shifted | new, done + popcount(new & ~shifted)
+        return nxt
 
     def count(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Positions earning while decoding: those in completed occurrences or the match."""
@@ -273,6 +284,10 @@ def link(edges: dict[tuple[int, int], int], depth: list[int], terminal: list[boo
     pairs = sorted((u * vocab + t, v) for u in range(size) for t, v in trans[u].items())
     codes = np.array([c for c, _ in pairs], dtype=np.int64)
     targets = np.array([v for _, v in pairs], dtype=np.int64)
-    return Hotwords(weight, vocab, codes, targets, root_next, np.array(root_of, dtype=np.int64),
-                    np.array(depth, dtype=np.int64), np.array(longest, dtype=np.int64),
-                    np.array(starts, dtype=np.int64))
+    hw = Hotwords(weight, vocab, codes, targets, root_next, np.array(root_of, dtype=np.int64),
+                  np.array(depth, dtype=np.int64), np.array(longest, dtype=np.int64),
+                  np.array(starts, dtype=np.int64))
+    if size * vocab > DENSE:
+        return hw
+    nodes = np.arange(size, dtype=np.int64)[:, None]
+    return replace(hw, dense=hw.transition(nodes, np.arange(vocab, dtype=np.int64)[None, :]))

@@ -35,7 +35,7 @@ import numpy as np
 from beamsearch.backends import NEG_INF
 from beamsearch.speech.fusion import LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
-from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
+from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack, tighten
 from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
 from beamsearch.speech.tokens import candidates, most_probable, startable
 
@@ -213,7 +213,8 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     children = child_codes(beams.last, parent, found, lp.shape[1])
     classes = label_classes(hot, fusion, token)
     head_tok, head_lp = most_probable(masked, classes)  # each class's most probable label
-    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra),
+                        None if hot is None else hot.pairs[:3], masked)  # and each slot's own transitions
     up = 0.0 if extra is None else extra.up
     lift = 0.0 if word is None else np.maximum(word.gain, 0.0)
     with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
@@ -226,6 +227,8 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
         cap += (most + 1) // 2
     tok, tok_lp = candidates(masked, cap, floor, classes, end_floor, also)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
+    if hot is not None:
+        bound = tighten(bound, stay, ext)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
 

@@ -56,9 +56,13 @@ class Extensions:
 
     def scores(self, utt: np.ndarray, slot: np.ndarray, col: np.ndarray) -> np.ndarray:
         """float64 ``[K]``: slot ``slot[k]`` of utterance ``utt[k]`` extended by ``tok[utt, col]``."""
-        label = self.tok[utt, col]
+        return self.label_scores(utt, slot, self.tok[utt, col], self.tok_lp[utt, col])
+
+    def label_scores(self, utt: np.ndarray, slot: np.ndarray, label: np.ndarray, label_lp: np.ndarray) -> np.ndarray:
+        """float64 ``[K]``: slot ``slot[k]`` of utterance ``utt[k]`` extended by ``label[k]``, whose
+        log-prob at this frame is ``label_lp[k]`` (-inf: it may not start)."""
         base = np.where(self.last[utt, slot] == label, self.pb[utt, slot], self.lse[utt, slot])
-        val = base + self.tok_lp[utt, col]
+        val = base + label_lp
         if self.children.size:
             code = (utt * self.lse.shape[1] + slot) * self.vocab + label
             pos = np.minimum(np.searchsorted(self.children, code), self.children.size - 1)
@@ -92,13 +96,37 @@ def child_codes(last: np.ndarray, parent: np.ndarray, found: np.ndarray, vocab: 
     return np.sort((utt * last.shape[1] + parent[utt, slot]) * vocab + last[utt, slot])
 
 
-def lower_bound(stay: np.ndarray, head: Extensions) -> np.ndarray:
+def lower_bound(stay: np.ndarray, head: Extensions, more: tuple[np.ndarray, ...] | None = None,
+                masked: np.ndarray | None = None) -> np.ndarray:
     """float64 ``[n]``: the ``B``-th best of the stays and of every slot extended by each of
-    ``head``'s labels (the most probable one)."""
+    ``head``'s labels (the most probable one), and with ``more`` = ``(utt, slot, label)`` int64
+    ``[K]`` (pairs of no label of ``head``; ``masked`` float64 ``[n, V]`` the labels' log-probs),
+    of those extensions too: a subset of the candidates all the same."""
     n, width = stay.shape
     utt, slot, col = np.meshgrid(np.arange(n), np.arange(width), np.arange(head.tok.shape[1]), indexing="ij")
     pool = np.concatenate([stay, head.scores(utt.ravel(), slot.ravel(), col.ravel()).reshape(n, -1)], 1)
-    return np.partition(pool, pool.shape[1] - width, axis=1)[:, pool.shape[1] - width]
+    if more is None or masked is None or not more[0].size:
+        return np.partition(pool, pool.shape[1] - width, axis=1)[:, pool.shape[1] - width]
+    m_utt, m_slot, label = more
+    fresh = ~(head.tok[m_utt] == label[:, None]).any(1)  # a pair of a head label is in the pool already
+    m_utt, m_slot, label = m_utt[fresh], m_slot[fresh], label[fresh]
+    val = head.label_scores(m_utt, m_slot, label, masked[m_utt, label])
+    return kth_best(np.concatenate([np.repeat(np.arange(n), pool.shape[1]), m_utt]),
+                    np.concatenate([pool.ravel(), val]), n, width)
+
+
+def tighten(bound: np.ndarray, stay: np.ndarray, ext: Extensions) -> np.ndarray:
+    """``bound`` raised to the ``B``-th best of the stays and of slot 0 (the best) extended by
+    every label of ``ext`` (a subset of the candidates too, so still no higher than the ``B``-th
+    best): with a bonus that lifts many labels, one slot's extensions may fill the beam."""
+    n, width = stay.shape
+    m = ext.tok.shape[1]
+    if m == 0:
+        return bound
+    utt = np.repeat(np.arange(n), m)
+    val = ext.scores(utt, np.zeros_like(utt), np.tile(np.arange(m), n)).reshape(n, m)
+    pool = np.concatenate([stay, val], 1)
+    return np.maximum(bound, np.partition(pool, m, axis=1)[:, m])
 
 
 def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,6 +155,9 @@ def top_per_utterance(utt: np.ndarray, score: np.ndarray, flat: np.ndarray, n: i
                       width: int) -> tuple[np.ndarray, np.ndarray]:
     """Each utterance's ``width`` best ``(flat, score)`` by score, ties to the lower ``flat``,
     as ``[n, width]`` arrays (padded with index 0 and -inf)."""
+    if utt.size > 2 * n * width:  # many: first each utterance's width-th best score (one partition)
+        keep = score >= kth_best(utt, score, n, width)[utt]  # ties with it kept: the sort breaks them
+        utt, score, flat = utt[keep], score[keep], flat[keep]
     order = np.lexsort((flat, -score, utt))
     su = utt[order]
     rank = np.arange(su.size) - np.searchsorted(su, np.arange(n))[su]
@@ -136,3 +167,17 @@ def top_per_utterance(utt: np.ndarray, score: np.ndarray, flat: np.ndarray, n: i
     idx[su[keep], rank[keep]] = flat[order][keep]
     val[su[keep], rank[keep]] = score[order][keep]
     return idx, val
+
+
+def kth_best(utt: np.ndarray, score: np.ndarray, n: int, k: int) -> np.ndarray:
+    """float64 ``[n]``: each utterance's ``k``-th best of ``score`` (``utt`` its utterance,
+    ``[K]`` each); -inf for one with fewer than ``k``."""
+    order = np.argsort(utt, kind="stable")
+    su = utt[order]
+    count = np.bincount(su, minlength=n)
+    width = int(count.max(initial=0))
+    if width < k:
+        return np.full(n, NEG_INF)
+    pad = np.full((n, width), NEG_INF)
+    pad[su, np.arange(su.size) - (np.cumsum(count) - count)[su]] = score[order]
+    return -np.partition(-pad, k - 1, axis=1)[:, k - 1]
