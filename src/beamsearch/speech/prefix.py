@@ -35,7 +35,7 @@ import numpy as np
 from beamsearch.backends import NEG_INF
 from beamsearch.speech.fusion import LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
-from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack, tighten
+from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
 from beamsearch.speech.tokens import candidates, most_probable, startable
 
@@ -227,8 +227,6 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
         cap += (most + 1) // 2
     tok, tok_lp = candidates(masked, cap, floor, classes, end_floor, also)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
-    if hot is not None:
-        bound = tighten(bound, stay, ext)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
 

@@ -115,20 +115,6 @@ def lower_bound(stay: np.ndarray, head: Extensions, more: tuple[np.ndarray, ...]
                     np.concatenate([pool.ravel(), val]), n, width)
 
 
-def tighten(bound: np.ndarray, stay: np.ndarray, ext: Extensions) -> np.ndarray:
-    """``bound`` raised to the ``B``-th best of the stays and of slot 0 (the best) extended by
-    every label of ``ext`` (a subset of the candidates too, so still no higher than the ``B``-th
-    best): with a bonus that lifts many labels, one slot's extensions may fill the beam."""
-    n, width = stay.shape
-    m = ext.tok.shape[1]
-    if m == 0:
-        return bound
-    utt = np.repeat(np.arange(n), m)
-    val = ext.scores(utt, np.zeros_like(utt), np.tile(np.arange(m), n)).reshape(n, m)
-    pool = np.concatenate([stay, val], 1)
-    return np.maximum(bound, np.partition(pool, m, axis=1)[:, m])
-
-
 def best(stay: np.ndarray, ext: Extensions, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The best ``B`` candidates of each utterance: ``(idx, val)`` int64 and float64 ``[n, B]``,
     best first; ``idx`` a stay ``b < B`` or an extension ``B + b M + m``; -inf values pad.
