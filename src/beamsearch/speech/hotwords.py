@@ -12,7 +12,8 @@ is taken back.
 The phrases are compiled once into a token trie with failure links (Aho-Corasick), held as arrays:
 a transition is one binary search in a sorted table of ``(node, label)`` codes (the failure-link
 closure precomputed, the root's own transitions a dense row), or one index into a dense table of
-them all where that is small (:data:`DENSE`), so its cost does not grow with the number of phrases. A hypothesis carries three integers: its node (the match in progress), a bit
+them all where that is small (:data:`DENSE`), so its cost does not grow with the number of
+phrases. A hypothesis carries three integers: its node (the match in progress), a bit
 mask of which of its last :data:`MAX_LEN` positions lie in completed occurrences, and how many
 positions in all do (``done``). They depend only on the labels, so two alignments of one prefix
 share them.
