@@ -77,7 +77,10 @@ def cols_of(term: Any, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
     ``up`` ``[n, B]`` for every label; a sum of terms (``parts``) bound part by part."""
     parts = getattr(term, "parts", None)
     if parts is not None:
-        return sum(cols_of(p, tok, tok_lp) for p in parts)
+        total = cols_of(parts[0], tok, tok_lp)
+        for part in parts[1:]:
+            total = total + cols_of(part, tok, tok_lp)
+        return total
     cols = getattr(term, "cols", None)
     return term.up[:, :, None] if cols is None else cols(tok, tok_lp)
 
