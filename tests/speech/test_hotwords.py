@@ -210,6 +210,15 @@ def plain_search_with_bonus(lp, blank, beam, phrases, weight):
     return sorted(final, key=lambda pair: -pair[1])
 
 
+def assert_as_plain_search(x, beam, phrases, weight):
+    """The search's n-best (n = beam) of one utterance ``x`` [T, V] equals the plain search's."""
+    got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, hotwords=phrases,
+                          hotword_weight=weight)[0]
+    want = plain_search_with_bonus(log_softmax(x), 0, beam, phrases, weight)
+    assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
+    assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
 def test_narrow_beams_rank_by_the_bonus_while_decoding_as_a_plain_search_does():
     """A partial match lifts its prefix while decoding (and may keep it in a narrow beam); the
     search's ranking shortcuts leave out only extensions that cannot be kept, bonus included."""
@@ -219,8 +228,17 @@ def test_narrow_beams_rank_by_the_bonus_while_decoding_as_a_plain_search_does():
         x = rng.normal(size=(frames, vocab)) * float(rng.choice([1.0, 3.0]))
         phrases = random_phrases(rng, vocab - 1, int(rng.integers(1, 5)))
         weight = float(rng.choice([0.5, 2.0, 6.0]))
-        got = ctc_beam_search(x[None], blank=0, beam_size=beam, n_best=beam, hotwords=phrases,
-                              hotword_weight=weight)[0]
-        want = plain_search_with_bonus(log_softmax(x), 0, beam, phrases, weight)
-        assert [tuple(h.tokens) for h in got] == [p for p, _ in want]
-        assert [h.score for h in got] == pytest.approx([s for _, s in want], abs=1e-6)
+        assert_as_plain_search(x, beam, phrases, weight)
+
+
+def test_narrow_beams_over_many_labels_and_phrases_rank_as_a_plain_search_does():
+    """With more labels than twice the beam, a frame's labels are cut per class (those that start
+    a phrase, the others) and each slot's own transitions are added: still the plain search's
+    beams, for many phrases (most labels start one) and few."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        vocab, frames, beam = int(rng.integers(8, 17)), int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        x = rng.normal(size=(frames, vocab)) * float(rng.choice([1.0, 3.0]))
+        phrases = random_phrases(rng, vocab - 1, int(rng.choice([2, 20])), longest=3)
+        weight = float(rng.choice([0.5, 2.0, 6.0]))
+        assert_as_plain_search(x, beam, phrases, weight)

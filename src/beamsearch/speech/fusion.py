@@ -175,6 +175,10 @@ class LMTerm:
         """float64 ``[K]``: the term of slot ``slot[k]`` of ``utt[k]`` extended by ``label[k]``."""
         return self.own[utt, slot] + np.where(self.fusion.ends[label], self.gain[utt, slot], 0.0)
 
+    def cols(self, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
+        """float64 ``[n, B, M]``: the term of each slot extended by each of ``tok`` ``[n, M]``."""
+        return self.own[:, :, None] + np.where(self.fusion.ends[tok][:, None, :], self.gain[:, :, None], 0.0)
+
 
 @dataclass(frozen=True)
 class Terms:

@@ -11,8 +11,9 @@ is taken back.
 
 The phrases are compiled once into a token trie with failure links (Aho-Corasick), held as arrays:
 a transition is one binary search in a sorted table of ``(node, label)`` codes (the failure-link
-closure precomputed, the root's own transitions a dense row), so its cost does not grow with the
-number of phrases. A hypothesis carries three integers: its node (the match in progress), a bit
+closure precomputed, the root's own transitions a dense row), or one index into a dense table of
+them all where that is small (:data:`DENSE`), so its cost does not grow with the number of
+phrases. A hypothesis carries three integers: its node (the match in progress), a bit
 mask of which of its last :data:`MAX_LEN` positions lie in completed occurrences, and how many
 positions in all do (``done``). They depend only on the labels, so two alignments of one prefix
 share them.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ from beamsearch.core import validate
 MAX_LEN = 62
 """The longest phrase, in labels: a hypothesis's window of positions is an int64 bit mask."""
 FULL = np.int64((1 << MAX_LEN) - 1)
+DENSE = 1 << 22
+"""The most entries of a dense transition table (one index per step instead of a binary search)."""
 BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
 
@@ -73,18 +76,24 @@ class Hotwords:
     depth: np.ndarray
     longest: np.ndarray
     starts: np.ndarray
+    dense: np.ndarray | None = None  # int64 [S, V]: every transition, where S x V <= DENSE (else None)
 
     def step(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray,
              label: np.ndarray) -> HotState:
         """The state after one more label (all int64, same shapes)."""
+        nxt = self.dense[node, label] if self.dense is not None else self.transition(node, label)
+        shifted = (mask << 1) & FULL
+        new = (np.int64(1) << self.longest[nxt]) - 1  # the completed occurrences end here: one run
+        return nxt, shifted | new, done + popcount(new & ~shifted)
+
+    def transition(self, node: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The node after ``label`` from ``node`` (int64, same shapes): one binary search."""
         code = node * self.vocab + label
         nxt = self.root_next[self.root_of[node], label]
         if self.codes.size:
             pos = np.minimum(np.searchsorted(self.codes, code), self.codes.size - 1)
             nxt = np.where(self.codes[pos] == code, self.targets[pos], nxt)
-        shifted = (mask << 1) & FULL
-        new = (np.int64(1) << self.longest[nxt]) - 1  # the completed occurrences end here: one run
-        return nxt, shifted | new, done + popcount(new & ~shifted)
+        return nxt
 
     def count(self, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Positions earning while decoding: those in completed occurrences or the match."""
@@ -103,10 +112,50 @@ class HotTerm:
     done: np.ndarray
     up: np.ndarray
 
+    pairs: tuple[np.ndarray, ...]
+    start: np.ndarray
+
     @staticmethod
     def of(hw: Hotwords, node: np.ndarray, mask: np.ndarray, done: np.ndarray) -> HotTerm:
-        """The term for slots in these states (an extension earns at most one more position)."""
-        return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1))
+        """The term for slots in these states (an extension earns at most one more position).
+
+        Only three kinds of extension exist: by a label of ``pairs`` (the slot's node has its own
+        transition by it: a few per slot, whatever the number of phrases), bounded by ``up``; by
+        a label that starts a phrase (``start``, bool ``[n, V]``, per utterance), exactly
+        ``weight * (done + 1)``; by any other label, exactly ``weight * done`` (the match falls
+        back to the root)."""
+        lo = np.searchsorted(hw.codes, node * hw.vocab)
+        count = (np.searchsorted(hw.codes, (node + 1) * hw.vocab) - lo).ravel()
+        flat = np.repeat(np.arange(count.size), count)
+        pos = np.arange(flat.size) - np.repeat(np.cumsum(count) - count - lo.ravel(), count)
+        utt, slot = np.divmod(flat, node.shape[1])
+        pairs = (utt, slot, hw.codes[pos] % hw.vocab, count.reshape(node.shape))
+        start = hw.depth[hw.root_next[hw.root_of[node[:, 0]]]] > 0
+        return HotTerm(hw, node, mask, done, hw.weight * (hw.count(node, mask, done) + 1), pairs, start)
+
+    def labels(self, masked: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, int]:
+        """``(also, most)``: bool ``[n, V]`` the labels of ``pairs`` of each utterance (at or
+        above ``floor``, float64 ``[n]``, in ``masked``, :func:`beamsearch.speech.tokens.startable`'s);
+        the most ``pairs`` of a slot."""
+        utt, _, label, count = self.pairs
+        also = np.zeros(masked.shape, dtype=bool)
+        also[utt, label] = True
+        also &= (masked >= floor[:, None]) & (masked > -np.inf)
+        return also, int(count.max(initial=0))
+
+    def cols(self, tok: np.ndarray, tok_lp: np.ndarray) -> np.ndarray:
+        """float64 ``[n, B, M]``: an upper bound of the bonus of each slot extended by each of
+        ``tok`` (int64 ``[n, M]``; -inf ``tok_lp``: padding), exact but for ``pairs``."""
+        row = np.arange(tok.shape[0])[:, None]
+        up = self.hw.weight * (self.done[:, :, None] + np.take_along_axis(self.start, tok, 1)[:, None, :])
+        lookup = np.full(self.start.shape, -1, dtype=np.int64)
+        valid = tok_lp > -np.inf
+        lookup[np.broadcast_to(row, tok.shape)[valid], tok[valid]] = np.nonzero(valid)[1]
+        utt, slot, label, _ = self.pairs
+        col = lookup[utt, label]
+        ok = col >= 0
+        up[utt[ok], slot[ok], col[ok]] = self.up[utt[ok], slot[ok]]
+        return up
 
     def now(self) -> np.ndarray:
         """float64 ``[n, B]``: each slot's own bonus while decoding."""
@@ -243,6 +292,10 @@ def link(edges: dict[tuple[int, int], int], depth: list[int], terminal: list[boo
     pairs = sorted((u * vocab + t, v) for u in range(size) for t, v in trans[u].items())
     codes = np.array([c for c, _ in pairs], dtype=np.int64)
     targets = np.array([v for _, v in pairs], dtype=np.int64)
-    return Hotwords(weight, vocab, codes, targets, root_next, np.array(root_of, dtype=np.int64),
-                    np.array(depth, dtype=np.int64), np.array(longest, dtype=np.int64),
-                    np.array(starts, dtype=np.int64))
+    hw = Hotwords(weight, vocab, codes, targets, root_next, np.array(root_of, dtype=np.int64),
+                  np.array(depth, dtype=np.int64), np.array(longest, dtype=np.int64),
+                  np.array(starts, dtype=np.int64))
+    if size * vocab > DENSE:
+        return hw
+    nodes = np.arange(size, dtype=np.int64)[:, None]
+    return replace(hw, dense=hw.transition(nodes, np.arange(vocab, dtype=np.int64)[None, :]))

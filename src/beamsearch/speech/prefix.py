@@ -211,20 +211,36 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     lse = np.logaddexp(beams.pb, beams.pnb)
     masked = startable(lp, blank, allowed)
     children = child_codes(beams.last, parent, found, lp.shape[1])
-    head_tok, head_lp = most_probable(masked)
-    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra))
+    classes = label_classes(hot, fusion, token)
+    head_tok, head_lp = most_probable(masked, classes)  # each class's most probable label
+    bound = lower_bound(stay, Extensions(lse, beams.pb, beams.last, head_tok, head_lp, children, lp.shape[1], extra),
+                        None if hot is None else hot.pairs[:3], masked)  # and each slot's own transitions
     up = 0.0 if extra is None else extra.up
     lift = 0.0 if word is None else np.maximum(word.gain, 0.0)
     with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
-        floor = slack(bound - (lse + up - lift).max(1))  # labels that end no word add no LM gain
-        end_floor = None if word is None else slack(bound - (lse + up - lift + word.gain).max(1))
-    # a bonus, a token LM can lift any label
-    cap = beams.last.shape[1] if hot is None and token is None else lp.shape[1]
-    split = None if fusion is None else fusion.ends  # the LM term: one value for the labels ending a word, one else
-    tok, tok_lp = candidates(masked, cap, no_nan(floor), split, None if end_floor is None else no_nan(end_floor))
+        floor = no_nan(slack(bound - (lse + up - lift).max(1)))  # labels that end no word add no LM gain
+        end_floor = None if word is None else no_nan(slack(bound - (lse + up - lift + word.gain).max(1)))
+    cap = beams.last.shape[1] if token is None else lp.shape[1]  # a token LM can lift any label
+    also = None
+    if hot is not None and token is None:  # a slot's own transitions are not of its class's value
+        also, most = hot.labels(masked, floor if end_floor is None else np.minimum(floor, end_floor))
+        cap += (most + 1) // 2
+    tok, tok_lp = candidates(masked, cap, floor, classes, end_floor, also)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
     return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
+
+
+def label_classes(hot: HotTerm | None, fusion: WordFusion | None, token: TokenFusion | None) -> np.ndarray | None:
+    """The labels grouped so that within a group a slot's further term is one value: None (one
+    group), bool ``[V]`` (the word LM: the labels that end a word), or int64 ``[n, V]`` (hotwords,
+    without a token LM: 2 for a label that starts a phrase, plus 1 for one that ends a word; a
+    slot's own transitions, :meth:`HotTerm.labels`, apart)."""
+    ends = None if fusion is None else fusion.ends
+    if hot is None or token is not None:
+        return ends
+    start = hot.start.astype(np.int64) * 2
+    return start if ends is None else start + ends[None, :]
 
 
 def no_nan(floor: np.ndarray) -> np.ndarray:
