@@ -30,7 +30,7 @@ from beamsearch.core import validate
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.vocabulary import SP_MARK, Vocabulary
 
-P1, P2 = 2_147_483_647, 2_147_483_629
+P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
 BASE1, BASE2 = 1_000_003, 998_244_353 % P2
 LOW = (1 << 31) - 1
 

@@ -33,15 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from beamsearch.backends import NEG_INF
-from beamsearch.speech.fusion import LMState, LMTerm, Terms, WordFusion
+from beamsearch.speech.fusion import LOW, P1, P2, LMState, LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
 from beamsearch.speech.tokens import candidates, most_probable, startable
 
-P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
-BASE1, BASE2 = 1_103_515_245, 846_264_529
-LOW = (1 << 31) - 1
+BASE1, BASE2 = 1_103_515_245, 846_264_529  # a prefix's hash (fusion's P1, P2: each hash times its base fits in int64)
 NO_PARENT = -(1 << 62)
 """``parent_key`` of the empty prefix and of dead slots: equal to no ``key``."""
 

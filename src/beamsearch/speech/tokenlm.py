@@ -67,8 +67,7 @@ class TokenFusion:
         logits_shape(logits, y.shape[0], self.vocab)
         x = backend_of(logits).to_numpy(logits).astype(np.float64)
         x[:, self.blank] = NEG_INF
-        m = x.max(1, keepdims=True)
-        return x - m - np.log(np.exp(x - m).sum(1, keepdims=True)), new
+        return backend_of(x).log_softmax(x), new
 
     def start(self, n: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """The first call, on ``bos``: ``(tok_lm, next_lp)`` of the empty prefixes, ``[n, B]`` and

@@ -177,8 +177,7 @@ def vocabulary_size(net: Network, state: Any, voc: Any, lm: Any = None) -> int:
         return len(voc) if voc is not None else net.blank + 1
     carried = start(net, select_state(state, [0]), 1)
     tok, _ = net.log_probs(np.zeros(1, np.int64), np.zeros(1, np.int64), carried[0])
-    if voc is not None and len(voc) != tok.shape[1]:
-        raise ValueError(f"vocabulary must have one token per label (V={tok.shape[1]}); got {len(voc)} tokens")
+    vocabulary_of(voc, int(tok.shape[1]))
     return int(tok.shape[1])
 
 
