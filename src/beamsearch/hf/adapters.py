@@ -127,6 +127,18 @@ def causal_lm(model: Any, prompts: Any, *, attention_mask: Any = None, tokenizer
     return prepared
 
 
+def state_outside_a_static_cache(model: Any) -> str | None:
+    """Where ``model`` keeps the state a ``StaticCache`` cannot hold (None: in the cache): in its
+    own cache (RWKV, xLSTM, ...), partly outside a ``Cache`` (a carried state), or with an image's
+    columns before the prompt's (GIT)."""
+    kind = model.config.model_type
+    if kind in OWN_CACHE_TYPES:
+        return "in its own cache"
+    if kind in ADDITIVE_TYPES:
+        return "with its image's columns before the prompt's"
+    return "partly outside a Cache" if carrier_for(model) is not None else None
+
+
 def _static_length(model: Any, implementation: Any, length: Any, longest: int, new_tokens: int | None,
                    share_prompt: bool) -> int | None:
     """The ``max_cache_len`` of the ``StaticCache`` :func:`causal_lm` is asked for, None for its
@@ -143,16 +155,14 @@ def _static_length(model: Any, implementation: Any, length: Any, longest: int, n
         return None
     if implementation != "static":
         raise ValueError(f"cache_implementation must be None, \"dynamic\" or \"static\"; got {implementation!r}")
-    kind = model.config.model_type
     if share_prompt:
         raise ValueError("share_prompt=True holds the prompts in a dynamic cache of its own (read by every beam): "
                          "it cannot be a static cache; pass one or the other")
-    if carrier_for(model) is not None or kind in OWN_CACHE_TYPES or kind in ADDITIVE_TYPES:
-        where = ("in its own cache" if kind in OWN_CACHE_TYPES else "partly outside a Cache"
-                 if kind not in ADDITIVE_TYPES else "with its image's columns before the prompt's")
-        raise ValueError(f"cache_implementation=\"static\": a {kind} model keeps its state {where}, not in a "
-                         "StaticCache of the prompt's and new tokens' length; leave cache_implementation unset "
-                         "(the same results)")
+    where = state_outside_a_static_cache(model)
+    if where is not None:
+        raise ValueError(f"cache_implementation=\"static\": a {model.config.model_type} model keeps its state "
+                         f"{where}, not in a StaticCache of the prompt's and new tokens' length; leave "
+                         "cache_implementation unset (the same results)")
     need = None if new_tokens is None else longest + new_tokens - 1
     if length is None:
         if need is None:

@@ -9,10 +9,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
-from beamsearch.hf.adapters import causal_lm
-from beamsearch.hf.carried import carrier_for
-from beamsearch.hf.image_decoders import ADDITIVE_TYPES
-from beamsearch.hf.recurrent import OWN_CACHE_TYPES
+from beamsearch.hf.adapters import causal_lm, state_outside_a_static_cache
 from beamsearch.hf.seq2seq import seq2seq_lm
 from beamsearch.hf.states import Prepared
 
@@ -30,9 +27,7 @@ def static_keywords(model: Any, cfg: GenerationConfig, rows: list[list[int]], ne
     RecurrentGemma, MiniMax, GIT: their own, the same results; nor with ``share_prompt_cache``,
     whose prompt cache is its own), sized as ``generate`` sizes it (the padded prompt plus the new
     tokens but one, or the config's ``max_cache_len`` when longer)."""
-    kind = model.config.model_type
-    if cfg.cache_implementation not in STATIC_IMPLEMENTATIONS or carrier_for(model) is not None or \
-            kind in OWN_CACHE_TYPES or kind in ADDITIVE_TYPES:
+    if cfg.cache_implementation not in STATIC_IMPLEMENTATIONS or state_outside_a_static_cache(model) is not None:
         return {}
     need = max(len(r) for r in rows) + new_tokens - 1
     return {"cache_implementation": "static", "max_cache_len": max(need, getattr(cfg, "max_cache_len", None) or 0)}
