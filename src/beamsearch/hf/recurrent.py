@@ -166,7 +166,7 @@ def _join_hybrid(layers: list[Any], columns: int) -> Any:
     return new
 
 
-def _indexer(layer: Any) -> list[tuple[str, int, int]]:
+def indexer_tensors(layer: Any) -> list[tuple[str, int, int]]:
     """The indexer tensors a ``DynamicIndexedLayer`` holds, by name, with their rows' axis and their
     columns' axis: its indexer keys ``[k, t, d]`` and (on a model's first indexed layer) the
     positions of its columns ``[dims, k, t]``."""
@@ -176,7 +176,7 @@ def _indexer(layer: Any) -> list[tuple[str, int, int]]:
 
 def _reorder_indexed(layer: Any, idx: torch.Tensor) -> None:
     _reorder_keys(layer, idx)
-    for name, axis, _ in _indexer(layer):
+    for name, axis, _ in indexer_tensors(layer):
         x = getattr(layer, name)
         setattr(layer, name, x.index_select(axis, idx.to(x.device)))
 
@@ -192,7 +192,7 @@ def _join_indexed(layers: list[Any], columns: int) -> Any:
     longest (a padding column is masked: the indexer picks among the columns the mask shows)."""
     new = copy.copy(layers[0])
     _join_keys(new, layers, columns)
-    for name, axis, columns_axis in _indexer(layers[0]):
+    for name, axis, columns_axis in indexer_tensors(layers[0]):
         parts = pad_axis([getattr(layer, name) for layer in layers], columns_axis, 0, side="left")
         setattr(new, name, torch.cat(parts, dim=axis))
     return new
@@ -218,7 +218,7 @@ def dropped(cache: Any, lead: int) -> None:
         if isinstance(getattr(layer, "cumulative_length_linear", None), torch.Tensor):
             layer.cumulative_length_linear = layer.cumulative_length_linear - lead
         if type(layer) is DynamicIndexedLayer:  # its indexer's columns too
-            for name, _, axis in _indexer(layer):
+            for name, _, axis in indexer_tensors(layer):
                 x = getattr(layer, name)
                 setattr(layer, name, x.narrow(axis, lead, x.shape[axis] - lead))
 

@@ -44,6 +44,7 @@ from transformers.cache_utils import (
 from beamsearch.core.state import concat_state, select_state, take_state
 from beamsearch.hf.recurrent import (
     LayerRule,
+    indexer_tensors,
     join_linear,
     layer_rule,
     register_layer,
@@ -95,13 +96,12 @@ def room(cache: Any) -> int | None:
 
 
 def _indexer(layer: Any) -> list[tuple[str, int]]:
-    """The indexer row tensors of a ``StaticIndexedLayer`` and their rows' axis: its indexer keys
-    ``[k, max_cache_len, d]`` and (on a model's first indexed layer) the positions of its columns
-    ``[dims, k, t]``."""
+    """The indexer row tensors of a ``StaticIndexedLayer`` (:func:`~beamsearch.hf.recurrent.indexer_tensors`)
+    and their rows' axis: its indexer keys ``[k, max_cache_len, d]`` and (on a model's first indexed
+    layer) the positions of its columns ``[dims, k, t]``."""
     if type(layer) is not StaticIndexedLayer:
         return []
-    return [(name, axis) for name, axis in (("indexer_keys", 0), ("indexer_position_ids", 1))
-            if isinstance(getattr(layer, name), torch.Tensor) and getattr(layer, name).dim() > 1]
+    return [(name, rows) for name, rows, _ in indexer_tensors(layer)]
 
 
 def _reorder_static(layer: Any, idx: torch.Tensor) -> None:
