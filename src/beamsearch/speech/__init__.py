@@ -9,11 +9,12 @@ decode RNN-T and TDT models given as functions (docs/transducer.md).
 
 from beamsearch.speech.ctc import CTCStream, ctc_beam_search
 from beamsearch.speech.kenlm_model import KenLMModel
+from beamsearch.speech.lexicon import Lexicon
 from beamsearch.speech.ngram import NgramLM
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.tokenlm import TokenLM
 from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_search, transducer_greedy
 from beamsearch.speech.vocabulary import Vocabulary
 
-__all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "NgramLM", "TokenLM", "TransducerHypothesis", "Vocabulary",
-           "Word", "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]
+__all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "Lexicon", "NgramLM", "TokenLM", "TransducerHypothesis",
+           "Vocabulary", "Word", "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]

@@ -13,16 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from beamsearch.backends import backend_of
+from beamsearch.backends import NEG_INF, backend_of
 from beamsearch.core import validate
 from beamsearch.speech.align import label_frames, run_confidence
 from beamsearch.speech.checks import CTCOptions, ctc_options, emissions_shape, lengths_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import Hotwords, hotwords_of
+from beamsearch.speech.lexicon import Lexicon
 from beamsearch.speech.prefix import Beams, History, advance
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.tokens import start_mask
+
+Scorers = tuple[Hotwords | None, WordFusion | None, TokenFusion | None, Lexicon | None]
+"""What adds to a hypothesis's score beside the acoustic one: hotwords, a word LM, a token LM, a lexicon."""
 
 
 def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_size: int, n_best: int = 1,
@@ -30,7 +34,7 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                     beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                     vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                     hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
-                    beta: float = 1.0) -> list[list[CTCHypothesis]]:
+                    beta: float = 1.0, lexicon: Any = None) -> list[list[CTCHypothesis]]:
     """CTC prefix beam search: the most probable label sequences of each utterance.
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
@@ -63,6 +67,11 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
             (docs/speech.md, "Language models").
         alpha: the LM weight (>= 0): ``alpha`` x the natural-log LM probability adds to the score.
         beta: the word bonus: ``beta`` x the number of words adds to the score (word LMs only).
+        lexicon: the words hypotheses may spell (strings without spaces, or a compiled
+            :class:`~beamsearch.speech.Lexicon`; needs ``vocabulary``): every completed word must
+            be one of them and the word being spelled a prefix of one; at the end, a hypothesis
+            whose last word is not a whole word is not returned (docs/speech.md, "Lexicon").
+            None: any label sequence.
 
     Returns:
         per utterance, up to ``n_best`` :class:`~beamsearch.speech.CTCHypothesis`, best first
@@ -73,7 +82,7 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                        token_top_k=token_top_k, beam_threshold=beam_threshold,
                        blank_skip_threshold=blank_skip_threshold, vocabulary=vocabulary,
                        frame_duration=frame_duration, hotwords=hotwords, hotword_weight=hotword_weight, lm=lm,
-                       alpha=alpha, beta=beta, max_frames=frames)
+                       alpha=alpha, beta=beta, lexicon=lexicon, max_frames=frames)
     stream.feed(emissions, lengths, partial=False)
     return stream.finish()
 
@@ -102,13 +111,14 @@ class CTCStream:
                  beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                  vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                  hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5, beta: float = 1.0,
-                 max_frames: int | None = None) -> None:
+                 lexicon: Any = None, max_frames: int | None = None) -> None:
         n, vocab = validate.at_least("batch_size", batch_size, 0), validate.at_least("vocab_size", vocab_size, 1)
         opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
                            blank_skip_threshold, vocabulary, frame_duration)
         self.max_frames = None if max_frames is None else validate.at_least("max_frames", max_frames, 0)
         self.opts, self.shape = opts, (n, vocab)
         self.hw = hotwords_of(hotwords, hotword_weight, n, vocab, opts.blank, opts.vocabulary)
+        self.lex = Lexicon.of(lexicon, opts.vocabulary, opts.blank)
         self.token = None
         if isinstance(lm, TokenLM):
             self.fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank)  # checks alpha and beta
@@ -143,7 +153,7 @@ class CTCStream:
             raise ValueError(f"utterance {over[0]} would have {int(self.frames[over[0]] + lens[over[0]])} frames, "
                              f"more than max_frames={self.max_frames}")
         lp = normalized(emissions, lens)
-        self.beams = search(self.beams, lp, lens, self.opts, self.history, self.hw, self.fusion, self.token)
+        self.beams = search(self.beams, lp, lens, self.opts, self.history, (self.hw, self.fusion, self.token, self.lex))
         self.chunks.append((lp, lens))
         self.frames = self.frames + lens
         return self.hypotheses() if partial else None
@@ -153,7 +163,7 @@ class CTCStream:
         if self.chunks is None:
             raise RuntimeError("this CTCStream is finished: start a new one for new utterances")
         return results(frames_fed(self.chunks, self.frames, self.shape), self.frames, self.beams, self.history,
-                       self.opts, self.hw, self.fusion, self.token)
+                       self.opts, (self.hw, self.fusion, self.token, self.lex))
 
     def finish(self) -> list[list[CTCHypothesis]]:
         """The final hypotheses (per utterance, up to ``n_best``, best first); the stream then
@@ -195,10 +205,10 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
 
 
 def search(beams: Beams, lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, history: History,
-           hw: Hotwords | None = None, fusion: WordFusion | None = None,
-           token: TokenFusion | None = None) -> Beams:
+           scorers: Scorers = (None, None, None, None)) -> Beams:
     """The frame loop: every live utterance advanced one frame at a time from ``beams`` (an
     utterance stops at its length in this chunk, ``lp`` ``[N, t, V]``). Returns the beams after it."""
+    hw, fusion, token, lex = scorers
     n, width = beams.last.shape
     for t in range(int(lengths.max(initial=0))):
         live = lengths > t
@@ -207,7 +217,7 @@ def search(beams: Beams, lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, 
         frame = (lp[:, t] if rows is None else lp[rows, t]).astype(np.float64)  # --> [n, V]
         allowed = start_mask(frame, opts.blank, opts.token_min_logp, opts.token_top_k, opts.blank_skip_threshold)
         part, (src, grown, label) = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold, hw,
-                                            fusion, token)
+                                            fusion, token, lex)
         if token is not None:  # the token LM steps the grown prefixes, all at once
             idx = np.arange(n) if rows is None else rows
             part = replace(part, next_lp=token.update(idx, width, src, grown, label, part.next_lp))
@@ -229,11 +239,12 @@ def prefix_count(frames: int, labels: int, cap: int) -> int:
 
 
 def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
-            opts: CTCOptions, hw: Hotwords | None = None,
-            fusion: WordFusion | None = None, token: TokenFusion | None = None) -> list[list[CTCHypothesis]]:
+            opts: CTCOptions, scorers: Scorers = (None, None, None, None)) -> list[list[CTCHypothesis]]:
     """Up to n_best hypotheses per utterance, best first, with their frames and words; ranked
     by acoustic score plus final hotword bonus (an unfinished match earns nothing) plus the LM
-    terms with the last word and ``</s>`` scored."""
+    terms with the last word and ``</s>`` scored; with a lexicon, only those whose last word is
+    whole."""
+    hw, fusion, token, lex = scorers
     acoustic = beams.score()  # --> [N, B]
     bonus = np.zeros_like(acoustic) if hw is None else hw.weight * beams.hot_done
     lm_term, word_term = np.zeros_like(acoustic), np.zeros_like(acoustic)
@@ -243,6 +254,8 @@ def results(lp: np.ndarray, lengths: np.ndarray, beams: Beams, history: History,
     if token is not None:
         lm_term = token.alpha * token.finish(beams.tok_lm, beams.next_lp)
     scores = acoustic + bonus + lm_term + word_term
+    if lex is not None:
+        scores = np.where(lex.finished(beams.lex), scores, NEG_INF)
     order = np.argsort(-scores, axis=1, kind="stable")[:, : opts.n_best]
     utt, slot = np.nonzero(np.take_along_axis(scores, order, 1) > -np.inf)
     slot = order[utt, slot]
@@ -270,7 +283,5 @@ def words_of(opts: CTCOptions, labels: list[int], frames: np.ndarray, lp: np.nda
     conf = run_confidence(lp, labels, frames) if labels else np.zeros(0)  # --> [L]
     for text, first, last in opts.vocabulary.words(labels, opts.blank):
         start, end = int(frames[first, 0]), int(frames[last, 1])
-        d = opts.frame_duration
-        out.append(Word(text, start, end, None if d is None else start * d, None if d is None else (end + 1) * d,
-                        float(conf[first : last + 1].min())))
+        out.append(Word.at(text, start, end, opts.frame_duration, float(conf[first : last + 1].min())))
     return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from beamsearch.core import validate
 from beamsearch.speech.ngram import NgramLM
-from beamsearch.speech.vocabulary import SP_MARK, Vocabulary
+from beamsearch.speech.vocabulary import Vocabulary
 
 P1, P2 = 2_147_483_647, 2_147_483_629  # primes below 2**31: each hash times its base fits in int64
 BASE1, BASE2 = 1_000_003, 998_244_353 % P2
@@ -90,18 +90,9 @@ class WordFusion:
             raise TypeError(f"lm must be an NgramLM (or an ARPA file's path); got {type(lm).__name__}")
         if vocabulary is None:
             raise ValueError("lm needs vocabulary= (the token strings that spell its words)")
-        vocab = len(vocabulary)
-        ends = np.zeros(vocab, dtype=bool)
-        parts = np.zeros((vocab, 4), dtype=np.int64)
-        parts[:, 2:] = 1
-        size = np.zeros(vocab, dtype=np.int64)
-        for i, tok in enumerate(vocabulary.tokens):
-            if i == blank or i in vocabulary.special_ids:
-                continue
-            if tok == vocabulary.word_delimiter or tok.startswith(SP_MARK):
-                ends[i] = True
-                tok = "" if tok == vocabulary.word_delimiter else tok[len(SP_MARK):]
-            parts[i], size[i] = text_hash(tok), len(tok)
+        ends, texts = vocabulary.pieces(blank)
+        parts = np.array([text_hash(tok) for tok in texts], dtype=np.int64).reshape(-1, 4)
+        size = np.array([len(tok) for tok in texts], dtype=np.int64)
         keys = np.array([(h1 << 31) | h2 for h1, h2, _, _ in map(text_hash, lm.words)], dtype=np.int64)
         order = np.argsort(keys, kind="stable")
         h1, h2, m1, m2 = parts.T

@@ -35,6 +35,7 @@ import numpy as np
 from beamsearch.backends import NEG_INF
 from beamsearch.speech.fusion import LOW, P1, P2, LMState, LMTerm, Terms, WordFusion
 from beamsearch.speech.hotwords import HotTerm, Hotwords
+from beamsearch.speech.lexicon import Lexicon, LexTerm
 from beamsearch.speech.ranking import Extensions, best, child_codes, lower_bound, slack
 from beamsearch.speech.tokenlm import TokenFusion, TokenTerm
 from beamsearch.speech.tokens import candidates, most_probable, startable
@@ -72,6 +73,7 @@ class Beams:
     words: np.ndarray  # int64 [n, B]: how many words it has completed
     tok_lm: np.ndarray  # float64 [n, B]: its token LM log-prob (speech.tokenlm; 0 without one)
     next_lp: np.ndarray  # float64 [n, B, V]: the token LM's log-probs of its next label ([n, B, 0]: none)
+    lex: np.ndarray  # int64 [n, B]: its lexicon node (speech.lexicon; 0 without a lexicon)
 
     @staticmethod
     def start(n: int, width: int, hot: np.ndarray | None = None, fusion: WordFusion | None = None,
@@ -86,12 +88,12 @@ class Beams:
         minus = np.full((n, width), -1, dtype=np.int64)
         zero = np.zeros((n, width), dtype=np.int64)
         root = zero.copy() if hot is None else np.broadcast_to(hot[:, None], (n, width)).copy()
-        lm = (zero.copy(), zero.copy(), zero.copy(), np.zeros((n, width)), zero.copy()) if fusion is None \
+        lm: LMState = (zero.copy(), zero.copy(), zero.copy(), np.zeros((n, width)), zero.copy()) if fusion is None \
             else fusion.start((n, width))
-        tok = (np.zeros((n, width)), np.zeros((n, width, 0))) if token is None else token.start(n, width)
+        tok_lm, next_lp = (np.zeros((n, width)), np.zeros((n, width, 0))) if token is None else token.start(n, width)
         return Beams(pb, np.full((n, width), NEG_INF), minus, dead_key,
                      np.full((n, width), NO_PARENT, dtype=np.int64), minus.copy(), root, zero, zero.copy(), *lm,
-                     *tok)
+                     tok_lm, next_lp, zero.copy())
 
     def score(self) -> np.ndarray:
         """float64 ``[n, B]``: each prefix's log-probability, ``logaddexp(pb, pnb)``."""
@@ -116,7 +118,7 @@ class Beams:
 
 
 FIELDS = ("pb", "pnb", "last", "key", "parent_key", "node", "hot", "hot_mask", "hot_done",
-          "lm_ctx", "word_key", "word_size", "lm", "words", "tok_lm", "next_lp")
+          "lm_ctx", "word_key", "word_size", "lm", "words", "tok_lm", "next_lp", "lex")
 CARRIED = FIELDS[6:]
 """The fields that depend only on a prefix's labels: a stay keeps them, an extension updates them."""
 
@@ -191,20 +193,21 @@ def parent_slots(beams: Beams) -> tuple[np.ndarray, np.ndarray]:
 
 def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None, history: History,
             threshold: float | None, hw: Hotwords | None = None, fusion: WordFusion | None = None,
-            token: TokenFusion | None = None) -> tuple[Beams, tuple[np.ndarray, ...]]:
+            token: TokenFusion | None = None, lex: Lexicon | None = None) -> tuple[Beams, tuple[np.ndarray, ...]]:
     """One frame for ``n`` utterances: ``lp`` float64 ``[n, V]`` their log-probs at this frame;
     ``allowed`` bool ``[n, V]`` the labels that may start (None: every non-blank label);
     ``threshold`` drops slots more than that below their utterance's best; ``hw``: hotwords, whose
     bonus (while decoding) adds to every candidate's score; ``fusion``: the word LM, whose fused
     term of the completed words (:mod:`beamsearch.speech.fusion`) does too, and ``token``'s, the
-    token LM's. Returns the next beams and ``(src, grown, label)`` ``[n, B]``: each slot's source
-    slot, whether it is that slot's prefix extended, and by which label (for the token LM)."""
+    token LM's; ``lex``: the lexicon, whose extensions outside it are no candidates. Returns the
+    next beams and ``(src, grown, label)`` ``[n, B]``: each slot's source slot, whether it is that
+    slot's prefix extended, and by which label (for the token LM)."""
     parent, found = parent_slots(beams)
     pb, pnb = stays(beams, lp, blank, allowed, parent, found)
     hot = None if hw is None else HotTerm.of(hw, beams.hot, beams.hot_mask, beams.hot_done)
     word = None if fusion is None else LMTerm.of(fusion, *beams.lm_state())
     tterm = None if token is None else TokenTerm.of(token.alpha, beams.tok_lm, beams.next_lp)
-    extra = Terms.of(hot, word, tterm)
+    extra = Terms.of(hot, word, tterm, None if lex is None else LexTerm.of(lex, beams.lex))
     stay = np.logaddexp(pb, pnb) + (0.0 if extra is None else extra.now())
     lse = np.logaddexp(beams.pb, beams.pnb)
     masked = startable(lp, blank, allowed)
@@ -218,7 +221,7 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     with np.errstate(invalid="ignore"):  # no extension of any slot by a label below this reaches the bound
         floor = no_nan(slack(bound - (lse + up - lift).max(1)))  # labels that end no word add no LM gain
         end_floor = None if word is None else no_nan(slack(bound - (lse + up - lift + word.gain).max(1)))
-    cap = beams.last.shape[1] if token is None else lp.shape[1]  # a token LM can lift any label
+    cap = beams.last.shape[1] if token is None and lex is None else lp.shape[1]  # any label may be needed
     also = None
     if hot is not None and token is None:  # a slot's own transitions are not of its class's value
         also, most = hot.labels(masked, floor if end_floor is None else np.minimum(floor, end_floor))
@@ -226,7 +229,7 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     tok, tok_lp = candidates(masked, cap, floor, classes, end_floor, also)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
-    return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm))
+    return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm, lex))
 
 
 def label_classes(hot: HotTerm | None, fusion: WordFusion | None, token: TokenFusion | None) -> np.ndarray | None:
@@ -248,10 +251,10 @@ def no_nan(floor: np.ndarray) -> np.ndarray:
 
 def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: np.ndarray,
            tok: np.ndarray, history: History, threshold: float | None,
-           terms: tuple = (None, None, None)) -> tuple[Beams, tuple[np.ndarray, ...]]:
+           terms: tuple = (None, None, None, None)) -> tuple[Beams, tuple[np.ndarray, ...]]:
     """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
     extension ``B + b * M + m``) and their scores ``val`` (with the further ``terms``: hotwords,
-    word LM, token LM, each None when absent), and ``(src, grown, label)`` as :func:`advance`'s."""
+    word LM, token LM, lexicon, each None when absent), and ``(src, grown, label)`` as :func:`advance`'s."""
     width = beams.last.shape[1]
     m = max(tok.shape[1], 1)
     stay = idx < width
@@ -275,7 +278,7 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
 
 def carry(fields: list[np.ndarray], stay: np.ndarray, label: np.ndarray, val: np.ndarray,
           hot: HotTerm | None, fusion: WordFusion | None,
-          token: TokenTerm | None) -> tuple[np.ndarray, list[np.ndarray]]:
+          token: TokenTerm | None, lex: Lexicon | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """The :data:`CARRIED` fields of the chosen candidates (``fields``: their source slots'):
     a stay keeps them, an extension by ``label`` steps them; and each candidate's acoustic score,
     ``val`` less its further terms. A grown slot's ``next_lp`` is its parent's until the token LM
@@ -295,6 +298,8 @@ def carry(fields: list[np.ndarray], stay: np.ndarray, label: np.ndarray, val: np
         step = np.take_along_axis(fields[9], np.where(stay, 0, label)[:, :, None], 2)[:, :, 0]
         out[8] = np.where(stay, fields[8], fields[8] + step)
         acoustic = acoustic - np.where(stay, 0.0, token.alpha * out[8])
+    if lex is not None:  # a candidate is inside the lexicon: it adds nothing to the score
+        out[10] = np.where(stay, fields[10], lex.step(fields[10], np.where(stay, -1, label)))
     return np.where(stay, val, acoustic), out
 
 

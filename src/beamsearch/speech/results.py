@@ -26,6 +26,13 @@ class Word:
     end: float | None
     confidence: float | None = None
 
+    @staticmethod
+    def at(text: str, start_frame: int, end_frame: int, frame_duration: float | None, confidence: float) -> Word:
+        """The word spanning these frames, with their times given a frame duration (else None)."""
+        d = frame_duration
+        return Word(text, start_frame, end_frame, None if d is None else start_frame * d,
+                    None if d is None else (end_frame + 1) * d, confidence)
+
 
 @dataclass(frozen=True)
 class CTCHypothesis:

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 SP_MARK = "\u2581"
 SPECIAL = re.compile(r"^(<[^<>\s]+>|\[[A-Za-z_]+\])$")
 """A token that looks like ``<pad>``, ``</s>``, ``<unk>``, ``[PAD]``, ``[UNK]`` is special by default."""
@@ -70,6 +72,21 @@ class Vocabulary:
         delimiter = delimiter if delimiter in tokens else None
         return cls([str(t) for t in tokens], word_delimiter=delimiter,  # wav2vec2 lists its delimiter as special
                    special_ids=[i for i in tokenizer.all_special_ids if 0 <= i < size and tokens[i] != delimiter])
+
+    def pieces(self, blank: int | None = None) -> tuple[np.ndarray, list[str]]:
+        """Per label: whether it ends the word being spelled (bool ``[V]``: the delimiter, a piece
+        that starts with ``▁``) and the text it adds to the next word (``""``: the delimiter, ``▁``
+        alone, the blank, a special token, which also end nothing)."""
+        ends = np.zeros(len(self.tokens), dtype=bool)
+        texts = [""] * len(self.tokens)
+        for i, tok in enumerate(self.tokens):
+            if i == blank or i in self.special_ids:
+                continue
+            if tok == self.word_delimiter or tok.startswith(SP_MARK):
+                ends[i] = True
+                tok = "" if tok == self.word_delimiter else tok[len(SP_MARK):]
+            texts[i] = tok
+        return ends, texts
 
     def words(self, labels: Sequence[int], blank: int | None = None) -> list[tuple[str, int, int]]:
         """The words of a label sequence: ``(text, first, last)`` with ``first``/``last`` the
