@@ -17,7 +17,7 @@ class Word:
     end of its last frame); None when no frame duration was given. ``confidence``: the least
     probability, over the non-blank frames of its labels on that alignment, of the label
     emitted there (the max-probability measure aggregated by minimum, docs/speech.md, "Word
-    confidence"), in ``[0, 1]``."""
+    confidence"; a transducer's: over its labels' emissions, docs/transducer.md), in ``[0, 1]``."""
 
     text: str
     start_frame: int

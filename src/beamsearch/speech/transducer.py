@@ -47,7 +47,10 @@ class TransducerHypothesis:
         token_durations: int64 ``[L]``, each label's duration in frames (TDT); None for RNN-T.
         text, words: with a vocabulary, the words joined by spaces and the words with their
             frames (a word ends at the last frame its last label covers: RNN-T its emission frame, TDT
-            that frame + its duration - 1) and, with ``frame_duration``, seconds.
+            that frame + its duration - 1), with ``frame_duration`` seconds, and a confidence: the
+            least probability, over the word's labels, of the label where the kept alignment
+            emits it (the joint's softmax over the labels and the blank; for TDT the duration's
+            probability left out), docs/transducer.md, "Word confidence".
         hotword_bonus: ``hotword_weight`` x the label positions inside completed hotword
             occurrences (0.0 without hotwords; the rule of docs/speech.md).
         lm_score: ``alpha`` x the natural-log LM probability of its words and ``</s>`` (a word
@@ -216,9 +219,9 @@ def results(pool: Pool, aligns: Any, opts: tuple, plan: Plan) -> list[list[Trans
     if plan.token is not None:
         alpha = plan.token.alpha
     out: list[list[TransducerHypothesis]] = [[] for _ in range(pool.score.shape[0])]
-    for (u, s), (labels, frames, durs) in zip(zip(uu.tolist(), ss.tolist(), strict=True), paths, strict=True):
+    for (u, s), (labels, frames, durs, logp) in zip(zip(uu.tolist(), ss.tolist(), strict=True), paths, strict=True):
         ends = label_ends(frames, durs if tdt else None)
-        words = None if voc is None else words_of(voc, labels, frames, ends, fd)
+        words = None if voc is None else words_of(voc, labels, frames, ends, fd, np.exp(logp))
         times = None if fd is None else np.stack([frames, ends + 1], 1) * fd
         out[u].append(TransducerHypothesis(
             labels, float(rank[u, s]), float(pool.score[u, s]), frames, durs if tdt else None,
@@ -234,11 +237,13 @@ def label_ends(frames: np.ndarray, durs: np.ndarray | None) -> np.ndarray:
     return frames if durs is None else frames + np.maximum(durs, 1) - 1
 
 
-def words_of(voc: Any, labels: list[int], frames: np.ndarray, ends: np.ndarray, fd: float | None) -> list[Word]:
+def words_of(voc: Any, labels: list[int], frames: np.ndarray, ends: np.ndarray, fd: float | None,
+             prob: np.ndarray) -> list[Word]:
     """The words of one hypothesis: from its first label's frame to the last frame its last label
-    covers (``ends``, :func:`label_ends`)."""
+    covers (``ends``, :func:`label_ends`), with their confidence: the least of ``prob`` (float64
+    ``[L]``, each label's probability where it was emitted) over the word's labels."""
     out = []
     for text, first, last in voc.words(labels):
         start, end = int(frames[first]), int(ends[last])
-        out.append(Word(text, start, end, None if fd is None else start * fd, None if fd is None else (end + 1) * fd))
+        out.append(Word.at(text, start, end, fd, float(prob[first : last + 1].min())))
     return out

@@ -67,6 +67,7 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         if dur is not None:
             score = score + np.take_along_axis(dur, pick[1][:, None], 1)[:, 0]
         cu, cs, ctok, cdi = u, s, pick[0], pick[1]
+        label_lp = np.take_along_axis(tok, ctok[:, None], 1)[:, 0]
     else:
         ids = token_cut(tok, plan)  # --> [R, V'] the token ids each row's candidates may use
         sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
@@ -75,11 +76,12 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan, net.blank)
         nd = 1 if dur is None else dur.shape[1]
         ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
+        at = np.zeros(n * b, dtype=np.int64)
+        at[rows] = np.arange(rows.size)
         if ids is not None:
-            at = np.zeros(n * b, dtype=np.int64)
-            at[rows] = np.arange(rows.size)
             ctok = ids[at[cu * b + cs], ctok]
-    return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score))
+        label_lp = tok[at[cu * b + cs], ctok]  # a waiting hypothesis's (col -1) is not read
+    return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score, label_lp))
 
 
 def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
@@ -169,10 +171,11 @@ def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | flo
 
 
 def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Alignments,
-          picked: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]) -> Cands:
+          picked: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray,
+                        np.ndarray]) -> Cands:
     """Where each chosen candidate goes: its frame, labels at the frame, label sequence,
-    alignment node and hotword state."""
-    u, s, tok, di, col, score = picked
+    alignment node (with its label's log-prob, the last of ``picked``) and hotword state."""
+    u, s, tok, di, col, score, label_lp = picked
     b = beams.score.shape[1]
     t0, j0 = beams.t[u, s], beams.j[u, s]
     waiting = np.zeros(u.size, dtype=bool) if col is None else col < 0
@@ -191,7 +194,7 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
     lab = np.flatnonzero(is_label)
     if lab.size:
         node[lab] = prefixes.child(node[lab], tok[lab])
-        align[lab] = aligns.grow(align[lab], tok[lab], t0[lab], step[lab])
+        align[lab] = aligns.grow(align[lab], tok[lab], t0[lab], step[lab], label_lp[lab])
         if plan.hotwords is not None:
             for h, v in zip(hot, plan.hotwords.step(*hot_rows(hot, lab), tok[lab]), strict=True):
                 h[lab] = v

@@ -3,8 +3,9 @@
 :class:`Prefixes` gives every label sequence one id (a trie whose edges are a sorted table of
 ``parent * LABEL_SPAN + label`` codes, searched by binary search), so hypotheses with equal labels are
 recognised by equal ids however they were reached. :class:`Alignments` is an append-only tree
-of emitted labels with the frame each was emitted at (and, for TDT, its duration): the frames
-of one alignment of a hypothesis, which equal label sequences do not share.
+of emitted labels with the frame each was emitted at (and, for TDT, its duration) and its
+log-probability there: the frames of one alignment of a hypothesis, which equal label sequences
+do not share.
 """
 
 from __future__ import annotations
@@ -43,24 +44,28 @@ class Prefixes:
 
 class Alignments:
     """Emitted labels as a tree: node 0 is the empty alignment; node k > 0 holds a label, the
-    frame it was emitted at, its duration (1 for RNN-T) and its parent."""
+    frame it was emitted at, its duration (1 for RNN-T), its parent, and the label's natural-log
+    probability at that emission (the joint's, over the labels and the blank)."""
 
     def __init__(self) -> None:
         self.chunks: list[tuple[np.ndarray, ...]] = []
         self.size = 1
 
-    def grow(self, parent: np.ndarray, label: np.ndarray, frame: np.ndarray, duration: np.ndarray) -> np.ndarray:
-        """int64 ``[K]``: new nodes, one per row."""
+    def grow(self, parent: np.ndarray, label: np.ndarray, frame: np.ndarray, duration: np.ndarray,
+             logp: np.ndarray) -> np.ndarray:
+        """int64 ``[K]``: new nodes, one per row (``logp`` float64 ``[K]``: each label's log-prob)."""
         ids = self.size + np.arange(parent.size, dtype=np.int64)
         self.size += parent.size
         self.chunks.append((parent.astype(np.int64), label.astype(np.int64), frame.astype(np.int64),
-                            duration.astype(np.int64)))
+                            duration.astype(np.int64), logp.astype(np.float64)))
         return ids
 
-    def paths(self, nodes: np.ndarray) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
-        """Per node, its labels, their frames (int64 ``[L]``) and durations (int64 ``[L]``)."""
-        cols = [np.concatenate([np.zeros(1, np.int64)] + [c[i] for c in self.chunks]) for i in range(4)]
-        parent, label, frame, dur = cols
+    def paths(self, nodes: np.ndarray) -> list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray]]:
+        """Per node, its labels, their frames (int64 ``[L]``), durations (int64 ``[L]``) and
+        log-probs (float64 ``[L]``)."""
+        cols = [np.concatenate([np.zeros(1, c0.dtype)] + [c[i] for c in self.chunks])
+                for i, c0 in enumerate(self.chunks[0])] if self.chunks else [np.zeros(1, np.int64)] * 5
+        parent, label, frame, dur, logp = cols
         out = []
         for node in nodes.tolist():
             seq = []
@@ -69,5 +74,5 @@ class Alignments:
                 node = int(parent[node])
             seq.reverse()
             idx = np.array(seq, dtype=np.int64)
-            out.append((label[idx].tolist(), frame[idx], dur[idx]))
+            out.append((label[idx].tolist(), frame[idx], dur[idx], logp[idx]))
         return out
