@@ -117,3 +117,42 @@ def test_difference_the_lexicon_free_lm_scores_every_token_as_a_word(tmp_path):
                                                           alpha=1.0, beta=0.0)[0]}
     assert np.isclose(ours[(1, 2, 3, 2)].lm_score, plain.sentence(["ab", "b"]))
     assert not np.isclose(plain.sentence(["ab", "b"]), plain.sentence(["a", "b", "|", "b"]))
+
+
+def lexicon_decode(lp, words, sil):
+    """flashlight's lexicon decoder, no LM, no word score: the words of its best hypothesis and
+    its score (``words``: each word's spelling in labels; ``sil`` its silence label)."""
+    trie = fl_decoder.Trie(lp.shape[1], sil)
+    for i, spelling in enumerate(words):
+        trie.insert(list(spelling), i, 0.0)
+    trie.smear(fl_decoder.SmearingMode.NONE)
+    opts = fl_decoder.LexiconDecoderOptions(
+        beam_size=64, beam_size_token=lp.shape[1], beam_threshold=1000.0, lm_weight=0.0, word_score=0.0,
+        unk_score=-math.inf, sil_score=0.0, log_add=True, criterion_type=fl_decoder.CriterionType.CTC)
+    decoder = fl_decoder.LexiconDecoder(opts, trie, fl_decoder.ZeroLM(), sil, 0, -1, [], False)
+    x = np.ascontiguousarray(lp, dtype=np.float32)
+    best = decoder.decode(x.ctypes.data, x.shape[0], x.shape[1])[0]
+    return [i for i in best.words if i >= 0], best.score
+
+
+def test_difference_flashlight_s_lexicon_decoder_ends_a_word_on_one_frame_without_silence():
+    """Words that start with ▁ and no silence label between them: flashlight's lexicon decoder
+    (CTC) returns to its trie's root when a word's last label is emitted, so that label cannot
+    last a second frame: on "▁a ▁a - ▁b ▁b" (each label two frames, every other label 1e-6) it
+    finds "a b" only through alignments that replace a frame of each word's last label (by a
+    label of probability 1e-6), more than 20 nats below the probability of "a b" (with a beam
+    threshold of 10, as in the benchmarks, it loses them and returns other words). On "▁a - ▁b"
+    it scores "a b" as ours does."""
+    tokens = ["<blk>", "\u2581a", "\u2581b", "<sil>"]  # <sil>: flashlight's silence, never emitted
+    for path, two_frames in [([1, 1, 0, 2, 2, 0], True), ([1, 0, 2, 0], False)]:
+        probs = np.full((len(path), 4), 1e-6)
+        probs[np.arange(len(path)), path] = 1.0
+        lp = np.log(probs / probs.sum(1, keepdims=True))
+        ours = ctc_beam_search(lp[None], blank=0, beam_size=16, vocabulary=tokens, lexicon=["a", "b"])[0][0]
+        assert ours.text == "a b" and np.isclose(ours.score, dict(brute_force(lp, 0))[(1, 2)])
+        words, score = lexicon_decode(lp, [[1], [2]], 3)
+        assert words == [0, 1]
+        if two_frames:
+            assert score < ours.score - 20
+        else:
+            assert score == pytest.approx(ours.score, abs=1e-4)
