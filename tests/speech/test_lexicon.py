@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beamsearch.speech import CTCStream, Lexicon, NgramLM, Vocabulary, ctc_beam_search
+from beamsearch.speech import CTCStream, Lexicon, NgramLM, Vocabulary, ctc_beam_search, transducer_beam_search
 from oracles.ctc import brute_force, log_softmax, random_arpa
+from oracles.transducer import TinyTransducer
 from tests.speech.test_ngram import check_n_best, lm_objective, plain_search
+from tests.speech.test_transducer_lm import CASES, case, check, objective
 
 CHARS = ["<pad>", "a", "b", "|"]  # blank 0; "|" ends a word
 PIECES = ["<blk>", "\u2581a", "b", "\u2581", "<unk>", "a"]  # blank 0; "<unk>" special: no text, ends nothing
@@ -163,3 +165,53 @@ def test_bad_lexicons_name_the_parameter_and_the_value(kwargs, error, words):
         ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, **kwargs)
     for w in words:
         assert w in str(info.value)
+
+
+# ---- the transducer search: the same lexicon term (speech.lexicon) on its candidates ----
+
+
+@pytest.mark.parametrize("durations,m", CASES)
+@pytest.mark.parametrize("method", ["modified", "alsd"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_transducer_nothing_pruned_is_brute_force_over_the_lexicon_s_sequences(durations, m, method, seed):
+    """Every alignment enumerated (tests/oracles/transducer.py), the LM terms added, and only the
+    label sequences whose words are all in the lexicon kept: the exhaustive beam's results."""
+    rng, text, alpha, beta = case(seed)
+    lexicon = random_lexicon(rng)
+    model = TinyTransducer.make(seed, n=2, frames=3, vocab=4, durations=durations, scale=1.5)
+    lengths = np.array([3, 2])
+    res = transducer_beam_search(model.enc, lengths, predictor=model.predictor, joint=model.joint, blank=0,
+                                 state=model.state0(), durations=durations, max_symbols_per_frame=m, beam_size=4000,
+                                 n_best=4000, method=method, vocabulary=Vocabulary(CHARS),
+                                 lm=NgramLM.from_lines(text.splitlines()), alpha=alpha, beta=beta, lexicon=lexicon)
+    for u in range(2):
+        ranked = [r for r in objective(model, u, int(lengths[u]), m, text, alpha, beta) if whole(r[0], CHARS, lexicon)]
+        check(res[u], ranked, text, alpha, beta)
+
+
+def test_transducer_batch_independence_with_a_lexicon():
+    model = TinyTransducer.make(7, n=3, frames=7, vocab=4, dim=5, durations=[0, 1, 2], scale=2.0)
+    lengths = np.array([7, 4, 6])
+    kw = dict(predictor=model.predictor, joint=model.joint, blank=0, durations=[0, 1, 2], beam_size=5, n_best=3,
+              method="alsd", max_symbols_per_frame=2, vocabulary=CHARS, lexicon=["ab", "b", "ba"])
+    batch = transducer_beam_search(model.enc, lengths, state=model.state0(), **kw)
+    for i in range(3):
+        alone = transducer_beam_search(model.enc[i : i + 1, : lengths[i]], state=model.state0()[i : i + 1], **kw)[0]
+        assert [h.tokens for h in batch[i]] == [h.tokens for h in alone] and alone
+        assert [h.score for h in batch[i]] == pytest.approx([h.score for h in alone], rel=1e-9)
+        assert all(w.text in ["ab", "b", "ba"] for h in alone for w in h.words)
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2]])
+def test_transducer_narrow_beams_keep_only_hypotheses_inside_the_lexicon(durations):
+    """Lexicon ["a", "b"]: every prefix inside it is also a whole answer, so a beam of 1 or 2 that
+    keeps only such prefixes always returns one; a search that checked the lexicon only at the
+    end would lose its few hypotheses to words like "ab" and return nothing on some of these."""
+    for seed in range(20):
+        model = TinyTransducer.make(seed, n=2, frames=6, vocab=4, dim=5, durations=durations, scale=2.0)
+        for beam in (1, 2):
+            res = transducer_beam_search(model.enc, predictor=model.predictor, joint=model.joint, blank=0,
+                                         state=model.state0(), durations=durations, beam_size=beam, method="alsd",
+                                         max_symbols_per_frame=2, vocabulary=CHARS, lexicon=["a", "b"])
+            for hyps in res:
+                assert hyps and all(w.text in ("a", "b") for w in hyps[0].words), (seed, beam)

@@ -23,6 +23,7 @@ from beamsearch.core.state import select_state
 from beamsearch.speech.checks import emissions_shape, lengths_of, vocabulary_of
 from beamsearch.speech.fusion import WordFusion
 from beamsearch.speech.hotwords import hotwords_of
+from beamsearch.speech.lexicon import Lexicon
 from beamsearch.speech.results import Word
 from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.transducer_merge import Plan, Pool
@@ -103,7 +104,7 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
                            durations: Any = None, max_symbols_per_frame: int | None = None, n_best: int = 1,
                            vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                            hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
-                           beta: float = 1.0) -> list[list[TransducerHypothesis]]:
+                           beta: float = 1.0, lexicon: Any = None) -> list[list[TransducerHypothesis]]:
     """Transducer beam search, batched over utterances and hypotheses.
 
     Each step a hypothesis emits one symbol (blank or label; TDT: with a duration). Candidates
@@ -143,6 +144,9 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
             function over the joint's V labels): ``alpha`` x its log-probability of each label
             (and of its ``eos`` at the end). Hypotheses are ranked by acoustic score + LM terms
             + hotword bonus while decoding and in the results.
+        lexicon: the words hypotheses may spell, as for :func:`~beamsearch.speech.ctc_beam_search`
+            (needs ``vocabulary``): a candidate whose labels leave the lexicon is never kept,
+            and a finished one whose last word is not whole is not returned.
 
     Returns:
         per utterance, up to ``n_best`` :class:`TransducerHypothesis`, best first.
@@ -156,13 +160,14 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
         m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
     hw, token = None, None
     fusion = WordFusion.of(None if isinstance(lm, TokenLM) else lm, alpha, beta, opts[0], net.blank)
+    lex = Lexicon.of(lexicon, opts[0], net.blank)
     if hotwords is not None or opts[0] is not None or isinstance(lm, TokenLM):
         vocab = vocabulary_size(net, state, opts[0], lm)
         hw = hotwords_of(hotwords, hotword_weight, lens.size, vocab, net.blank, opts[0])
         if isinstance(lm, TokenLM):
             token = TokenFusion(lm, float(alpha), net.blank, vocab)
             net = replace(net, token=token)
-    plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion, token)
+    plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion, token, lex)
     pool, aligns = search(net, lens, state, plan)
     return [hyps[:best] for hyps in results(pool, aligns, opts, plan)]
 

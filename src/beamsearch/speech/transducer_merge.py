@@ -12,6 +12,7 @@ from beamsearch.backends import NEG_INF
 from beamsearch.core.state import select_state
 from beamsearch.speech.fusion import LMState, WordFusion, lm_rows
 from beamsearch.speech.hotwords import HotState, Hotwords, hot_rows
+from beamsearch.speech.lexicon import Lexicon
 from beamsearch.speech.tokenlm import TokenFusion
 from beamsearch.speech.transducer_model import Network, carry
 
@@ -20,7 +21,8 @@ from beamsearch.speech.transducer_model import Network, carry
 class Plan:
     """How to search: ``width`` hypotheses kept per utterance, ``pool`` finished ones, at most
     ``max_symbols`` labels per frame, the ``schedule``, hotwords or None, the word LM or None,
-    the token LM or None (then ``lm[3]`` of the LM state sums its log-probs of the labels)."""
+    the token LM or None (then ``lm[3]`` of the LM state sums its log-probs of the labels), the
+    lexicon or None."""
 
     width: int
     pool: int
@@ -29,6 +31,7 @@ class Plan:
     hotwords: Hotwords | None
     fusion: WordFusion | None = None
     token: TokenFusion | None = None
+    lexicon: Lexicon | None = None
 
     def lm_start(self, shape: tuple[int, ...]) -> LMState:
         """The word-LM state of empty label sequences (zeros without an LM): ``(ctx, key, size,
@@ -66,6 +69,7 @@ class Beams:
     hot: HotState
     lm: LMState
     carried: Any
+    lex: np.ndarray  # int64 [N, B]: the lexicon node (0 without a lexicon)
 
     @staticmethod
     def empty(n: int, b: int, plan: Plan) -> Beams:
@@ -74,14 +78,14 @@ class Beams:
             return np.zeros((n, b), np.int64)
 
         return Beams(np.full((n, b), NEG_INF), ints(), ints(), ints(), ints(), (ints(), ints(), ints()),
-                     plan.lm_start((n, b)), None)
+                     plan.lm_start((n, b)), None, ints())
 
 
 @dataclass
 class Cands:
     """Flat candidates: utterance, source slot row (``u * B + s``), emitted label (-1: none),
     acoustic score, label-sequence id, alignment node, frame, labels at the frame, hotword state,
-    word-LM state."""
+    word-LM state, lexicon node."""
 
     u: np.ndarray
     src: np.ndarray
@@ -93,10 +97,11 @@ class Cands:
     j: np.ndarray
     hot: HotState
     lm: LMState
+    lex: np.ndarray
 
     def take(self, idx: np.ndarray) -> Cands:
         return Cands(self.u[idx], self.src[idx], self.label[idx], self.score[idx], self.node[idx], self.align[idx],
-                     self.t[idx], self.j[idx], hot_rows(self.hot, idx), lm_rows(self.lm, idx))
+                     self.t[idx], self.j[idx], hot_rows(self.hot, idx), lm_rows(self.lm, idx), self.lex[idx])
 
 
 @dataclass
@@ -128,9 +133,11 @@ class Pool:
 def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndarray, plan: Plan,
           prefixes: Any) -> tuple[Beams, Pool]:
     """The next hypotheses and pool: candidates at or past their utterance's last frame are
-    finished (a TDT step may overshoot it), the others kept as the new ``[N, B]`` beams."""
+    finished (a TDT step may overshoot it), the others kept as the new ``[N, B]`` beams; with a
+    lexicon, a finished one whose last word is unfinished is dropped."""
     done = cands.t >= lengths[cands.u]
-    live, fin = cands.take(np.flatnonzero(~done)), cands.take(np.flatnonzero(done))
+    whole = True if plan.lexicon is None else plan.lexicon.finished(cands.lex)
+    live, fin = cands.take(np.flatnonzero(~done)), cands.take(np.flatnonzero(done & whole))
     if plan.token is not None and plan.token.lm.eos is not None:
         fin.lm = fin.lm[:3] + (fin.lm[3] + eos_logp(plan.token, beams.carried[2], fin),) + fin.lm[4:]
     return keep_live(net, beams, live, plan, prefixes), keep_finished(pool, fin, plan)
@@ -185,7 +192,7 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
     c = c.take(keep)
     flat = c.u * b + slot
     out = Beams.empty(n, b, plan)
-    for name in ("score", "node", "align", "t", "j"):
+    for name in ("score", "node", "align", "t", "j", "lex"):
         getattr(out, name).ravel()[flat] = getattr(c, name)
     for h, v in zip(out.hot + out.lm, c.hot + c.lm, strict=True):
         h.ravel()[flat] = v

@@ -35,7 +35,7 @@ def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan) -> tuple[P
     zeros = np.zeros(n, dtype=np.int64)
     h0 = (zeros.copy() if hw is None else hw.starts.copy(), zeros.copy(), zeros.copy())
     first = Cands(np.arange(n), np.arange(n) * b, zeros - 1, np.zeros(n), zeros, zeros, zeros, zeros, h0,
-                  plan.lm_start((n,)))
+                  plan.lm_start((n,)), zeros.copy())
     pool = Pool.empty(n, plan.pool)
     carried = start(net, state, n)
     carried = carry(net, carried, np.repeat(np.arange(n), b), np.full(n * b, -1), np.zeros(n * b, np.int64))
@@ -86,12 +86,12 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
 
 def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
     """int64 ``[R, 2 * width + 1]``: each row's most probable tokens, or None (no cut: fewer
-    tokens than that, or hotwords or an LM, whose terms can lift any label). Lossless: a candidate (k, d)
-    with ``2 * width + 1`` more probable tokens has at least ``2 * width`` better candidates of
-    the same duration in its row (only the blank's duration 0 is ruled out among them), so it is
-    never among the ``2 * width`` an utterance keeps."""
+    tokens than that, or hotwords, an LM or a lexicon, whose terms can lift or bar any label).
+    Lossless: a candidate (k, d) with ``2 * width + 1`` more probable tokens has at least
+    ``2 * width`` better candidates of the same duration in its row (only the blank's duration 0
+    is ruled out among them), so it is never among the ``2 * width`` an utterance keeps."""
     k = 2 * plan.width + 1
-    if plan.hotwords is not None or plan.fusion is not None or plan.token is not None or k >= tok.shape[1]:
+    if any(x is not None for x in (plan.hotwords, plan.fusion, plan.token, plan.lexicon)) or k >= tok.shape[1]:
         return None
     return np.argpartition(-tok, k - 1, axis=1)[:, :k]
 
@@ -137,22 +137,25 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
 
 def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | float:
     """float64 ``[N * B, w + 1]``: the hotword bonus plus the LM terms of every candidate while
-    decoding (0.0 without either): those of its labels once stepped by the candidate's label
-    (the blank steps nothing); the last column is a waiting hypothesis's own."""
-    hw, fusion, token = plan.hotwords, plan.fusion, plan.token
-    if hw is None and fusion is None and token is None:
+    decoding, -inf for one that leaves the lexicon (0.0 without any of them): those of its
+    labels once stepped by the candidate's label (the blank steps nothing); the last column is
+    a waiting hypothesis's own."""
+    hw, fusion, token, lex = plan.hotwords, plan.fusion, plan.token, plan.lexicon
+    if hw is None and fusion is None and token is None and lex is None:
         return 0.0
     node, mask, done = (h.reshape(-1, 1) for h in beams.hot)
     ctx, key, size, lm_lp, words = (h.reshape(-1, 1) for h in beams.lm)
     hot, lm = (node, mask, done), (ctx, key, size, lm_lp, words)
     own = plan.terms(hot, lm)  # --> [N * B, 1]
-    assert isinstance(own, np.ndarray), "a hotword or LM term is present (checked above): terms are an array"
+    own = np.broadcast_to(own, (node.shape[0], 1))  # --> [N * B, 1] (0.0 with a lexicon alone)
     if hw is not None:
         vocab = hw.vocab
     elif fusion is not None:
         vocab = fusion.ends.size
+    elif lex is not None:
+        vocab = lex.ends.size
     else:
-        assert token is not None, "a hotword or LM term is present (checked above)"
+        assert token is not None, "a hotword, LM or lexicon term is present (checked above)"
         vocab = token.vocab
     per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
     labels = np.arange(vocab)[None, :]
@@ -166,6 +169,9 @@ def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | flo
     if token is not None:  # each label's LM log-prob (the blank adds nothing)
         next_lp = beams.carried[2][0]
         per_label = per_label + token.alpha * np.where(labels == blank, 0.0, next_lp)
+    if lex is not None:  # a label that leaves the lexicon is no candidate
+        inside = lex.step(beams.lex.reshape(-1, 1), np.where(labels == blank, -1, labels)) >= 0
+        per_label = np.where(inside, per_label, NEG_INF)
     per_col = np.repeat(per_label, w // vocab, axis=1)  # grid column = label * Dn + duration
     return np.concatenate([per_col, own], axis=1)
 
@@ -189,7 +195,7 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
         t = t0 + step
         j = np.where(is_label & (step == 0), j0 + 1, 0)
     t, j = np.where(waiting, t0, t), np.where(waiting, j0, j)
-    node, align = beams.node[u, s].copy(), beams.align[u, s].copy()
+    node, align, lex = beams.node[u, s].copy(), beams.align[u, s].copy(), beams.lex[u, s].copy()
     hot, lm = hot_rows(beams.hot, (u, s)), lm_rows(beams.lm, (u, s))  # copies: advanced indexing
     lab = np.flatnonzero(is_label)
     if lab.size:
@@ -203,4 +209,6 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
                 h[lab] = v
         if plan.token is not None:  # the token LM's log-prob of the label, from its source row
             lm[3][lab] += beams.carried[2][0][(u * b + s)[lab], tok[lab]]
-    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm)
+        if plan.lexicon is not None:
+            lex[lab] = plan.lexicon.step(lex[lab], tok[lab])
+    return Cands(u, u * b + s, np.where(is_label, tok, -1), score, node, align, t, j, hot, lm, lex)
