@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import io
 import math
+import pathlib
 import random
 from collections import Counter
 
 import numpy as np
 import pytest
 
+import beamsearch.zoo
 from beamsearch.speech import NgramLM
 from beamsearch.speech.lm_build import FALLBACK_DISCOUNTS, build_arpa, discounts, estimate, main, write_arpa
 
@@ -218,3 +220,12 @@ def test_the_command_errors_are_one_line(tmp_path, capsys):
     bad.write_text("a <unk>\n", encoding="utf-8")
     assert main(["--out", str(tmp_path / "lm.arpa"), str(bad)]) == 2
     assert capsys.readouterr().err == "lm_build: error: sentences[0] contains the reserved word '<unk>'\n"
+
+
+def test_the_shipped_domain_lm_is_what_the_documented_command_writes():
+    # docs/speech-model.md: spoken_sentences(100000, 7) piped into python -m beamsearch.speech.lm_build
+    from beamsearch.zoo.speech.text import spoken_sentences
+
+    shipped = pathlib.Path(beamsearch.zoo.__file__).parent / "speech" / "domain.3gram.arpa"
+    assert shipped.stat().st_size < 1 << 20
+    assert shipped.read_text(encoding="utf-8") == arpa_text(estimate(spoken_sentences(100000, 7), order=3))
