@@ -17,7 +17,6 @@ import argparse
 import heapq
 import json
 import math
-import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,6 @@ from beamsearch.speech.audio import SEARCH_SECONDS, AudioError, chunks, read_aud
 
 HOTWORD_SEPARATOR = ","
 """``--hotwords`` splits its phrases at commas (a phrase may hold spaces)."""
-DOMAIN_LM = "domain.3gram.arpa"
-"""The shipped word 3-gram, a file of the :mod:`beamsearch.zoo.speech` package."""
 
 
 def add_command(sub: Any, fmt: type) -> None:
@@ -131,10 +128,11 @@ def load_model(path: str | None) -> Any:
 def load_lm(lm: str | None) -> Any:
     """``--lm``'s word LM as a :class:`beamsearch.speech.NgramLM` (None for ``none``)."""
     from beamsearch.speech import NgramLM
+    from beamsearch.zoo.speech.evaluate import DOMAIN_LM
 
     if lm is not None and lm.lower() == "none":
         return None
-    path = str(pathlib.Path(__file__).parents[1] / "zoo" / "speech" / DOMAIN_LM) if lm is None else lm
+    path = str(DOMAIN_LM) if lm is None else lm
     try:
         return NgramLM.from_arpa(path)
     except OSError as e:

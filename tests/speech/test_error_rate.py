@@ -1,4 +1,4 @@
-"""Word error rate (beamsearch.speech.wer) against jiwer 4.0.0 on random transcripts, and against
+"""Word error rate (beamsearch.speech.error_rate) against jiwer 4.0.0 on random transcripts, and against
 edits counted by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from beamsearch.speech.wer import WordErrors, wer, word_errors
+from beamsearch.speech.error_rate import WordErrors, wer, word_errors
 
 
 def test_hand_counted_edits():
