@@ -41,8 +41,8 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--beam-size", type=int, default=None, metavar="N",
                    help="hypotheses kept per frame (default: the model's, 8)")
     p.add_argument("--greedy", action="store_true",
-                   help="greedy decoding instead of beam search (CTC: the best path; TDT: the most probable token "
-                        "per step); it takes no LM, hotwords or n-best")
+                   help="greedy decoding instead of beam search: one hypothesis (CTC: the prefix search with one "
+                        "prefix; TDT: the most probable token per step); it takes no LM, hotwords or n-best")
     p.add_argument("--lm", default=None, metavar="ARPA|none",
                    help="a word n-gram LM (ARPA file) fused into the beam search, or none (default: the shipped "
                         "3-gram of spoken dates, times and numbers)")
