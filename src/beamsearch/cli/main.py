@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from beamsearch import __version__
-from beamsearch.cli import decode, zoo
+from beamsearch.cli import decode, transcribe, zoo
 from beamsearch.cli.common import CliError, Help, Parser
 from beamsearch.extras import missing_package
 
@@ -23,6 +23,7 @@ def parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     zoo.add_commands(sub, fmt)
     decode.add_command(sub, fmt)
+    transcribe.add_command(sub, fmt)
     return parser
 
 
@@ -34,12 +35,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.print_help()
         return 2
     commands = {"demo": zoo.demo_command, "translate": zoo.translate, "evaluate": zoo.evaluate,
-                "train": zoo.train_command, "decode": decode.decode_command}
+                "train": zoo.train_command, "decode": decode.decode_command,
+                "transcribe": transcribe.transcribe_command}
     try:
         args = top.parse_args(argv)
         if args.command is None:
             raise CliError("beamsearch: error: a command is required (one of demo, translate, evaluate, "
-                            "train, decode; see beamsearch --help)", 2)
+                            "train, decode, transcribe; see beamsearch --help)", 2)
         return commands[args.command](args)
     except SystemExit as e:  # --help and --version
         return int(e.code or 0)

@@ -8,6 +8,7 @@ decode RNN-T and TDT models given as functions (docs/transducer.md).
 """
 
 from beamsearch.speech.ctc import CTCStream, ctc_beam_search
+from beamsearch.speech.error_rate import WordErrors, wer, word_errors
 from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.lexicon import Lexicon
 from beamsearch.speech.ngram import NgramLM
@@ -17,4 +18,5 @@ from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_s
 from beamsearch.speech.vocabulary import Vocabulary
 
 __all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "Lexicon", "NgramLM", "TokenLM", "TransducerHypothesis",
-           "Vocabulary", "Word", "ctc_beam_search", "transducer_beam_search", "transducer_greedy"]
+           "Vocabulary", "Word", "WordErrors", "ctc_beam_search", "transducer_beam_search", "transducer_greedy", "wer",
+           "word_errors"]

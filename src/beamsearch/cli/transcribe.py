@@ -1,0 +1,224 @@
+"""``beamsearch transcribe FILE [FILE ...]``: speech to text with the speech model trained here
+(:mod:`beamsearch.zoo.speech`), its shipped word 3-gram LM, hotwords and word timestamps.
+
+Each file is read (:func:`beamsearch.speech.audio.read_audio`: mono, resampled to the model's rate),
+cut into chunks of at most ``--max-chunk-seconds`` at its quietest points, and each chunk decoded
+as an utterance of its own (the LM starts a sentence at each chunk); the file's text is the chunks'
+texts joined, its word times shifted by each chunk's start. Its n-best list is exact over the chunks:
+the ``n`` best combinations of one hypothesis per chunk by the sum of their scores.
+
+A file that cannot be transcribed (unreadable, empty, silent) prints one line on stderr (and, with
+``--json``, a record ``{"file", "error"}``); the others go on, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from beamsearch.cli.common import CliError
+from beamsearch.speech.audio import SEARCH_SECONDS, AudioError, chunks, read_audio
+
+HOTWORD_SEPARATOR = ","
+"""``--hotwords`` splits its phrases at commas (a phrase may hold spaces)."""
+
+
+def add_command(sub: Any, fmt: type) -> None:
+    """Register ``transcribe`` with its flags on the ``beamsearch`` parser's subcommands."""
+    p = sub.add_parser("transcribe", formatter_class=fmt, help="speech to text with the speech model trained here",
+                       description="Transcribe audio files (WAV, FLAC, ...: any rate and channels; mixed to mono "
+                                   "and resampled) with the speech model trained here on spoken dates, clock times "
+                                   "and numbers. Exit status: 0 done; 1 some file could not be transcribed, or the "
+                                   "model or LM cannot be loaded; 2 usage error.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="audio files")
+    p.add_argument("--model", default=None, metavar="DIR", help="a speech model folder (default: the shipped one)")
+    p.add_argument("--head", choices=("ctc", "tdt"), default="ctc", help="which of the model's heads decodes")
+    p.add_argument("--beam-size", type=int, default=None, metavar="N",
+                   help="hypotheses kept per frame (default: the model's, 8)")
+    p.add_argument("--greedy", action="store_true",
+                   help="greedy decoding instead of beam search: one hypothesis (CTC: the prefix search with one "
+                        "prefix; TDT: the most probable token per step); it takes no LM, hotwords or n-best")
+    p.add_argument("--lm", default=None, metavar="ARPA|none",
+                   help="a word n-gram LM (ARPA file) fused into the beam search, or none (default: the shipped "
+                        "3-gram of spoken dates, times and numbers)")
+    p.add_argument("--alpha", type=float, default=None, help="the LM's weight (default: the model's)")
+    p.add_argument("--beta", type=float, default=None, help="the bonus per word with an LM (default: the model's)")
+    p.add_argument("--hotwords", default=None, metavar="PHRASES",
+                   help=f"phrases to favour, separated by '{HOTWORD_SEPARATOR}' (a phrase may hold spaces): "
+                        "\"june fifth,half past\"")
+    p.add_argument("--hotword-weight", type=float, default=None,
+                   help="the bonus per character of a hotword (default: the model's)")
+    p.add_argument("--n-best", type=int, default=1, metavar="N", help="hypotheses per file")
+    p.add_argument("--timestamps", action="store_true", help="each word's start and end in seconds")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per file: file, text and nbest (each with its text, scores and words "
+                        "with start, end in seconds and confidence)")
+    p.add_argument("--max-chunk-seconds", type=float, default=20.0, metavar="S",
+                   help=f"longer files are cut into chunks of at most S seconds at their quietest point in the "
+                        f"last {SEARCH_SECONDS:g} s before the limit")
+    p.add_argument("--progress", action="store_true",
+                   help="progress on stderr (files as inputs/s, characters as tokens/s, ETA): on by default on a "
+                        "terminal for several files")
+
+
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``SpeechModel.transcribe`` the flags give (those not given: the model's
+    defaults), checked; a usage error is a CliError with exit status 2."""
+    def usage(message: str) -> CliError:
+        return CliError(f"beamsearch: error: {message}", 2)
+
+    if args.n_best < 1:
+        raise usage(f"--n-best must be >= 1; got {args.n_best}")
+    if args.beam_size is not None and args.beam_size < 1:
+        raise usage(f"--beam-size must be >= 1; got {args.beam_size}")
+    if not args.max_chunk_seconds > SEARCH_SECONDS:
+        raise usage(f"--max-chunk-seconds must be > {SEARCH_SECONDS:g}; got {args.max_chunk_seconds:g}")
+    if args.beam_size is not None and args.n_best > args.beam_size:
+        raise usage(f"--n-best must be <= --beam-size={args.beam_size}; got {args.n_best}")
+    for flag in ("alpha", "beta", "hotword_weight"):
+        value = getattr(args, flag)
+        if value is not None and not math.isfinite(value):
+            raise usage(f"--{flag.replace('_', '-')} must be a finite number; got {value}")
+    options: dict[str, Any] = {"head": args.head, "n_best": args.n_best}
+    if args.greedy:
+        given = [flag for flag, value in (("--beam-size", args.beam_size), ("--lm", args.lm), ("--alpha", args.alpha),
+                                          ("--beta", args.beta), ("--hotwords", args.hotwords),
+                                          ("--hotword-weight", args.hotword_weight)) if value is not None]
+        if given or args.n_best > 1:
+            raise usage(f"--greedy takes no {(given or ['--n-best'])[0]} (greedy decoding keeps one hypothesis, "
+                        "without LM or hotwords)")
+        return {**options, "beam_size": None}
+    if args.lm is not None and args.lm.lower() == "none" and (args.alpha is not None or args.beta is not None):
+        raise usage("--alpha and --beta weigh the LM: leave them out with --lm none")
+    if args.hotword_weight is not None and args.hotwords is None:
+        raise usage("--hotword-weight weighs --hotwords: give them too")
+    for flag, key in (("beam_size", "beam_size"), ("alpha", "alpha"), ("beta", "beta"),
+                      ("hotword_weight", "hotword_weight")):
+        if getattr(args, flag) is not None:
+            options[key] = getattr(args, flag)
+    if args.hotwords is not None:
+        options["hotwords"] = hotword_list(args.hotwords)
+    return options
+
+
+def hotword_list(text: str) -> list[str]:
+    """``--hotwords``' phrases: split at :data:`HOTWORD_SEPARATOR`, spaces inside a phrase made single."""
+    phrases = [" ".join(part.split()) for part in text.split(HOTWORD_SEPARATOR)]
+    if not all(phrases):
+        raise CliError(f"beamsearch: error: --hotwords has an empty phrase: {text!r} (phrases are "
+                       f"separated by '{HOTWORD_SEPARATOR}')", 2)
+    return phrases
+
+
+def load_model(path: str | None) -> Any:
+    """The speech model (:func:`beamsearch.zoo.speech.load`); a file that cannot be loaded: exit 1."""
+    from beamsearch.zoo import speech
+
+    try:
+        return speech.load(path)
+    except (ValueError, OSError) as e:
+        raise CliError(f"beamsearch: error: {e}", 1) from None
+
+
+def load_lm(lm: str | None) -> Any:
+    """``--lm``'s word LM as a :class:`beamsearch.speech.NgramLM` (None for ``none``)."""
+    from beamsearch.speech import NgramLM
+    from beamsearch.zoo.speech.evaluate import DOMAIN_LM
+
+    if lm is not None and lm.lower() == "none":
+        return None
+    path = str(DOMAIN_LM) if lm is None else lm
+    try:
+        return NgramLM.from_arpa(path)
+    except OSError as e:
+        raise CliError(f"beamsearch: error: cannot read --lm {path}: {e.strerror}", 1) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CliError(f"beamsearch: error: --lm {path} is no ARPA file: {e}", 1) from None
+
+
+def as_record(h: Any, offset: float) -> dict[str, Any]:
+    """A chunk's hypothesis as a JSON-ready dict, its word times shifted by ``offset`` seconds."""
+    words = [{"word": w.text, "start": None if w.start is None else round(w.start + offset, 3),
+              "end": None if w.end is None else round(w.end + offset, 3),
+              "confidence": None if w.confidence is None else round(float(w.confidence), 4)} for w in h.words or []]
+    return {"text": h.text or "", "score": float(h.score), "acoustic_score": float(h.acoustic_score),
+            "lm_score": float(h.lm_score), "word_score": float(h.word_score), "hotword_bonus": float(h.hotword_bonus),
+            "labels": len(h.tokens), "words": words}
+
+
+def join_chunks(per_chunk: Sequence[Sequence[dict[str, Any]]], n_best: int) -> list[dict[str, Any]]:
+    """The ``n_best`` best joins of one hypothesis per chunk (each list best first), by the sum of
+    their scores, best first: pairwise, keeping the ``n_best`` best sums of the chunks so far, which
+    is exact since a join's score is the sum of its parts'."""
+    best: list[dict[str, Any]] = list(per_chunk[0][:n_best])
+    for hyps in per_chunk[1:]:
+        pairs = heapq.nlargest(n_best, ((a["score"] + b["score"], i, j) for i, a in enumerate(best)
+                                        for j, b in enumerate(hyps)))
+        best = [join(best[i], hyps[j]) for _, i, j in pairs]
+    return best
+
+
+def join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two consecutive chunks' hypotheses as one: texts joined by a space, scores summed."""
+    sums = {k: a[k] + b[k] for k in ("score", "acoustic_score", "lm_score", "word_score", "hotword_bonus", "labels")}
+    return {"text": " ".join(t for t in (a["text"], b["text"]) if t), **sums, "words": a["words"] + b["words"]}
+
+
+def transcribe_file(model: Any, path: str, options: dict[str, Any], max_seconds: float) -> list[dict]:
+    """One file's n-best records (see the module docstring). AudioError: the file cannot be used."""
+    rate = model.sample_rate
+    pieces = chunks(read_audio(path, rate), rate, max_seconds=max_seconds)
+    results = model.transcribe([c.audio for c in pieces], **options)
+    return join_chunks([[as_record(h, c.start_seconds(rate)) for h in hyps] for c, hyps in zip(pieces, results,
+                                                                                            strict=True)],
+                       options["n_best"])
+
+
+def write(path: str, nbest: list[dict], args: argparse.Namespace, several: bool) -> None:
+    """One file's result on stdout: a JSON object, or its text lines (see ``--help``)."""
+    if args.json:
+        print(json.dumps({"file": path, "text": nbest[0]["text"], "nbest": nbest}, ensure_ascii=False))
+        return
+    prefix = f"{path}\t" if several else ""
+    for rank, h in enumerate(nbest, 1):
+        print(prefix + (f"{rank}\t{h['score']:.4f}\t{h['text']}" if args.n_best > 1 else h["text"]))
+        if args.timestamps:
+            for w in h["words"]:
+                print(f"{prefix}  {w['start']:8.2f} {w['end']:8.2f}  {w['word']}")
+
+
+def transcribe_command(args: argparse.Namespace) -> int:
+    """``beamsearch transcribe``: each file's transcript; exit 1 when some file could not be read."""
+    from beamsearch import corpus
+
+    options = search_options(args)
+    model = load_model(args.model)
+    if not args.greedy:  # greedy decoding takes no LM
+        options["lm"] = load_lm(args.lm)
+    several = len(args.files) > 1
+    progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
+        else None
+    failed = 0
+    for path in args.files:
+        try:
+            nbest = transcribe_file(model, path, options, args.max_chunk_seconds)
+        except AudioError as e:
+            failed += 1
+            print(f"beamsearch: error: {e}", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"file": path, "error": str(e)}, ensure_ascii=False))
+            continue
+        write(path, nbest, args, several)
+        sys.stdout.flush()
+        if progress is not None:
+            progress.update({"nbest": [{"tokens": range(nbest[0]["labels"])}]})
+    if progress is not None:
+        progress.close()
+    if failed and several:
+        print(f"beamsearch: {failed} of {len(args.files)} files failed", file=sys.stderr)
+    return 1 if failed else 0
