@@ -58,6 +58,6 @@ def test_draws_follow_the_tempered_distribution() -> None:
     logp = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     t = 0.7
     p = np.exp(logp / t) / np.exp(logp / t).sum()
-    draws = np.array([np.argmax(logp / t + gumbel_noise(s, 0, 1, 4)) for s in range(4000)])
+    draws = np.array([np.argmax(logp / t + gumbel_noise(s, 0, 0, 1, 4)) for s in range(4000)])
     freq = np.bincount(draws, minlength=4) / 4000
     assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / 4000))

@@ -24,7 +24,7 @@ from beamsearch.whisper.rules import whisper_processors
 from beamsearch.whisper.sample import WhisperSample
 from beamsearch.whisper.tokens import WhisperTokens
 
-__all__ = ["WhisperOptions", "WhisperResult", "compression_ratio", "decode_windows"]
+__all__ = ["WhisperOptions", "WhisperResult", "compression_ratio", "decode_windows", "window_plan", "window_result"]
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def compression_ratio(text: str) -> float:
 def decode_windows(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], tokens: WhisperTokens,
                    options: WhisperOptions = WhisperOptions(), *, n_audio_ctx: int = 1500, n_text_ctx: int = 448,
                    detokenize: Callable[[list[int]], str] | None = None,
-                   seeds: Sequence[int] | None = None) -> list[WhisperResult]:
+                   seeds: Sequence[int] | None = None, salt: int = 0) -> list[WhisperResult]:
     """Decode N windows together, each by whisper's rules (its ``decode`` on one window).
 
     Args:
@@ -136,22 +136,27 @@ def decode_windows(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[
         detokenize: ids -> text, for ``text`` and ``compression_ratio``.
         seeds: per window, the seed of its samples (temperature > 0; default its position): a
             window's samples do not depend on the other windows of the batch.
+        salt: >= 0, a second key of every draw (:mod:`beamsearch.whisper.fallback` draws anew at
+            each attempt with the attempt's number).
 
     Returns:
         Per window its :class:`WhisperResult`.
     """
     n = len(prompts)
-    if seeds is not None and len(seeds) != n:
-        raise ValueError(f"seeds must hold one seed per prompt ({n}); got {len(seeds)}")
-    plan = _plan(prompts, tokens, options, n_audio_ctx, n_text_ctx, seeds)
+    if seeds is not None and (len(seeds) != n or any(int(s) < 0 for s in seeds)):
+        raise ValueError(f"seeds must hold one int >= 0 per prompt ({n}); got {list(seeds)!r:.80}")
+    if isinstance(salt, bool) or not isinstance(salt, int) or salt < 0:
+        raise ValueError(f"salt must be an int >= 0; got {salt!r}")
+    plan = window_plan(prompts, tokens, options, n_audio_ctx, n_text_ctx, seeds, salt)
     results = run_plan(step_fn, init_state, plan)
-    return [_result(hyps, options, detokenize) for hyps in results]
+    return [window_result(hyps, options, detokenize) for hyps in results]
 
 
-def _plan(prompts: Sequence[Sequence[int]], tokens: WhisperTokens, o: WhisperOptions, n_audio_ctx: int,
-          n_text_ctx: int, seeds: Sequence[int] | None) -> Plan:
+def window_plan(prompts: Sequence[Sequence[int]], tokens: WhisperTokens, o: WhisperOptions, n_audio_ctx: int,
+                n_text_ctx: int, seeds: Sequence[int] | None, salt: int = 0) -> Plan:
     """The engine's plan of one batch: the rules as processors, whisper's stop at ``sample_len``
-    or where the context is full, and the beam, greedy or sampling rule."""
+    or where the context is full, and the beam, greedy or sampling rule (its draws keyed by each
+    input's seed and ``salt``)."""
     index = None
     if o.timestamps and o.max_initial_timestamp:
         index = round(o.max_initial_timestamp / (30 / n_audio_ctx))
@@ -164,14 +169,14 @@ def _plan(prompts: Sequence[Sequence[int]], tokens: WhisperTokens, o: WhisperOpt
     strategy: Any
     if o.temperature > 0:
         given = np.arange(len(prompts)) if seeds is None else np.asarray(seeds, dtype=np.int64)
-        strategy = WhisperSample(o.best_of or 1, float(o.temperature), given)
+        strategy = WhisperSample(o.best_of or 1, float(o.temperature), given, salt)
     else:
         strategy = WhisperBeam(o.beam_size or 1, 1.0 if o.patience is None else float(o.patience))
     return Plan(opts, strategy, o.group, n_best=None)
 
 
-def _result(hyps: list[Hypothesis], o: WhisperOptions,
-            detokenize: Callable[[list[int]], str] | None) -> WhisperResult:
+def window_result(hyps: list[Hypothesis], o: WhisperOptions,
+                  detokenize: Callable[[list[int]], str] | None) -> WhisperResult:
     """One window's result from every hypothesis its search ended."""
     ranked = rank(finalize(hyps, o.group), o.length_penalty)
     text_of = [Hypothesis(h.tokens[: len(h.tokens) - int(h.finished)], h.logprob, h.score, h.finished)

@@ -7,7 +7,7 @@ or the window's last step (unfinished). A token is drawn from ``softmax(logp / T
 log-probabilities after whisper's rules at temperature 1, and its logprob is ``logp`` at that token:
 whisper scores a sample by the untempered distribution (its ``avg_logprob`` is that).
 
-Draws use the Gumbel-max trick with noise from one generator per (input seed, trajectory, step):
+Draws use the Gumbel-max trick with noise from one generator per (input seed, salt, trajectory, step):
 an input's samples depend on its seed alone, never on its batch companions or their lengths.
 """
 
@@ -24,9 +24,10 @@ from beamsearch.strategies import Selection
 __all__ = ["WhisperSample", "gumbel_noise"]
 
 
-def gumbel_noise(seed: int, trajectory: int, step: int, vocab: int) -> np.ndarray:
-    """float64 ``[V]``: standard Gumbel noise of one draw, from its (seed, trajectory, step) alone."""
-    return np.random.default_rng([int(seed), int(trajectory), int(step)]).gumbel(size=vocab)
+def gumbel_noise(seed: int, salt: int, trajectory: int, step: int, vocab: int) -> np.ndarray:
+    """float64 ``[V]``: standard Gumbel noise of one draw, from its (seed, salt, trajectory, step)
+    alone (seed and salt >= 0)."""
+    return np.random.default_rng([int(seed), int(salt), int(trajectory), int(step)]).gumbel(size=vocab)
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,14 @@ class WhisperSample:
     Attributes:
         best_of: samples per input (>= 1).
         temperature: T > 0.
-        seeds: int64 ``[N]``: each input's seed.
+        seeds: int64 ``[N]``: each input's seed (>= 0).
+        salt: >= 0, a second key of every draw (the fallback's attempt: each temperature draws anew).
     """
 
     best_of: int
     temperature: float
     seeds: np.ndarray
+    salt: int = 0
 
     def start(self, n_inputs: int) -> None:
         return None
@@ -55,7 +58,7 @@ class WhisperSample:
             parent, trajectory = np.arange(beam.size), beam.tags["trajectory"]
         logp = scores.backend.to_numpy(scores.logp)  # --> [k, V] on the host
         seeds = self.seeds[beam.input[parent]]
-        noise = np.stack([gumbel_noise(s, j, scores.step, vocab)  # --> [j, V]
+        noise = np.stack([gumbel_noise(s, self.salt, j, scores.step, vocab)  # --> [j, V]
                           for s, j in zip(seeds.tolist(), trajectory.tolist(), strict=True)])
         with np.errstate(invalid="ignore"):
             token = np.argmax(logp[parent] / self.temperature + noise, axis=1)  # --> [j]
