@@ -102,3 +102,23 @@ def test_rank_by_logprob_per_token_or_by_the_gnmt_penalty() -> None:
     assert rank([long, short], 1.0)[0].tokens == short.tokens
     assert whisper_score(-3.0, 3, 1.0) == -3.0 / (8 / 6)
     assert whisper_score(-2.0, 0, None) == -2.0  # whisper divides by zero here; we by one
+
+
+def test_where_whispers_beam_rule_and_generates_part() -> None:
+    """transformers' rule (generate's num_beams, our mode="transformers") on the same toy input
+    ends elsewhere: its best [4, eot] scores -1.351 / 2 (eot counted in the length), whisper's
+    -1.351 / 1, below [4, 5, eot] at -2.483 / 2 = -1.241, whisper's best."""
+    from beamsearch import transformers_beam_search
+
+    table = _table(18, 1)
+
+    def step(state: tuple, y_prev: np.ndarray) -> tuple:
+        item, t = state
+        return table[item, t, y_prev], (item, t + 1)
+
+    theirs = transformers_beam_search(step, (np.zeros(1, np.int64), np.zeros(1, np.int64)), [[0]], beam_size=3,
+                                      eos_token_id=EOT, max_steps=STEPS, early_stopping=True)[0][0]
+    mine = rank(_ours(table, 3, 1.0)[0], None)
+    assert theirs.tokens == [4, EOT] and mine[0].tokens == [4, 5, EOT]
+    assert mine[0].score == pytest.approx(-2.4827 / 2, abs=1e-4)
+    assert [h.score for h in mine if h.tokens == [4, EOT]] == [pytest.approx(-1.3512, abs=1e-4)]
