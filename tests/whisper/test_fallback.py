@@ -97,20 +97,21 @@ def reference(i: int, options: WhisperOptions, fb: FallbackOptions) -> tuple[Whi
     return r, tried
 
 
-def _run(options: WhisperOptions, fb: FallbackOptions, max_rows: int) -> list:
+def _run(options: WhisperOptions, fb: FallbackOptions, max_rows: int, refill: bool = True) -> list:
     calls.clear()
     return transcribe_windows(_tabled, make_state, [PROMPT] * 6, TOKENS, options, fb, max_rows=max_rows,
                               no_speech_probs=NO_SPEECH, detokenize=detokenize, seeds=[100 + i for i in range(6)],
-                              n_text_ctx=64)
+                              n_text_ctx=64, refill=refill)
 
 
 @pytest.mark.parametrize(("beam_size", "best_of"), [(None, None), (2, 2), (3, 1)])
 @pytest.mark.parametrize("max_rows", [3, 6, 18])
+@pytest.mark.parametrize("refill", [True, False])
 def test_the_decisions_and_results_of_whisper_fallback_loop(beam_size: int | None, best_of: int | None,
-                                                            max_rows: int) -> None:
+                                                            max_rows: int, refill: bool) -> None:
     options = WhisperOptions(beam_size=beam_size, sample_len=STEPS, timestamps=False)
     fb = FallbackOptions(best_of=best_of)
-    got = _run(options, fb, max_rows)
+    got = _run(options, fb, max_rows, refill)
     for i, g in enumerate(got):
         want, tried = reference(i, options, fb)
         assert list(g.temperatures) == tried
@@ -179,3 +180,37 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match=r"n_best must be <= the candidates per input \(1\); got n_best=2"):
         transcribe_windows(_tabled, make_state, [PROMPT], TOKENS, WhisperOptions(beam_size=2, n_best=2),
                            max_rows=2, detokenize=detokenize)
+
+
+def test_the_first_decisions_of_openai_whisper_on_its_own_model() -> None:
+    """On the random-weight openai-whisper model of test_decode, in rounds (its decoder gives every
+    row of a call one position): a window passes at temperature 0 exactly where whisper's own
+    ``decode`` result passes whisper's checks, with whisper's tokens; the others fall back."""
+    from tests.whisper import openai_package
+    from tests.whisper.test_decode import N_AUDIO_CTX, build, mels, theirs
+
+    openai_package.load()
+    torch = pytest.importorskip("torch")
+    from beamsearch.whisper import OpenAIWhisperStep, initial_tokens, no_speech_probs
+
+    model, tok = build(0, 3.5, 1.0)
+    mel = mels(6, seed=4)
+    wt = WhisperTokens.from_openai(tok)
+    prompt = initial_tokens(wt, sample_len=12)
+    step = OpenAIWhisperStep(model)
+    features = model.encoder(mel).detach()
+    nsp = no_speech_probs(model, features, torch.tensor([prompt] * 6), 0, tok.no_speech)
+    fb = FallbackOptions(best_of=2)  # whisper's thresholds: 2 of these 6 pass at 0 (avg_logprob -0.94, -0.68)
+    got = transcribe_windows(step, lambda w: step.start(features[w], torch.tensor([prompt] * len(w))), [prompt] * 6,
+                             wt, WhisperOptions(beam_size=3, sample_len=12), fb, max_rows=6, no_speech_probs=nsp,
+                             detokenize=tok.decode, n_audio_ctx=N_AUDIO_CTX, refill=False)
+    want = theirs(model, mel, sample_len=12, beam_size=3)
+    passed = []
+    for g, w, p in zip(got, want, nsp, strict=True):
+        fails = (w.compression_ratio > 2.4 or w.avg_logprob < -1.0) and not (p > 0.6 and w.avg_logprob < -1.0)
+        assert (g.temperatures == (0.0,)) == (not fails)
+        assert abs(p - w.no_speech_prob) <= 1e-6 + 1e-4 * w.no_speech_prob
+        if not fails:
+            assert g.result.tokens == w.tokens
+        passed.append(not fails)
+    assert any(passed) and not all(passed)  # the threshold is crossed both ways

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from beamsearch.core.engine import StepFn
+from beamsearch.core.hypothesis import Hypothesis
+from beamsearch.core.plan import run_plan
 from beamsearch.refill.flight import Cohort, Flight
 from beamsearch.refill.records import Decoded, Input, StreamStats
 from beamsearch.whisper.decode import WhisperOptions, WhisperResult, window_plan, window_result
@@ -100,7 +102,7 @@ def transcribe_windows(step_fn: StepFn, make_state: Callable[[list[int]], Any], 
                        fallback: FallbackOptions | None = None, *, max_rows: int,
                        no_speech_probs: Sequence[float] | None = None,
                        detokenize: Callable[[list[int]], str] | None = None, seeds: Sequence[int] | None = None,
-                       n_audio_ctx: int = 1500, n_text_ctx: int = 448) -> list[FallbackResult]:
+                       n_audio_ctx: int = 1500, n_text_ctx: int = 448, refill: bool = True) -> list[FallbackResult]:
     """Decode N windows with temperature fallback, refilling the batch as windows finish.
 
     Args:
@@ -119,6 +121,11 @@ def transcribe_windows(step_fn: StepFn, make_state: Callable[[list[int]], Any], 
         detokenize: ids -> text; needed for the compression-ratio check.
         seeds: per window (>= 0), the seed of its samples (default: its position).
         n_audio_ctx, n_text_ctx: as for :func:`~beamsearch.whisper.decode.decode_windows`.
+        refill: True: an attempt joins the search in flight (the step must take rows at
+            different steps in one call: a decoder-only adapter, a model of your own); False:
+            each temperature's attempts are decoded in rounds of fixed batches (Whisper's decoders,
+            openai/whisper's and transformers', give every row of a call one position). The
+            results are the same.
 
     Returns:
         Per window its :class:`FallbackResult`, in the order of ``prompts``.
@@ -127,38 +134,52 @@ def transcribe_windows(step_fn: StepFn, make_state: Callable[[list[int]], Any], 
     options = WhisperOptions() if options is None else options
     fallback = FallbackOptions() if fallback is None else fallback
     _check(n, fallback, options, no_speech_probs, detokenize, seeds)
-    run = _Run(tokens, options, fallback, make_state, detokenize, n_audio_ctx, n_text_ctx,
-               list(range(n)) if seeds is None else [int(s) for s in seeds], prompts)
+    nsp = [float("nan")] * n if no_speech_probs is None else [float(p) for p in no_speech_probs]
+    run = _Run(tokens, options, fallback, make_state, detokenize, (n_audio_ctx, n_text_ctx),
+               list(range(n)) if seeds is None else [int(s) for s in seeds], prompts, nsp)
     rows = max(at_temperature(options, t, fallback.best_of).group for t in fallback.temperatures)
     if max_rows < rows:
         raise ValueError(f"max_rows={max_rows} is smaller than the rows one window may need ({rows})")
+    if refill:
+        _refilled(run, step_fn, max_rows, rows)
+    else:
+        _in_rounds(run, step_fn, max_rows)
+    return [FallbackResult(run.kept[i], tuple(run.tried[i]), nsp[i]) for i in range(n)]
+
+
+def _refilled(run: _Run, step_fn: StepFn, max_rows: int, rows: int) -> None:
+    """Every attempt an input of one flight: it joins the search in flight as rows free up."""
     flight = Flight(StreamStats(max_rows), rows, rows, None)
-    for i in range(n):
+    for i in range(len(run.prompts)):
         flight.waiting.append(run.attempt(i, 0))
-    nsp = [float("nan")] * n if no_speech_probs is None else [float(p) for p in no_speech_probs]
-    tried: list[list[float]] = [[] for _ in range(n)]
-    out: list[FallbackResult | None] = [None] * n
     while True:
         for group in run.by_attempt(_drained(flight.admit(iter(()), run.read))):
             flight.join(group, run.join)
         if not flight.cohorts:
             flight.end()
-            break
+            return
         x, new_state = _drained(flight.call(step_fn))
         for decoded in flight.retire(x, new_state):
-            i, a = run.jobs.pop(decoded.index)
             if decoded.error is not None:
                 raise decoded.error
-            temperature = fallback.temperatures[a]
-            result = window_result(decoded.hypotheses, at_temperature(options, temperature, fallback.best_of),
-                                   detokenize)
-            tried[i].append(temperature)
-            if a + 1 < len(fallback.temperatures) and needs_fallback(result, nsp[i], fallback):
+            i, a = run.jobs.pop(decoded.index)
+            if run.decided(i, a, decoded.hypotheses):
                 flight.waiting.append(run.attempt(i, a + 1))
-            else:
-                out[i] = FallbackResult(result, tuple(tried[i]), nsp[i])
-    assert all(r is not None for r in out), "every window ends with a result"
-    return [r for r in out if r is not None]
+
+
+def _in_rounds(run: _Run, step_fn: StepFn, max_rows: int) -> None:
+    """Round r decodes every window at its r-th temperature, in fixed batches of the most windows
+    ``max_rows`` holds (for a model whose rows cannot be at different steps in one call)."""
+    windows, a = list(range(len(run.prompts))), 0
+    while windows:
+        per_batch = max(1, max_rows // at_temperature(run.options, run.fallback.temperatures[a],
+                                                     run.fallback.best_of).group)
+        again = []
+        for start in range(0, len(windows), per_batch):
+            batch = windows[start : start + per_batch]
+            results = run_plan(step_fn, run.make_state(batch), run.plan(batch, a))
+            again += [w for w, hyps in zip(batch, results, strict=True) if run.decided(w, a, hyps)]
+        windows, a = again, a + 1
 
 
 def _check(n: int, fallback: FallbackOptions, options: WhisperOptions, no_speech_probs: Sequence[float] | None,
@@ -181,11 +202,22 @@ class _Run:
 
     def __init__(self, tokens: WhisperTokens, options: WhisperOptions, fallback: FallbackOptions,
                  make_state: Callable[[list[int]], Any], detokenize: Callable[[list[int]], str] | None,
-                 n_audio_ctx: int, n_text_ctx: int, seeds: list[int], prompts: Sequence[Sequence[int]]) -> None:
+                 ctx: tuple[int, int], seeds: list[int], prompts: Sequence[Sequence[int]], nsp: list[float]) -> None:
         self.tokens, self.options, self.fallback, self.make_state = tokens, options, fallback, make_state
-        self.detokenize, self.ctx, self.seeds, self.prompts = detokenize, (n_audio_ctx, n_text_ctx), seeds, prompts
+        self.detokenize, self.ctx, self.seeds, self.prompts, self.nsp = detokenize, ctx, seeds, prompts, nsp
         self.jobs: dict[int, tuple[int, int]] = {}  # job id -> (window, attempt), while in flight
         self.next_job = 0
+        self.tried: list[list[float]] = [[] for _ in prompts]
+        self.kept: dict[int, WhisperResult] = {}
+
+    def decided(self, window: int, a: int, hyps: list[Hypothesis]) -> bool:
+        """Record the window's result at its ``a``-th temperature; whether it is decoded again."""
+        temperature = self.fallback.temperatures[a]
+        result = window_result(hyps, at_temperature(self.options, temperature, self.fallback.best_of),
+                               self.detokenize)
+        self.tried[window].append(temperature)
+        self.kept[window] = result
+        return a + 1 < len(self.fallback.temperatures) and needs_fallback(result, self.nsp[window], self.fallback)
 
     def attempt(self, window: int, a: int) -> Input:
         """Window ``window`` at its ``a``-th temperature, as an input ready to join."""
