@@ -33,11 +33,13 @@ get_tokenizer = whisper.tokenizer.get_tokenizer
 N_AUDIO_CTX = 50  # mel frames = 2 * N_AUDIO_CTX; timestamp precision 30 / 50 = 0.6 s
 
 
-@lru_cache(maxsize=4)
-def build(seed: int = 0, eot_boost: float = 0.0, ts_boost: float = 0.0) -> tuple[Any, Any]:
-    """A seeded tiny multilingual Whisper and its English transcribe tokenizer."""
+@lru_cache(maxsize=6)
+def build(seed: int = 0, eot_boost: float = 0.0, ts_boost: float = 0.0, audio_ctx: int = N_AUDIO_CTX
+          ) -> tuple[Any, Any]:
+    """A seeded tiny multilingual Whisper and its English transcribe tokenizer (``audio_ctx``
+    1500: the encoder of 30-second windows of 3000 frames, for long-form audio)."""
     torch.manual_seed(seed)
-    dims = ModelDimensions(n_mels=80, n_audio_ctx=N_AUDIO_CTX, n_audio_state=64, n_audio_head=2, n_audio_layer=1,
+    dims = ModelDimensions(n_mels=80, n_audio_ctx=audio_ctx, n_audio_state=64, n_audio_head=2, n_audio_layer=1,
                            n_vocab=51865, n_text_ctx=448, n_text_state=64, n_text_head=2, n_text_layer=2)
     model = Whisper(dims).eval()
     tok = get_tokenizer(True, num_languages=model.num_languages, language="en", task="transcribe")

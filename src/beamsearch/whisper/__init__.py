@@ -9,6 +9,8 @@ whole batches (docs/whisper.md).
 - :mod:`~beamsearch.whisper.decode`: :func:`decode_windows`, one window per input;
 - :mod:`~beamsearch.whisper.fallback`: :func:`transcribe_windows`, temperature fallback per window
   in one refilled batch;
+- :mod:`~beamsearch.whisper.longform`: :func:`transcribe_long`, recordings of any length in
+  30-second windows, seeking by the last timestamp;
 - :mod:`~beamsearch.whisper.openai_model`: an ``openai-whisper`` model as a step function.
 """
 
@@ -21,6 +23,7 @@ from beamsearch.whisper.fallback import (
     needs_fallback,
     transcribe_windows,
 )
+from beamsearch.whisper.longform import Segment, transcribe_long
 from beamsearch.whisper.openai_model import OpenAIWhisperState, OpenAIWhisperStep, no_speech_probs
 from beamsearch.whisper.rules import TimestampRules, whisper_processors
 from beamsearch.whisper.sample import WhisperSample
@@ -31,6 +34,7 @@ __all__ = [
     "FallbackResult",
     "OpenAIWhisperState",
     "OpenAIWhisperStep",
+    "Segment",
     "TimestampRules",
     "WhisperBeam",
     "WhisperOptions",
@@ -46,6 +50,7 @@ __all__ = [
     "no_speech_probs",
     "rank",
     "suppressed_ids",
+    "transcribe_long",
     "transcribe_windows",
     "whisper_processors",
     "whisper_score",

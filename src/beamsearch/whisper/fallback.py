@@ -123,9 +123,9 @@ def transcribe_windows(step_fn: StepFn, make_state: Callable[[list[int]], Any], 
         n_audio_ctx, n_text_ctx: as for :func:`~beamsearch.whisper.decode.decode_windows`.
         refill: True: an attempt joins the search in flight (the step must take rows at
             different steps in one call: a decoder-only adapter, a model of your own); False:
-            each temperature's attempts are decoded in rounds of fixed batches (Whisper's decoders,
-            openai/whisper's and transformers', give every row of a call one position). The
-            results are the same.
+            each temperature's attempts are decoded in rounds of fixed batches, each of one prompt
+            length (Whisper's decoders, openai/whisper's and transformers', give every row of a
+            call one position). The results are the same.
 
     Returns:
         Per window its :class:`FallbackResult`, in the order of ``prompts``.
@@ -169,17 +169,22 @@ def _refilled(run: _Run, step_fn: StepFn, max_rows: int, rows: int) -> None:
 
 def _in_rounds(run: _Run, step_fn: StepFn, max_rows: int) -> None:
     """Round r decodes every window at its r-th temperature, in fixed batches of the most windows
-    ``max_rows`` holds (for a model whose rows cannot be at different steps in one call)."""
+    ``max_rows`` holds, each batch of one prompt length (for a decoder whose rows cannot be at
+    different steps in one call: it gives every row of a call one position)."""
     windows, a = list(range(len(run.prompts))), 0
     while windows:
         per_batch = max(1, max_rows // at_temperature(run.options, run.fallback.temperatures[a],
                                                      run.fallback.best_of).group)
+        by_length: dict[int, list[int]] = {}
+        for w in windows:
+            by_length.setdefault(len(run.prompts[w]), []).append(w)
         again = []
-        for start in range(0, len(windows), per_batch):
-            batch = windows[start : start + per_batch]
-            results = run_plan(step_fn, run.make_state(batch), run.plan(batch, a))
-            again += [w for w, hyps in zip(batch, results, strict=True) if run.decided(w, a, hyps)]
-        windows, a = again, a + 1
+        for same in by_length.values():
+            for start in range(0, len(same), per_batch):
+                batch = same[start : start + per_batch]
+                results = run_plan(step_fn, run.make_state(batch), run.plan(batch, a))
+                again += [w for w, hyps in zip(batch, results, strict=True) if run.decided(w, a, hyps)]
+        windows, a = sorted(again), a + 1
 
 
 def _check(n: int, fallback: FallbackOptions, options: WhisperOptions, no_speech_probs: Sequence[float] | None,
