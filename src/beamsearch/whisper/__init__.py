@@ -11,6 +11,8 @@ whole batches (docs/whisper.md).
   in one refilled batch;
 - :mod:`~beamsearch.whisper.longform`: :func:`transcribe_long`, recordings of any length in
   30-second windows, seeking by the last timestamp;
+- :mod:`~beamsearch.whisper.hotwords`: :class:`HotwordBias`, hotword biasing over the decoder's
+  tokens (``WhisperOptions(logits_processors=...)``);
 - :mod:`~beamsearch.whisper.openai_model`: an ``openai-whisper`` model as a step function.
 """
 
@@ -23,6 +25,7 @@ from beamsearch.whisper.fallback import (
     needs_fallback,
     transcribe_windows,
 )
+from beamsearch.whisper.hotwords import HotwordBias, HotwordRows
 from beamsearch.whisper.longform import Segment, transcribe_long
 from beamsearch.whisper.openai_model import OpenAIWhisperState, OpenAIWhisperStep, no_speech_probs
 from beamsearch.whisper.rules import TimestampRules, whisper_processors
@@ -32,6 +35,8 @@ from beamsearch.whisper.tokens import WhisperTokens, initial_tokens, suppressed_
 __all__ = [
     "FallbackOptions",
     "FallbackResult",
+    "HotwordBias",
+    "HotwordRows",
     "OpenAIWhisperState",
     "OpenAIWhisperStep",
     "Segment",

@@ -42,6 +42,8 @@ class WhisperOptions:
         timestamps: False decodes text only (whisper's ``without_timestamps=True``).
         max_initial_timestamp: seconds, or None / 0: the latest first timestamp.
         n_best: candidates returned per input, best first (whisper returns one).
+        logits_processors: more processors, applied after whisper's rules (a
+            :class:`~beamsearch.whisper.hotwords.HotwordBias`, ...).
     """
 
     temperature: float = 0.0
@@ -55,6 +57,7 @@ class WhisperOptions:
     timestamps: bool = True
     max_initial_timestamp: float | None = 1.0
     n_best: int = 1
+    logits_processors: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         _check_options(self)
@@ -162,6 +165,7 @@ def window_plan(prompts: Sequence[Sequence[int]], tokens: WhisperTokens, o: Whis
         index = round(o.max_initial_timestamp / (30 / n_audio_ctx))
     processors = whisper_processors(tokens, suppress_blank=o.suppress_blank, suppress_tokens=o.suppress_tokens,
                                     timestamps=o.timestamps, max_initial_timestamp_index=index)
+    processors += list(o.logits_processors)
     sample_len = o.sample_len or n_text_ctx // 2
     steps = [max(1, min(sample_len, n_text_ctx - len(p) + 1)) for p in prompts]  # whisper: tokens > n_ctx stops
     opts = mode_options("decode_windows", prompts, {"eos_token_id": tokens.eot, "max_steps": steps,
