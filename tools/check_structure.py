@@ -224,7 +224,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("beamsearch.controls",),
     ("beamsearch.modes",),
     ("beamsearch.speech", "beamsearch.viz", "beamsearch.toy"),
-    ("beamsearch.refill", "beamsearch.hf"),
+    ("beamsearch.refill", "beamsearch.hf", "beamsearch.whisper"),
     ("beamsearch",),
     ("beamsearch.zoo", "beamsearch.corpus"),
     ("beamsearch.distributed",),
