@@ -281,13 +281,13 @@ def test_decode_flags_are_the_library_names_and_the_old_spellings_still_work(tmp
 
     decode = next(a for a in parser()._actions if a.dest == "command").choices["decode"]
     actions = {a.dest: a for a in decode._actions}
-    fields = [f for f in dataclasses.fields(DecodingConfig) if f.metadata["control"].cli]
+    fields = [f for f in dataclasses.fields(DecodingConfig) if f.metadata["option"].cli]
     fields += [f for m in MODES.values() for f in dataclasses.fields(m.options)]
     assert {"beam_size", "n_best", "num_groups", "k", "node_budget", "constraints"} <= {f.name for f in fields}
     for f in fields:
         action = actions[f.name]
         assert action.option_strings[0] == "--" + f.name.replace("_", "-"), f.name
-        assert f.metadata["control"].help in action.help, f.name
+        assert f.metadata["option"].help in action.help, f.name
         if f.default not in (None, (), False):
             assert f"(default {f.default})" in action.help, f.name
     pairs = [(["--beam", "3", "--no-repeat-ngram", "2", "--stop-sequence", "ab", "--token-logprobs"],
@@ -322,7 +322,7 @@ def test_the_zoo_commands_take_the_shared_controls_flags_as_decode_spells_them()
         for name, value in values.items():
             action = actions[name]
             assert action.option_strings == decode[name].option_strings, (command, name)
-            assert action.help == DecodingConfig.__dataclass_fields__[name].metadata["control"].help
+            assert action.help == DecodingConfig.__dataclass_fields__[name].metadata["option"].help
             assert action.default == value and action.type is decode[name].type, (command, name)
     # translate's are the fields'
     assert defaults["beam_size"] == 5 and defaults["n_best"] == 1 and defaults["alpha"] == 0.6
@@ -562,7 +562,7 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
     import dataclasses
 
     from beamsearch import beam_search_batch
-    from beamsearch.core.config import control
+    from beamsearch.core.config import option
     from beamsearch.core.mode import Mode
     from beamsearch.core.plan import run_plan
     from beamsearch.modes import registry
@@ -570,7 +570,7 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
 
     @dataclasses.dataclass(frozen=True)
     class SharpOptions:
-        sharpness: float = control(2.0, "logits multiplied by S (temperature 1/S)", metavar="S")
+        sharpness: float = option(2.0, "logits multiplied by S (temperature 1/S)", metavar="S")
 
     def sharp_plan(prompts, *, sharpness=2.0, **keywords):
         if "temperature" in keywords:  # as the library's modes word a refusal

@@ -1,4 +1,4 @@
-"""The option fields called directly (``control``, ``DecodingConfig``), against hand-written
+"""The option fields called directly (``option``, ``DecodingConfig``), against hand-written
 values."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from beamsearch.core.config import Control, DecodingConfig, control, controls_of
+from beamsearch.core.config import DecodingConfig, OptionInfo, option, options_of
 
 # --- option fields ---------------------------------------------------------------------------------
 
@@ -15,14 +15,14 @@ from beamsearch.core.config import Control, DecodingConfig, control, controls_of
 def test_control_makes_a_field_with_its_default_and_control():
     @dataclasses.dataclass(frozen=True)
     class Options:
-        width: int = control(3, "how wide", metavar="W", aliases=("--wide",))
-        name: str = control("a", "a name", cli=False)
+        width: int = option(3, "how wide", metavar="W", aliases=("--wide",))
+        name: str = option("a", "a name", cli=False)
 
-    assert controls_of(Options) == {"width": (3, Control("how wide", metavar="W", aliases=("--wide",))),
-                                    "name": ("a", Control("a name", cli=False))}
+    assert options_of(Options) == {"width": (3, OptionInfo("how wide", metavar="W", aliases=("--wide",))),
+                                    "name": ("a", OptionInfo("a name", cli=False))}
     assert Options().width == 3
     with pytest.raises(TypeError, match=r"^an option's default must be immutable$"):
-        control([1], "a list")
+        option([1], "a list")
 
 
 def test_decoding_config_keywords_and_replace():

@@ -1,10 +1,11 @@
 """The decoding configuration is one value, built and checked once at each entry and passed down:
 a run of ``beamsearch decode``, :func:`beamsearch.corpus.decode_records` and
-:func:`beamsearch.refill.decode_stream` over three inputs that join together builds no plan over
-an empty input (no dry run: the configuration is checked without prompts), one plan per input
-checked alone (its own errors are its record's) and one for the cohort: 4 plans, where ``decode``
-built 7 (two dry runs of ``decode_records`` and the stream's own empty plan each time) and
-``decode_records`` / ``decode_stream`` 5; and it builds its configuration once."""
+:func:`beamsearch.refill.decode_stream` over three inputs that join together builds its
+configuration once and one plan, the cohort's: no plan over an empty input (no dry run: the
+configuration is checked without prompts) and none per input (each input is checked alone
+against the configuration, its own errors its record's, by :func:`checked_inputs`). ``decode``
+built 7 plans (two dry runs of ``decode_records`` and the stream's own empty plan each time, one
+per input, one per cohort), then 4; ``decode_records`` / ``decode_stream`` 5, then 4."""
 
 from __future__ import annotations
 
@@ -50,21 +51,21 @@ def builds(monkeypatch):
     return count
 
 
-def test_decode_over_three_lines_builds_no_plan_over_an_empty_input(tmp_path, builds):
+def test_decode_over_three_lines_builds_one_plan(tmp_path, builds):
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\n".join(TEXTS) + "\n")
     assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam-size", "3"]) == 0
     assert len(out.read_text().splitlines()) == 3
-    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
 
 
-def test_decode_records_over_three_lines_builds_no_plan_over_an_empty_input(builds):
+def test_decode_records_over_three_lines_builds_one_plan(builds):
     records = list(decode_records(corpus.toy_model(), [Line(i, t) for i, t in enumerate(TEXTS)], beam_size=3))
     assert [r["index"] for r in sorted(records, key=lambda r: r["index"])] == [0, 1, 2]
-    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
 
 
-def test_decode_stream_over_three_inputs_builds_no_plan_over_an_empty_input(builds):
+def test_decode_stream_over_three_inputs_builds_one_plan(builds):
     table = np.random.default_rng(0).normal(size=(6, 6))
 
     def step(state, y):
@@ -73,7 +74,7 @@ def test_decode_stream_over_three_inputs_builds_no_plan_over_an_empty_input(buil
     stream = decode_stream(step, lambda items: np.zeros((len(items), 1)), [[1], [2], [3]], max_rows=9,
                            beam_size=3, eos_token_id=0, max_steps=4)
     assert sorted(d.index for d in stream) == [0, 1, 2]
-    assert builds == {"plans": 4, "options": 4, "empty": 0, "configs": 1}  # 3 inputs alone, 1 cohort
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
 
 
 def test_a_configuration_is_checked_without_prompts_and_is_frozen(builds):
@@ -123,15 +124,15 @@ def test_generation_settings_are_mapped_where_the_controls_declare_them():
     pytest.importorskip("transformers")
     from transformers import GenerationConfig
 
-    from beamsearch.core.config import DecodingConfig, controls_of
+    from beamsearch.core.config import DecodingConfig, options_of
     from beamsearch.hf.settings import search_settings
 
-    declared = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
+    declared = {name: c.hf for name, (_, c) in options_of(DecodingConfig).items() if c.hf}
     values = {"max_new_tokens": 7, "num_beams": 4, "num_return_sequences": 2, "length_penalty": 1.5,
               "no_repeat_ngram_size": 3, "min_new_tokens": 2}
     settings = search_settings(GenerationConfig(**values))
     assert set(declared.values()) == set(values)
-    for name, setting in declared.items():  # each read from the setting its control names
+    for name, setting in declared.items():  # each read from the setting its option names
         assert settings["max_new_tokens" if name == "max_steps" else name] == values[setting]
     assert settings["length_penalty"] == "power"  # transformers' float is the power kind's alpha
 
@@ -168,3 +169,24 @@ def test_a_mode_decoded_in_fixed_batches_runs_no_batch_over_no_line(monkeypatch)
     with pytest.raises(ValueError, match="^node_budget must be >= 1; got 0$"):
         next(decode_records(corpus.toy_model(), lines, mode="exact", node_budget=0))
     assert calls == [2]
+
+
+def test_hf_generate_builds_one_plan(builds):
+    # the mode's checks run before the prefill (a bad value is refused before the model runs)
+    # without a plan of their own: the search's plan is the only one (2 before: a dry run)
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from beamsearch import hf
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=49,
+                                  eos_token_id=49, pad_token_id=48)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    prompts = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    out = hf.generate(model, prompts, attention_mask=torch.ones_like(prompts), num_beams=3, max_new_tokens=5)
+    assert len(out.hypotheses) == 3
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}
+    with pytest.raises(ValueError, match=r"^constraints\[0\]\[0\].phrases\[0\] must not hold an eos id"):
+        hf.generate(model, prompts[:1], num_beams=3, max_new_tokens=5, mode="constrained",
+                    force_words_ids=[[[5, 49]]])
+    assert builds["plans"] == 1  # refused before the prefill, with no plan made

@@ -470,13 +470,13 @@ def test_a_mode_registered_later_reaches_generate_without_edits():
     through generate(mode=) with its option; equal to beam_search_batch at that temperature."""
     import dataclasses
 
-    from beamsearch.core.config import control
+    from beamsearch.core.config import option
     from beamsearch.core.mode import Mode
     from beamsearch.modes import registry
 
     @dataclasses.dataclass(frozen=True)
     class SharpOptions:
-        sharpness: float = control(2.0, "logits multiplied by S", metavar="S")
+        sharpness: float = option(2.0, "logits multiplied by S", metavar="S")
 
     def sharp_search(step_fn, init_state, prompts, *, sharpness=2.0, **keywords):
         return beam_search_batch(step_fn, init_state, prompts, temperature=1.0 / sharpness, **keywords)

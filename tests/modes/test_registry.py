@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.modes import registry
 from beamsearch.modes.beam import BEAM
 
@@ -22,15 +22,15 @@ def test_mode_names_the_registered_modes():
 def test_register_refuses_a_taken_name_or_option_and_adds_a_new_mode():
     @dataclasses.dataclass(frozen=True)
     class Shared:
-        alpha: float = control(0.5, "clashes with the shared control")
+        alpha: float = option(0.5, "clashes with the shared control")
 
     @dataclasses.dataclass(frozen=True)
     class Grouped:
-        num_groups: int = control(2, "clashes with diverse's option")
+        num_groups: int = option(2, "clashes with diverse's option")
 
     @dataclasses.dataclass(frozen=True)
     class Fresh:
-        probe_width: int = control(2, "an option of its own")
+        probe_width: int = option(2, "an option of its own")
 
     before = dict(registry.MODES)
     with pytest.raises(ValueError, match=r"^a mode named 'beam' is already registered$"):

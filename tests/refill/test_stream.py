@@ -21,6 +21,7 @@ from beamsearch import (
     transformers_beam_search,
 )
 from beamsearch.core.state import concat_state, pad_axis, select_state
+from beamsearch.modes.beam import greedy_search
 from beamsearch.processors import RepetitionPenalty
 from beamsearch.refill import decode_stream
 from models import SequenceModel, random_table, reference_batch, row_cache_type
@@ -908,3 +909,41 @@ def test_a_dropped_second_cohort_leaves_the_first_one_its_rows_only():
     results = {r.index: r for r in decode_stream(step, _make_state(model), items, max_rows=2, mode="stochastic", k=1,
                                                  seed=0, eos_token_id=EOS, max_steps=4)}
     assert results[1].error is not None and results[0].error is None and len(results[0].hypotheses) == 1
+
+
+BAD_ALONE = [  # (mode, the stream's keywords, a bad input): each input's own options, checked alone
+    ("beam", {"beam_size": 3}, {"prompt": PROMPTS[0], "max_steps": 0}),
+    ("beam", {"beam_size": 3}, {"prompt": PROMPTS[0], "prefix": [1, EOS]}),
+    ("beam", {"beam_size": 3}, {"prompt": PROMPTS[0], "prefix": [1] * (MAX_STEPS + 1)}),
+    ("beam", {"beam_size": 3, "alpha": 300.0}, {"prompt": PROMPTS[0], "max_steps": 10**6}),
+    ("greedy", {}, {"prompt": [], "max_steps": 3}),
+    ("diverse", {"beam_size": 4, "num_groups": 2, "diversity_penalty": 1.0}, {"prompt": "ab"}),
+    ("transformers", {"beam_size": 3}, {"prompt": PROMPTS[0], "prefix": [[1]]}),
+    ("constrained", {"beam_size": 3}, {"prompt": PROMPTS[0], "constraints": [[1, EOS]]}),
+    ("constrained", {"beam_size": 3}, {"prompt": PROMPTS[0], "constraints": [[1, 2, 3]], "max_steps": 3}),
+    ("constrained", {"beam_size": 3}, {"prompt": PROMPTS[0], "constraints": [[1, 2, 3]], "prefix": [3] * 11}),
+    ("constrained", {"beam_size": 3}, {"prompt": PROMPTS[0], "constraints": [AnyOf([])]}),
+    ("constrained", {"beam_size": 3, "ordered": False}, {"prompt": PROMPTS[0], "constraints": "12"}),
+    ("stochastic", {"k": 3, "seed": 1}, {"prompt": PROMPTS[0], "seed": -1}),
+    ("stochastic", {"k": 3, "seed": 1}, {"prompt": PROMPTS[0], "seed": 2**63}),
+    ("stochastic", {"k": 3, "seed": 1}, {"prompt": PROMPTS[0], "seed": "x"}),
+]
+
+
+@pytest.mark.parametrize(("mode", "search", "bad"), BAD_ALONE)
+def test_an_input_checked_alone_fails_as_the_modes_function_fails_on_it(mode, search, bad):
+    # no plan is made of one input: it is checked against the stream's configuration. Oracle: the
+    # mode's public function over that input alone raises the same error, word for word.
+    model = SequenceModel(TABLE)
+    one = {**search, "eos_token_id": EOS, "max_steps": [bad.get("max_steps", MAX_STEPS)]}  # one per input
+    for name in ("prefix", "constraints", "seed"):
+        if name in bad:
+            one[name] = [bad[name]]
+    function = {"greedy": greedy_search, **FUNCS}[mode]
+    with pytest.raises((TypeError, ValueError)) as raised:
+        function(model.step, model.init_state([[0]]), [bad["prompt"]], **one)
+    s = decode_stream(model.step, make_state_for(model), [PROMPTS[1], bad, PROMPTS[2]], max_rows=12, mode=mode,
+                      eos_token_id=EOS, max_steps=MAX_STEPS, **search)
+    got = {r.index: r for r in s}
+    assert type(got[1].error) is raised.type and str(got[1].error) == str(raised.value)
+    assert got[0].error is None and got[2].error is None and s.stats.errors == 1

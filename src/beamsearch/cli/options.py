@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from beamsearch.cli.common import CliError
-from beamsearch.core.config import Control, DecodingConfig, controls_of, flag
+from beamsearch.core.config import DecodingConfig, OptionInfo, flag, options_of
 from beamsearch.corpus.grammar import GrammarOptions
 from beamsearch.corpus.option_files import MAX_GRAMMAR_BYTES, read_option_file
 from beamsearch.modes.registry import MODES
@@ -37,7 +37,7 @@ def _flag_type(annotation: str) -> Any:
     return {"int": int, "float": float}.get(kinds.pop(), str) if len(kinds) == 1 else str
 
 
-def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annotation: str, owner: str) -> None:
+def _add(p: argparse.ArgumentParser, name: str, default: Any, c: OptionInfo, annotation: str, owner: str) -> None:
     """One flag (and its older spellings) for option ``name``; its value is None unless given."""
     shown = "" if default is None or default == () else f" (default {default})"
     # decode reads a saved generation config's settings (hf_defaults), a mode's own as ids are read by hf.generate
@@ -57,8 +57,8 @@ def _add(p: argparse.ArgumentParser, name: str, default: Any, c: Control, annota
 
 def option_names() -> dict[str, str]:
     """Every search option decode offers -> the mode that owns it ("" for the shared ones)."""
-    out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
-    out.update({name: "" for name in controls_of(GrammarOptions)})
+    out = {name: "" for name, (_, c) in options_of(DecodingConfig).items() if c.cli}
+    out.update({name: "" for name in options_of(GrammarOptions)})
     for spec in MODES.values():
         out.update({name: spec.name for name in spec.own})
     return out
@@ -69,12 +69,12 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
     import dataclasses
 
     for f in (*dataclasses.fields(DecodingConfig), *dataclasses.fields(GrammarOptions)):
-        c = f.metadata["control"]
+        c = f.metadata["option"]
         if c.cli:
             _add(p, f.name, f.default, c, str(f.type), "")
     for spec in MODES.values():
         for f in dataclasses.fields(spec.options):
-            _add(p, f.name, f.default, f.metadata["control"], str(f.type), f"{spec.name}: ")
+            _add(p, f.name, f.default, f.metadata["option"], str(f.type), f"{spec.name}: ")
 
 
 def add_control_flags(p: argparse.ArgumentParser, names: tuple[str, ...], **defaults: Any) -> None:
@@ -87,7 +87,7 @@ def add_control_flags(p: argparse.ArgumentParser, names: tuple[str, ...], **defa
     fields = {f.name: f for f in dataclasses.fields(DecodingConfig)}
     for name in names:
         f = fields[name]
-        c, value = f.metadata["control"], defaults.get(name, f.default)
+        c, value = f.metadata["option"], defaults.get(name, f.default)
         p.add_argument(flag(name), *c.aliases, dest=name, type=_flag_type(str(f.type)), default=value,
                        metavar=c.metavar, help=c.help)  # the commands' formatter shows the default
 
@@ -100,7 +100,7 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
         CliError: such a file cannot be read, or is not UTF-8 (exit 2, naming the flag and file).
     """
     out = {name: getattr(args, name) for name in option_names() if getattr(args, name) is not None}
-    for name, (_, c) in controls_of(GrammarOptions).items():
+    for name, (_, c) in options_of(GrammarOptions).items():
         if c.file and name in out:
             out[name] = _file_text(flag(name), out[name])
     return out

@@ -10,8 +10,11 @@ command line's ``decode`` flags, their help and their defaults are generated fro
 ``GenerationConfig`` onto them. A search mode's own options are a dataclass of the same kind in its
 module (:mod:`beamsearch.modes.registry`).
 
-Each field's ``metadata["control"]`` is a :class:`Control`: its help text and how the command line
-and corpus decoding read it.
+Every option field, shared or a mode's own, is declared by :func:`option`; its
+``metadata["option"]`` is an :class:`OptionInfo`: its help text and how the command line and
+corpus decoding read it. ("Control", in the library, names only the shared controls: the fields of
+:class:`DecodingConfig` that every search takes, and the engine's
+:class:`~beamsearch.core.protocols.Controls` made of them.)
 """
 
 from __future__ import annotations
@@ -23,13 +26,12 @@ from typing import Any
 
 from beamsearch.core.penalties import LengthPenalty
 
-__all__ = ["Control", "DecodingConfig", "GRAMMAR_KINDS", "GrammarOptions", "SearchConfig", "SHARED_CONTROLS",
-           "REQUIRED_CONTROLS", "SEARCH_SIZES", "control",
-           "controls_of", "flag"]
+__all__ = ["DecodingConfig", "GRAMMAR_KINDS", "GrammarOptions", "OptionInfo", "PER_BATCH", "REQUIRED_CONTROLS",
+           "SEARCH_SIZES", "SHARED_CONTROLS", "SearchConfig", "flag", "option", "options_of"]
 
 
 @dataclass(frozen=True)
-class Control:
+class OptionInfo:
     """What one option field is to the command line and to corpus decoding.
 
     Attributes:
@@ -66,11 +68,11 @@ class Control:
     file: bool = False
 
 
-def control(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field with a :class:`Control` (its ``metadata["control"]``)."""
+def option(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with an :class:`OptionInfo` (its ``metadata["option"]``)."""
     if isinstance(default, (list, dict, set)):
         raise TypeError("an option's default must be immutable")
-    return field(default=default, metadata={"control": Control(help, **kw)})
+    return field(default=default, metadata={"option": OptionInfo(help, **kw)})
 
 
 @dataclass(frozen=True)
@@ -83,37 +85,37 @@ class DecodingConfig:
     checks its arguments once, at its entry, naming the keyword.
     """
 
-    eos_token_id: int | Sequence[int] | None = control(
+    eos_token_id: int | Sequence[int] | None = option(
         None, "the token, or tokens, that finish a hypothesis", cli=False, required=True)
-    max_steps: int | Sequence[int] | None = control(
+    max_steps: int | Sequence[int] | None = option(
         None, "the most tokens generated per output (one int, or one per input)", metavar="N|A*len+B",
         required=True, hf="max_new_tokens")
-    beam_size: int = control(5, "beam size: the live rows per input", aliases=("--beam",), hf="num_beams")
-    n_best: int = control(1, "outputs per input (<= the beam size)", hf="num_return_sequences")
-    length_penalty: str = control(
+    beam_size: int = option(5, "beam size: the live rows per input", aliases=("--beam",), hf="num_beams")
+    n_best: int = option(1, "outputs per input (<= the beam size)", hf="num_return_sequences")
+    length_penalty: str = option(
         "gnmt", "the length penalty: gnmt ((5 + len) / 6) ** alpha, or power len ** alpha",
         choices=tuple(LengthPenalty.KINDS))
-    alpha: float = control(0.6, "the length penalty's strength (>= 0; 0: the logprob)", metavar="A",
-                           hf="length_penalty")
-    no_repeat_ngram_size: int = control(0, "no n-gram of N tokens twice in an output (0: off)", metavar="N",
-                                        aliases=("--no-repeat-ngram",), hf="no_repeat_ngram_size")
-    min_new_tokens: int = control(0, "no end token (or stop sequence) before M tokens", metavar="M",
-                                  hf="min_new_tokens")
-    temperature: float = control(1.0, "logits divided by T before scoring", metavar="T")
-    top_k: int | None = control(None, "only each row's K best tokens extend it", metavar="K")
-    stop_sequences: Sequence[Any] = control(
+    alpha: float = option(0.6, "the length penalty's strength (>= 0; 0: the logprob)", metavar="A",
+                          hf="length_penalty")
+    no_repeat_ngram_size: int = option(0, "no n-gram of N tokens twice in an output (0: off)", metavar="N",
+                                       aliases=("--no-repeat-ngram",), hf="no_repeat_ngram_size")
+    min_new_tokens: int = option(0, "no end token (or stop sequence) before M tokens", metavar="M",
+                                 hf="min_new_tokens")
+    temperature: float = option(1.0, "logits divided by T before scoring", metavar="T")
+    top_k: int | None = option(None, "only each row's K best tokens extend it", metavar="K")
+    stop_sequences: Sequence[Any] = option(
         (), "an output ending with TEXT is finished, as with the end token (repeatable)", metavar="TEXT",
         texts=True, aliases=("--stop-sequence",))
-    bos_token_id: int | None = control(None, "stands in for an empty prompt", cli=False)
-    logits_processors: Sequence[Any] = control((), "processor(logits, ctx) -> logits, after the built-in ones",
-                                               cli=False)
-    prefix: Sequence[Sequence[int]] | None = control(
+    bos_token_id: int | None = option(None, "stands in for an empty prompt", cli=False)
+    logits_processors: Sequence[Any] = option((), "processor(logits, ctx) -> logits, after the built-in ones",
+                                              cli=False)
+    prefix: Sequence[Sequence[int]] | None = option(
         None, "per input: token ids forced as its first generated tokens (and scored)", cli=False)
-    early_stop: bool = control(True, "stop an input once no live row can beat its n_best-th output (lossless)",
-                               cli=False)
-    return_token_logprobs: bool = control(False, "each output also carries token_logprobs",
-                                          aliases=("--token-logprobs",))
-    pad_token_id: int | None = control(None, "fills the padded result arrays; never changes the search", cli=False)
+    early_stop: bool = option(True, "stop an input once no live row can beat its n_best-th output (lossless)",
+                              cli=False)
+    return_token_logprobs: bool = option(False, "each output also carries token_logprobs",
+                                         aliases=("--token-logprobs",))
+    pad_token_id: int | None = option(None, "fills the padded result arrays; never changes the search", cli=False)
 
     @property
     def penalty(self) -> LengthPenalty:
@@ -130,10 +132,10 @@ class DecodingConfig:
         return dataclasses.replace(self, **changes)
 
 
-def controls_of(options: type) -> dict[str, tuple[Any, Control]]:
-    """``name -> (default, Control)`` of an options dataclass (:class:`DecodingConfig`, or a
+def options_of(options: type) -> dict[str, tuple[Any, OptionInfo]]:
+    """``name -> (default, OptionInfo)`` of an options dataclass (:class:`DecodingConfig`, or a
     mode's options), in field order."""
-    return {f.name: (f.default, f.metadata["control"]) for f in dataclasses.fields(options)}
+    return {f.name: (f.default, f.metadata["option"]) for f in dataclasses.fields(options)}
 
 
 def flag(name: str) -> str:
@@ -150,13 +152,13 @@ class GrammarOptions:
     ``beamsearch decode`` take them by name (their help is the flags'; a grammar flag names a
     file), :func:`beamsearch.hf.generate` as keywords (a schema dict, a catalogue object too)."""
 
-    json_schema: Any = control(
+    json_schema: Any = option(
         None, "every output is JSON valid under the JSON Schema in FILE (compact, keys in the schema's order; "
         "docs/grammar.md; a regular file of at most 16 MiB)", metavar="FILE", file=True)
-    grammar: str | None = control(None, "every output is a text of the Lark grammar in FILE (rule start; a regular "
-                                  "file of at most 16 MiB)", metavar="FILE", file=True)
-    regex: str | None = control(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
-    catalogue: str | None = control(
+    grammar: str | None = option(None, "every output is a text of the Lark grammar in FILE (rule start; a regular "
+                                 "file of at most 16 MiB)", metavar="FILE", file=True)
+    regex: str | None = option(None, "every output fully matches the regular expression PATTERN", metavar="PATTERN")
+    catalogue: str | None = option(
         None, "every output is an entry of the catalogue in FILE, then eos: a safetensors file of "
         "Catalogue.save, else a text file with one entry per line, its token ids separated by spaces "
         "(docs/retrieval.md); a regular file of at most 1 GiB", metavar="FILE")
@@ -169,11 +171,15 @@ SEARCH_SIZES = ("beam_size", "n_best", "early_stop", "return_token_logprobs", "p
 """The fields that size a search and shape its results rather than process its logits: a mode
 takes those that apply to it beside the shared controls (its plan function's own keywords)."""
 
-SHARED_CONTROLS = tuple(name for name in controls_of(DecodingConfig) if name not in SEARCH_SIZES)
+SHARED_CONTROLS = tuple(name for name in options_of(DecodingConfig) if name not in SEARCH_SIZES)
 """The keywords of :func:`beamsearch.beam_search_batch` that every search mode takes as
 ``**controls`` (the rules of SPEC section 10, and the length penalty)."""
 
-REQUIRED_CONTROLS = tuple(name for name, (_, c) in controls_of(DecodingConfig).items() if c.required)
+PER_BATCH = frozenset({"max_steps", "prefix"})
+"""The shared controls that each batch checks with its prompts (one value per input), not the
+configuration alone."""
+
+REQUIRED_CONTROLS = tuple(name for name, (_, c) in options_of(DecodingConfig).items() if c.required)
 """The controls a search cannot run without."""
 
 
@@ -190,12 +196,16 @@ class SearchConfig:
         options: the mode's own options (an instance of its options dataclass).
         given: the names given (shared or own): :meth:`keywords` passes on these, so a mode's
             function keeps its own default for what was not given.
+        checked: the shared controls that no prompt changes, as checked where the configuration was
+            built (a :class:`~beamsearch.core.plan.CheckedControls`): a batch's controls are made of
+            them and are not checked again (None: not checked yet).
     """
 
     mode: str
     controls: DecodingConfig
     options: Any
     given: frozenset[str]
+    checked: Any = field(default=None, compare=False, repr=False)
 
     def value(self, name: str) -> Any:
         """The value of a shared control, size or own option ``name``."""
@@ -210,7 +220,8 @@ class SearchConfig:
         """A copy with ``changes`` (shared or own names; each counts as given), such as a cohort's
         own ``max_steps`` and ``prefix``: values that the plan of each batch checks."""
         own = {f.name for f in dataclasses.fields(self.options)}
+        kept = self.checked if set(changes) <= own | PER_BATCH else None  # a changed prompt-free control: unchecked
         return SearchConfig(self.mode, dataclasses.replace(self.controls, **{k: v for k, v in changes.items()
                                                                               if k not in own}),
                             dataclasses.replace(self.options, **{k: v for k, v in changes.items() if k in own}),
-                            self.given | frozenset(changes))
+                            self.given | frozenset(changes), kept)

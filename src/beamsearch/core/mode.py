@@ -4,7 +4,7 @@
 of modes reads that list: refill (:func:`beamsearch.refill.decode_stream`), corpus decoding
 (:func:`beamsearch.corpus.decode_records`), the command line (``decode --mode``, its flags and
 ``--help``). A mode's own options are a dataclass whose fields carry a
-:class:`~beamsearch.core.config.Control` (as :class:`~beamsearch.core.config.DecodingConfig`'s do),
+:class:`~beamsearch.core.config.OptionInfo` (as :class:`~beamsearch.core.config.DecodingConfig`'s do),
 so their flags and help come from the mode's module too.
 """
 
@@ -24,7 +24,7 @@ from beamsearch.core.config import (
     SHARED_CONTROLS,
     DecodingConfig,
     SearchConfig,
-    controls_of,
+    options_of,
 )
 
 __all__ = ["Mode", "NoOptions"]
@@ -43,7 +43,7 @@ class Mode:
         name: what ``mode=`` and ``--mode`` call it.
         summary: one line for ``--help`` and the docs.
         function: the public batch function (``function(step_fn, init_state, prompts, **keywords)``).
-        options: the dataclass of the mode's own options (each field with a ``Control``).
+        options: the dataclass of the mode's own options (each field with an ``OptionInfo``).
         sizes: the fields of :data:`~beamsearch.core.config.SEARCH_SIZES` it takes (``beam_size``,
             ``n_best``, ...); every shared control not in ``refused`` it takes too.
         refused: shared control or size -> why the mode does not take it.
@@ -69,6 +69,12 @@ class Mode:
             prompt changes (:meth:`configure`; its plan or batch function makes them too), each
             error naming the keyword; ``keywords`` holds the function's defaults for those not
             given. Without it, they are checked with each batch only (in a stream: per input).
+        check_input: refill: ``check_input(keywords, inputs) -> ((name, ids), ...)``, the checks of
+            the options one input gives for itself (constrained's ``constraints``, stochastic's
+            ``seed``): ``keywords`` are its plan's (the stream's, with its own), ``inputs`` its
+            checked :class:`~beamsearch.controls.shared.Inputs`; returns the token ids those
+            options name, for the ``[0, V)`` check. An input of a stream is checked alone this
+            way, not by a plan of its own (None: the mode has no such option).
     """
 
     name: str
@@ -87,6 +93,7 @@ class Mode:
     stream_only: frozenset[str] = frozenset()
     defaults: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Mapping[str, Any]], object] | None = None
+    check_input: Callable[[Mapping[str, Any], Any], tuple[tuple[str, Any], ...]] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sizes) - set(SEARCH_SIZES))
@@ -97,8 +104,8 @@ class Mode:
 
     @property
     def own(self) -> dict[str, Any]:
-        """The mode's own options: name -> (default, Control)."""
-        return controls_of(self.options)
+        """The mode's own options: name -> (default, OptionInfo)."""
+        return options_of(self.options)
 
     def takes(self, name: str) -> bool:
         """Whether a shared control, size or own option applies to this mode."""
@@ -142,17 +149,17 @@ class Mode:
         sizes = {k: v for k, v in keywords.items() if k in self.sizes}
         shared = {k: v for k, v in keywords.items() if k not in own and k not in sizes}
         check.keywords(self.function.__name__, shared, SHARED_CONTROLS, REQUIRED_CONTROLS, dict(self.refused))
-        fields = controls_of(DecodingConfig)
+        fields = options_of(DecodingConfig)
         controls = DecodingConfig(**{**{k: v for k, v in defaults.items() if k in fields}, **shared, **sizes})
-        check_controls(controls)
-        return SearchConfig(self.name, controls, self.options(**own), frozenset(keywords))
+        checked = check_controls(controls)
+        return SearchConfig(self.name, controls, self.options(**own), frozenset(keywords), checked)
 
     def default(self, name: str) -> Any:
         """The default of a shared control, size or own option ``name`` in this mode: its entry in
         ``defaults`` (greedy's ``alpha``), else the field's. The one place a mode's default is read."""
         if name in self.defaults:
             return self.defaults[name]
-        return {**controls_of(DecodingConfig), **self.own}[name][0]
+        return {**options_of(DecodingConfig), **self.own}[name][0]
 
     def option_defaults(self) -> dict[str, Any]:
         """The mode's own options at their defaults."""

@@ -143,14 +143,16 @@ def checked_controls(c: DecodingConfig) -> CheckedControls:
     return CheckedControls(eos, bos, penalty, temperature, top_k, ngram, user, m, stops)
 
 
-def check_controls(config: DecodingConfig) -> None:
+def check_controls(config: DecodingConfig) -> CheckedControls:
     """Check the shared controls of ``config`` that no prompt changes (:func:`checked_controls`),
     one ``max_steps`` for every input, and the length penalty's strength at one step. A
     configuration is checked once, where it is built (:meth:`beamsearch.core.mode.Mode.configure`);
     the prompts, ``max_steps`` per input and the prefix are checked with each batch
-    (:func:`beamsearch.controls.shared.options`)."""
+    (:func:`beamsearch.controls.shared.options`). Returns the checked controls (a configuration
+    keeps them: :attr:`beamsearch.core.config.SearchConfig.checked`)."""
     checked = checked_controls(config)
     steps = config.max_steps
     if isinstance(steps, (str, bytes)) or not hasattr(steps, "__len__"):  # one limit for every input
         check.max_steps(steps, 0)
     check.penalty_strength("alpha", config.alpha, checked.penalty, 1)
+    return checked

@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.config import DecodingConfig, options_of
 from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_crc
 from beamsearch.corpus.lines import Line, shown
 from beamsearch.corpus.models import CorpusModel
@@ -176,7 +176,7 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
 
     spec = registry.mode(search.get("mode", "beam"))
     options: dict[str, Any] = {"mode": spec.name, "max_tokens": search.get("max_tokens")}
-    for name, (_, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+    for name, (_, c) in {**options_of(DecodingConfig), **spec.own}.items():
         if name in search or (c.cli and spec.takes(name)):
             options[name] = search.get(name, spec.default(name))
     options.update({name: search[name] for name in GRAMMAR_OPTIONS if search.get(name) is not None})

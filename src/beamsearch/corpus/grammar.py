@@ -12,14 +12,14 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions, controls_of
+from beamsearch.core.config import GRAMMAR_KINDS, GrammarOptions, options_of
 from beamsearch.corpus.option_files import MAX_CATALOGUE_BYTES, check_option_file
 
 __all__ = ["GRAMMAR_KINDS", "GRAMMAR_OPTIONS", "GrammarOptions", "catalogue_crc", "catalogue_processors",
            "grammar_processors", "with_constraints"]
 
 
-GRAMMAR_OPTIONS = tuple(controls_of(GrammarOptions))
+GRAMMAR_OPTIONS = tuple(options_of(GrammarOptions))
 
 
 def grammar_processors(model: Any, options: dict[str, Any]) -> list[Any]:

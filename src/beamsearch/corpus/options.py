@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.config import DecodingConfig, options_of
 from beamsearch.core.mode import Mode
 from beamsearch.corpus.grammar import GRAMMAR_OPTIONS, catalogue_processors, grammar_processors
 from beamsearch.corpus.lines import Line, shown
@@ -75,7 +75,7 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
                               "max_steps": steps if isinstance(steps, int) else model.max_steps}
     if isinstance(steps, LengthRule):
         search["length_rule"] = steps
-    for name, (_, c) in controls_of(DecodingConfig).items():
+    for name, (_, c) in options_of(DecodingConfig).items():
         if c.cli and name != "max_steps" and (name in options or spec.takes(name)):
             search[name] = options.get(name, spec.default(name))
     for name, (default, c) in spec.own.items():
@@ -84,7 +84,7 @@ def search_keywords(model: CorpusModel, spec: Mode, options: dict[str, Any]) -> 
             needed = [n for n, (_, o) in spec.own.items() if o.required]
             raise ValueError(f"mode {spec.name!r} needs {' and '.join(needed)}; got "
                              + ", ".join(f"{n}={options.get(n)!r}" for n in needed))
-    for name, (_, c) in {**controls_of(DecodingConfig), **spec.own}.items():
+    for name, (_, c) in {**options_of(DecodingConfig), **spec.own}.items():
         if c.texts and name in search:
             search[name] = texts_ids(model, search[name], name)
     return search
@@ -94,7 +94,7 @@ def corpus_options() -> dict[str, str]:
     """The options :func:`decode_records` takes by name -> the mode that owns it ("" for the
     shared controls): the fields of :class:`~beamsearch.core.config.DecodingConfig` the command
     line offers, the grammar options, and every registered mode's own options."""
-    out = {name: "" for name, (_, c) in controls_of(DecodingConfig).items() if c.cli}
+    out = {name: "" for name, (_, c) in options_of(DecodingConfig).items() if c.cli}
     out.update({name: "" for name in GRAMMAR_OPTIONS})
     for spec in registry.MODES.values():
         out.update({name: spec.name for name in spec.own})

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig
 
+from beamsearch.controls.shared import check_batch
 from beamsearch.core import validate as check
 from beamsearch.core.config import GrammarOptions
 from beamsearch.core.hypothesis import BatchResults
@@ -349,8 +350,8 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
-    if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (its plan is rebuilt)
-        spec.plan([[0]] * len(rows) if encoder_decoder else rows, **search)
+    if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (no plan made of them)
+        check_batch(spec, search, [[0]] * len(rows) if encoder_decoder else rows)
     steps = step_outputs(spec, search, cfg, processed=rule)  # its refusal too, before the prefill
     if steps is not None and steps.tap is not None:
         search["logits_processors"] = [*search["logits_processors"], steps.tap]

@@ -3,7 +3,7 @@ gets: the registry (:mod:`beamsearch.modes.registry`) read for ``generate``'s se
 
 The mode: ``mode=NAME`` names any registered one; without it, the settings choose, as
 ``model.generate``'s did: a mode's own option given as a keyword (``constraints=``, ``seed=``,
-...), or the ``GenerationConfig`` setting that option's :class:`~beamsearch.core.config.Control`
+...), or the ``GenerationConfig`` setting that option's :class:`~beamsearch.core.config.OptionInfo`
 names (``hf=``: ``num_beam_groups`` / ``diversity_penalty`` for diverse beam search,
 ``force_words_ids`` for constrained beam search) set away from ``generate``'s default, selects its
 mode; otherwise ``num_beams=1`` is greedy decoding and more beams are beam search.
@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.config import DecodingConfig, options_of
 from beamsearch.core.mode import Mode
 from beamsearch.modes.constrained import AnyOf
 from beamsearch.modes.registry import MODES
@@ -31,7 +31,7 @@ from beamsearch.modes.registry import mode as registered
 __all__ = ["choose_mode", "config_keywords", "generate_rule", "mode_keywords", "once_per_solution", "own_options"]
 
 # the GenerationConfig setting each shared control is read from (num_beams for beam_size, ...)
-_SETTING = {name: c.hf for name, (_, c) in controls_of(DecodingConfig).items() if c.hf}
+_SETTING = {name: c.hf for name, (_, c) in options_of(DecodingConfig).items() if c.hf}
 
 
 def own_options(overrides: dict[str, Any]) -> dict[str, Any]:

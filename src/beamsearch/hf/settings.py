@@ -13,7 +13,7 @@ from typing import Any
 from transformers import GenerationConfig
 
 from beamsearch.core import validate as check
-from beamsearch.core.config import DecodingConfig, controls_of
+from beamsearch.core.config import DecodingConfig, options_of
 
 __all__ = ["SEARCH_SETTINGS", "generate_defaults", "other_settings", "saved_generation_config", "search_settings"]
 
@@ -46,7 +46,7 @@ def search_settings(generation_config: GenerationConfig) -> dict[str, Any]:
         if getattr(cfg, name, None) is None:  # checks are those of generate's own modes)
             setattr(cfg, name, value)
     out: dict[str, Any] = {name: _READ[name](c.hf, getattr(cfg, c.hf))
-                           for name, (_, c) in controls_of(DecodingConfig).items() if c.hf is not None}
+                           for name, (_, c) in options_of(DecodingConfig).items() if c.hf is not None}
     out["length_penalty"] = "power"  # transformers' float length_penalty is the strength of len ** alpha
     out["max_new_tokens"] = out.pop("max_steps")
     return out
@@ -59,13 +59,13 @@ _READ = {"max_steps": lambda setting, v: None if v is None else check.at_least(s
          "no_repeat_ngram_size": lambda setting, v: check.at_least(setting, v or 0, 0),
          "min_new_tokens": lambda setting, v: check.at_least(setting, v or 0, 0)}
 """How each shared control reads its ``GenerationConfig`` setting (the setting is the control's
-``Control.hf``, declared once in :class:`~beamsearch.core.config.DecodingConfig`): unset counts as
+``OptionInfo.hf``, declared once in :class:`~beamsearch.core.config.DecodingConfig`): unset counts as
 ``generate``'s default, each checked and named as the setting."""
 
 
 # the settings search_settings maps (each shared control's hf name), and those of a generation config that
 # change no search
-SEARCH_SETTINGS = tuple(c.hf for _, c in controls_of(DecodingConfig).values() if c.hf)
+SEARCH_SETTINGS = tuple(c.hf for _, c in options_of(DecodingConfig).values() if c.hf)
 _NOT_SEARCH = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id", "transformers_version",
                "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
                "output_attentions", "output_hidden_states", "output_scores", "output_logits", "early_stopping")

@@ -12,15 +12,15 @@ The strategy is :class:`beamsearch.strategies.constrained.ConstrainedBeam` on th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from beamsearch.controls.shared import Options, mode_options
+from beamsearch.controls.shared import Inputs, Options, mode_options
 from beamsearch.core import validate as check
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
@@ -129,7 +129,22 @@ def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[
     beam_size, n_best = check.search_sizes(beam_size, n_best)
     ordered = check.flag("ordered", ordered)
     opts = mode_options("constrained_beam_search", prompts, controls, _REFUSED)
-    cons, named = _constraints(constraints, len(opts.prompts), opts.controls.eos)
+    trackers, named = _trackers(constraints, ordered, opts.controls.eos, controls.get("prefix"),
+                                opts.controls.max_steps)
+    checks = opts.controls.vocab_checks + tuple(named)
+    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.scoring)
+    bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
+    finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
+    return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
+                pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
+
+
+def _trackers(constraints: Any, ordered: bool, eos: np.ndarray, prefix: Any, max_steps: np.ndarray
+              ) -> tuple[Trackers, list[tuple[str, list[int]]]]:
+    """The trackers of each input's ``constraints`` (one list per input, ``max_steps`` ``[N]``
+    long), checked: met within each input's ``max_steps`` after its ``prefix``; and the phrases
+    named for the ``[0, V)`` check (:func:`_constraints`)."""
+    cons, named = _constraints(constraints, max_steps.shape[0], eos)
     try:
         trackers = Trackers.build(cons, ordered)
     except TooManyStates as e:
@@ -137,13 +152,14 @@ def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[
         raise ValueError(f"constraints[{i}] need more than {MAX_STATES} tracker states "
                          f"({len(cons[i])} unordered constraints); use fewer or ordered=True") from None
     if cons:
-        _check_fit(trackers, controls.get("prefix"), opts.controls.max_steps)
-    checks = opts.controls.vocab_checks + tuple(named)
-    opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.scoring)
-    bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
-    return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
-                pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
+        _check_fit(trackers, prefix, max_steps)
+    return trackers, named
+
+
+def _input_checks(keywords: Mapping[str, Any], inputs: Inputs) -> tuple[tuple[str, Any], ...]:
+    """One input of a stream: its own ``constraints`` checked (:func:`_trackers`), their phrases named."""
+    ordered = bool(keywords.get("ordered", ConstrainedOptions.ordered))  # checked with the configuration
+    return tuple(_trackers(keywords["constraints"], ordered, inputs.eos, inputs.prefix, inputs.max_steps)[1])
 
 
 def _constraints(value: Any, n_inputs: int, eos: np.ndarray
@@ -205,16 +221,17 @@ def _check_fit(trackers: Trackers, prefix: Any, max_steps: np.ndarray) -> None:
 class ConstrainedOptions:
     """The options of constrained beam search, beside the shared controls and sizes."""
 
-    constraints: Any = control((), "every output contains TEXT (target tokens); repeatable; a JSON line's own "
+    constraints: Any = option((), "every output contains TEXT (target tokens); repeatable; a JSON line's own "
                                    "constraints (texts, or lists of texts for alternatives) replace these",
                                metavar="TEXT", texts=True, aliases=("--constraint",),
                                hf="force_words_ids")
-    ordered: bool = control(False, "the constraints appear in the given order", aliases=("--ordered-constraints",))
+    ordered: bool = option(False, "the constraints appear in the given order", aliases=("--ordered-constraints",))
 
 
 CONSTRAINED = Mode("constrained", "constrained beam search: every output contains the constraints",
                    constrained_beam_search, plan=constrained_plan, options=ConstrainedOptions,
                    rows=lambda keywords: keywords["beam_size"], refused=_REFUSED, per_input={"constraints": []},
+                   check_input=_input_checks,
                    sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"),
                    check=lambda kw: (check.search_sizes(kw["beam_size"], kw["n_best"]),
                                      check.flag("ordered", kw["ordered"])))

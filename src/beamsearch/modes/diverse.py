@@ -9,7 +9,7 @@ from typing import Any
 
 from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
@@ -125,9 +125,9 @@ def _checked(beam_size: Any, n_best: Any, num_groups: Any, diversity_penalty: An
 class DiverseOptions:
     """The options of diverse beam search, beside the shared controls and sizes."""
 
-    num_groups: int | None = control(None, "groups (divides the beam size)", metavar="G", required=True,
-                                     aliases=("--groups",), hf="num_beam_groups")
-    diversity_penalty: float | None = control(None, "the Hamming diversity penalty", metavar="P", required=True,
+    num_groups: int | None = option(None, "groups (divides the beam size)", metavar="G", required=True,
+                                    aliases=("--groups",), hf="num_beam_groups")
+    diversity_penalty: float | None = option(None, "the Hamming diversity penalty", metavar="P", required=True,
                                              hf="diversity_penalty")
 
 

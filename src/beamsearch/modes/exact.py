@@ -50,7 +50,7 @@ from beamsearch.controls.shared import mode_options
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.core.beam import Trail
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
@@ -222,10 +222,10 @@ class ExactOptions:
     """The options of exact search, beside the shared controls and ``n_best`` (``batch_rows``
     is the runner's: its rows per model call)."""
 
-    node_budget: int = control(100_000, "the most rows of one input passed to the model, the seed beam's and the "
+    node_budget: int = option(100_000, "the most rows of one input passed to the model, the seed beam's and the "
                                         "branch and bound's together; beyond it the best found, proven false",
                                metavar="N")
-    seed_beam: int = control(4, "the beam size of the seed search (max(seed_beam, n_best) is used)", metavar="K")
+    seed_beam: int = option(4, "the beam size of the seed search (max(seed_beam, n_best) is used)", metavar="K")
 
 
 def _fixed_batch(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], max_rows: int,

@@ -30,9 +30,9 @@ def register(spec: Mode) -> Mode:
     option names or a shared control's: one name, one meaning, one flag)."""
     if spec.name in MODES:
         raise ValueError(f"a mode named {spec.name!r} is already registered")
-    from beamsearch.core.config import DecodingConfig, controls_of
+    from beamsearch.core.config import DecodingConfig, options_of
 
-    taken = {name: "the shared controls" for name in controls_of(DecodingConfig)}
+    taken = {name: "the shared controls" for name in options_of(DecodingConfig)}
     for other in MODES.values():
         taken.update({name: f"mode {other.name!r}" for name in other.own})
     for name in spec.own:

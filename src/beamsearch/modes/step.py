@@ -22,7 +22,7 @@ import numpy as np
 
 from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import StepFn, carriers, run
 from beamsearch.core.mode import Mode
 from beamsearch.core.penalties import LENGTH_PENALTIES
@@ -291,19 +291,19 @@ class StepOptions:
     """The options of step search, beside the shared controls (``max_steps`` is the segment limit,
     ``stop_sequences`` the step delimiters)."""
 
-    scorer: Any = control(None, "the scorer, module:function (scorer(prompts, partial_solutions) -> scores)",
-                          metavar="MODULE:FUNCTION", required=True)
-    n: int = control(4, "candidates per prompt and round", metavar="N")
-    m: int = control(1, "expansions of each partial solution kept (n / m go on)", metavar="M")
-    rounds: int = control(1, "the most rounds (segments per solution)", metavar="R")
-    expansion: str = control("sample", "how a partial solution is expanded", choices=EXPANSIONS)
-    aggregation: str = control("last", "a solution's score from its step scores", choices=AGGREGATIONS)
-    dvts: bool = control(False, "diverse verifier tree search: n / m independent subtrees")
-    sample_seed: int | None = control(None, "the seed of the sampled segments", metavar="S")
-    top_p: float = control(1.0, "nucleus filtering of the sampled segments", metavar="P", hf="top_p",
-                           selects_mode=False)  # generate's top_p: the sampled segments' with mode="step"
-    token_budget: int | None = control(None, "per prompt, the most tokens generated (model rows)", metavar="T")
-    scored_budget: int | None = control(None, "per prompt, the most candidates scored", metavar="C")
+    scorer: Any = option(None, "the scorer, module:function (scorer(prompts, partial_solutions) -> scores)",
+                         metavar="MODULE:FUNCTION", required=True)
+    n: int = option(4, "candidates per prompt and round", metavar="N")
+    m: int = option(1, "expansions of each partial solution kept (n / m go on)", metavar="M")
+    rounds: int = option(1, "the most rounds (segments per solution)", metavar="R")
+    expansion: str = option("sample", "how a partial solution is expanded", choices=EXPANSIONS)
+    aggregation: str = option("last", "a solution's score from its step scores", choices=AGGREGATIONS)
+    dvts: bool = option(False, "diverse verifier tree search: n / m independent subtrees")
+    sample_seed: int | None = option(None, "the seed of the sampled segments", metavar="S")
+    top_p: float = option(1.0, "nucleus filtering of the sampled segments", metavar="P", hf="top_p",
+                          selects_mode=False)  # generate's top_p: the sampled segments' with mode="step"
+    token_budget: int | None = option(None, "per prompt, the most tokens generated (model rows)", metavar="T")
+    scored_budget: int | None = option(None, "per prompt, the most candidates scored", metavar="C")
 
 
 def _fixed_batch(step_fn: StepFn, init_state: Any, prompts: list[list[int]], max_rows: int,

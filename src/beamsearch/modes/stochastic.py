@@ -11,7 +11,7 @@ import numpy as np
 
 from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.mode import Mode
@@ -250,8 +250,8 @@ def _samples(outcome: Outcome, state: StochasticState, n: int, k: int, token_log
 class StochasticOptions:
     """The options of stochastic beam search, beside the shared controls."""
 
-    k: int | None = control(None, "samples per input, without replacement", metavar="K", required=True)
-    seed: int | None = control(None, "the seed (input i of a stream gets the noise of input i of one search over "
+    k: int | None = option(None, "samples per input, without replacement", metavar="K", required=True)
+    seed: int | None = option(None, "the seed (input i of a stream gets the noise of input i of one search over "
                                      "all of them)", metavar="S")
 
 
@@ -261,6 +261,12 @@ def _stream_seed(given: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("seed of decode_stream is one int; per-input seeds go in the input dicts "
                          f"({{'prompt': ..., 'seed': ...}}); got seed={given['seed']!r:.60}")
     return {"seed": base_seed(given.get("rng"), given.get("seed"))}
+
+
+def _input_checks(keywords: Mapping[str, Any], inputs: Any) -> tuple[tuple[str, Any], ...]:
+    """One input of a stream: its own ``seed`` checked (the stream's seed was, at its start); no token ids."""
+    _entropy(None, keywords["seed"], np.asarray(keywords.get("positions", [0]), np.int64).reshape(1))
+    return ()
 
 
 def _cohort_seeds(fields: list[dict[str, Any]], positions: np.ndarray, stream: Mapping[str, Any]) -> dict[str, Any]:
@@ -274,6 +280,7 @@ def _cohort_seeds(fields: list[dict[str, Any]], positions: np.ndarray, stream: M
 STOCHASTIC = Mode("stochastic", "stochastic beam search: k samples per input without replacement",
                   stochastic_beam_search, plan=stochastic_plan, options=StochasticOptions,
                   rows=lambda keywords: keywords["k"], refused=_REFUSED, per_input={"seed": None},
-                  cohort=_cohort_seeds, start=_stream_seed, stream_only=frozenset({"seed", "rng"}),
+                  cohort=_cohort_seeds, start=_stream_seed, check_input=_input_checks,
+                  stream_only=frozenset({"seed", "rng"}),
                   sizes=("return_token_logprobs", "pad_token_id"), check=lambda kw: check.at_least("k", kw["k"], 1))
 """Stochastic beam search (:func:`stochastic_beam_search`)."""

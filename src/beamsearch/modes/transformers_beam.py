@@ -12,7 +12,7 @@ from typing import Any
 
 from beamsearch.controls.shared import mode_options
 from beamsearch.core import validate as check
-from beamsearch.core.config import control
+from beamsearch.core.config import option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
@@ -137,7 +137,7 @@ _REFUSED = {"temperature": "generate's beam search divides by a temperature only
 class TransformersOptions:
     """The option of ``generate``'s beam search rule, beside the shared controls and sizes."""
 
-    early_stopping: str | bool = control(
+    early_stopping: str | bool = option(
         False, "generate's early_stopping: true, false (its heuristic) or never", choices=("false", "true", "never"),
         hf="early_stopping", selects_mode=False)
 

@@ -214,7 +214,7 @@ class Flight:
             bad = []
             for i in cohort.inputs:  # setup of the first call: a few ids per input
                 try:
-                    model_checks.token_ids_below(i.plan.opts.controls.vocab_checks, vocab)
+                    model_checks.token_ids_below(i.vocab_checks, vocab)
                 except ValueError as error:
                     bad.append(Decoded(i.index, [], error))
             if bad:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from beamsearch.core.hypothesis import Hypothesis
-from beamsearch.core.plan import Plan
 
 MakeState = Callable[[list[Any]], Any]
 """``make_state(items) -> state`` with one row per item (the items as the stream gave them)."""
@@ -77,5 +76,5 @@ class Input:
     index: int
     fields: dict[str, Any]
     item: Any
-    plan: Plan
+    vocab_checks: tuple[tuple[str, Any], ...]  # its token ids, for the [0, V) check at its first call
     width: int  # the most positions one of its rows can hold: prompt + max_steps

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from beamsearch.controls.shared import checked_inputs
 from beamsearch.core import model_checks
 from beamsearch.core import validate as check
 from beamsearch.core.config import SearchConfig
@@ -43,7 +44,7 @@ class Stream(Iterator[Decoded]):
                  max_tokens: int | None = None) -> None:
         assert mode.plan is not None, f"mode {mode.name!r} has no plan: only refill_modes() run in a stream"
         self._step_fn, self._make_state, self._mode, self._plan_of = step_fn, make_state, mode, mode.plan
-        self._max_tokens = max_tokens
+        self._max_tokens, self._config = max_tokens, config
         self._search, self._stream = config.keywords(), stream
         self._rows = rows_within(mode, config, max_rows)
         self._join_rows = min_join * self._rows  # the room a join waits for (over max_rows: none in flight)
@@ -60,31 +61,42 @@ class Stream(Iterator[Decoded]):
         """Stop decoding (nothing more is read from the inputs)."""
         self._run.close()
 
-    def _plan(self, fields: list[dict[str, Any]], index: np.ndarray) -> Plan:
-        """The plan of inputs ``fields`` (at stream positions ``index``): the stream's keywords
-        with each input's own ``max_steps``, ``prefix`` and the mode's per-input options
+    def _keywords(self, fields: list[dict[str, Any]], index: np.ndarray) -> dict[str, Any]:
+        """The plan keywords of inputs ``fields`` (at stream positions ``index``): the stream's
+        keywords with each input's own ``max_steps``, ``prefix`` and the mode's per-input options
         (:meth:`~beamsearch.core.mode.Mode.cohort_keywords`: constrained's ``constraints``,
         stochastic's ``seed``)."""
         kwargs = per_input(self._search, fields)
         kwargs.update(self._mode.cohort_keywords(fields, index, self._stream))
-        return self._plan_of([f["prompt"] for f in fields], **kwargs)
+        return kwargs
+
+    def _plan(self, fields: list[dict[str, Any]], index: np.ndarray) -> Plan:
+        """The plan of a cohort, inputs ``fields`` at stream positions ``index``."""
+        return self._plan_of([f["prompt"] for f in fields], **self._keywords(fields, index))
 
     def _read(self, index: int, item: Any, vocab: int | None) -> Input | Decoded:
-        """Validate one item alone (and its token ids, once V is known): an input, or an error."""
+        """Validate one item alone (and its token ids, once V is known): an input, or an error.
+        It is checked against the stream's configuration, not made a plan of its own: its prompt,
+        ``max_steps`` and ``prefix`` (:func:`~beamsearch.controls.shared.checked_inputs`) and the
+        mode's options it gives for itself (:attr:`~beamsearch.core.mode.Mode.check_input`)."""
         try:
             fields = _fields(item, self._mode.input_keys)
-            plan = self._plan([fields], np.array([index]))
+            kwargs = self._keywords([fields], np.array([index]))
+            controls = self._config.controls.replace(max_steps=kwargs["max_steps"],
+                                                     prefix=kwargs.get("prefix", self._config.controls.prefix))
+            inputs = checked_inputs([fields["prompt"]], controls, self._config.checked)
+            own = () if self._mode.check_input is None else self._mode.check_input(kwargs, inputs)
+            checks = inputs.vocab_checks + tuple(own)
             if vocab is not None:
-                model_checks.token_ids_below(plan.opts.controls.vocab_checks, vocab)
-            width = self._width(plan)
+                model_checks.token_ids_below(checks, vocab)
+            width = self._width(len(inputs.prompts[0]), int(inputs.max_steps[0]))
         except (TypeError, ValueError) as error:
             return Decoded(index, [], error)
-        return Input(index, fields, item, plan, width)
+        return Input(index, fields, item, checks, width)
 
-    def _width(self, plan: Plan) -> int:
-        """The most positions one row of an input can hold, prompt + max_steps. Raises when its
-        rows alone (rows x that) are over ``max_tokens``."""
-        prompt, steps = len(plan.opts.prompts[0]), int(plan.opts.controls.max_steps[0])
+    def _width(self, prompt: int, steps: int) -> int:
+        """The most positions one row of an input can hold, ``prompt`` + ``steps`` (its
+        max_steps). Raises when its rows alone (rows x that) are over ``max_tokens``."""
         if self._max_tokens is not None and self._rows * (prompt + steps) > self._max_tokens:
             raise ValueError(f"the input needs {self._rows * (prompt + steps)} tokens ({self._rows} rows x (prompt "
                              f"{prompt} + max_steps {steps})), more than max_tokens={self._max_tokens}")

@@ -168,24 +168,28 @@ def _compile(constraints: Sequence[Constraint], ordered: bool) -> _Tracker:
     if ordered:
         machines = [_aho_corasick(con, [1] * len(con), alphabet) for con in constraints]
 
-        def step(key: Any, col: int) -> Any:
+        def in_order(key: Any, col: int) -> Any:
             j, node = key
             goto, out = machines[j]
             node = goto[node][col]
             if out[node]:  # constraint j met here; the next one starts after this token
                 return _ACCEPT if j + 1 == len(constraints) else (j + 1, 0)
             return (j, node)
+
+        step = in_order
     else:
         phrases = [p for con in constraints for p in con]
         labels = [1 << c for c, con in enumerate(constraints) for _ in con]
         goto, out = _aho_corasick(phrases, labels, alphabet)
         full = (1 << len(constraints)) - 1
 
-        def step(key: Any, col: int) -> Any:
+        def in_any_order(key: Any, col: int) -> Any:
             met, node = key
             node = goto[node][col]
             met |= out[node]
             return _ACCEPT if met == full else (met, node)
+
+        step = in_any_order
 
     trans, accept = _reachable((0, 0) if constraints else _ACCEPT, step, len(tokens) + 1)
     return _Tracker(np.array(tokens, np.int64), trans, _fewest_tokens(trans, accept))
