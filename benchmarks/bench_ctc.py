@@ -1,4 +1,4 @@
-"""CTC beam search: utterances per second and real-time factor, against pyctcdecode (no LM).
+"""CTC beam search: utterances per second and real-time factor, against pyctcdecode and flashlight-text.
 
 Emissions are synthetic and peaky like a trained CTC model's: each frame's logits are standard
 normal noise plus 8 on one label, the blank on 60% of the frames and a random label otherwise
@@ -12,7 +12,10 @@ installed, decodes one utterance at a time with ``decode`` (its defaults; no LM,
 the first ``--peer-utterances`` utterances (it is slow); its throughput is per utterance all the
 same. Each time is the best of ``--repeats`` runs. The last column counts the utterances where
 pyctcdecode's text equals ours with the same pruning (our text from the same token strings, with
-the space or ``▁`` word conventions of docs/speech.md).
+the space or ``▁`` word conventions of docs/speech.md). flashlight-text 0.0.7, if installed, runs
+its C++ lexicon-free decoder one utterance at a time on the first ``--flashlight-utterances``
+(no LM, log-add merging, every token, a beam threshold of 10: it has no per-frame
+``token_min_logp``), its text read through our vocabulary.
 
 A second table times hotwords: 0, 100 and 1,000 random phrases (seeded; 3 to 8 characters at
 V = 32, 1 to 4 pieces at V = 1024) for the whole batch, weight 10 (the default) and 2, ours exact; the ratio is each
@@ -29,7 +32,13 @@ and emissions spelling random sentences of its words (each label 1 to 3 frames, 
 standard normal logits plus 8 on the frame's label), and the same search without the LM in the same run.
 ``alpha=0.5, beta=1.0`` for both decoders;
 pyctcdecode with ``unk_score_offset=0`` (its -10 default penalises unknown and partial words, which
-ours does not) and the same pruning as ours pruned; the last column counts equal best texts.
+ours does not) and the same pruning as ours pruned; its last column counts equal best texts. The
+same table then times ours pruned with the LM and ``lexicon=`` the LM's 5,000 words, against
+flashlight-text's lexicon decoder with the same ARPA file through its KenLM and the same lexicon
+(``alpha`` and ``beta`` as its LM weight and word score, log-add merging, a beam threshold of 10,
+partial words not smeared), on the first ``--flashlight-utterances``; its last column compares the
+best texts but their last words: the emissions end inside a word, which flashlight drops and ours
+completes into a lexicon word (or, when none fits, returns no hypothesis).
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from beamsearch.speech import NgramLM, Vocabulary, ctc_beam_search  # noqa: E402
+from beamsearch.speech import Lexicon, NgramLM, Vocabulary, ctc_beam_search  # noqa: E402
 
 FRAME = 0.02  # seconds per frame
 BLANK = 0
@@ -101,6 +110,59 @@ def peer(x: np.ndarray, vocab: int, beam: int, arpa: str | None = None) -> tuple
     start = time.perf_counter()
     texts = [decoder.decode(utt, beam_width=beam) for utt in x]
     return (time.perf_counter() - start) / x.shape[0], texts
+
+
+def flashlight_free(x: np.ndarray, vocab: int, beam: int) -> tuple[float, list[str]] | None:
+    """flashlight-text's lexicon-free decoder without an LM (log-add merging, every token, a
+    threshold of 10 as ours pruned): seconds per utterance on ``x`` and its best texts (through
+    our Vocabulary, for the same word conventions); None if it is not installed."""
+    try:
+        from flashlight.lib.text import decoder as fl
+    except ImportError:
+        return None
+    opts = fl.LexiconFreeDecoderOptions(beam_size=beam, beam_size_token=vocab, beam_threshold=10.0, lm_weight=0.0,
+                                        sil_score=0.0, log_add=True, criterion_type=fl.CriterionType.CTC)
+    decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), BLANK, BLANK, [])
+    voc = Vocabulary(labels(vocab))
+    start = time.perf_counter()
+    paths = [list(decoder.decode(utt.ctypes.data, utt.shape[0], utt.shape[1])[0].tokens)
+             for utt in np.ascontiguousarray(x, dtype=np.float32)]
+    secs = (time.perf_counter() - start) / x.shape[0]
+    return secs, [voc.text([a for i, a in enumerate(p) if a != BLANK and (i == 0 or p[i - 1] != a)]) for p in paths]
+
+
+def flashlight_lexicon(x: np.ndarray, vocab: int, beam: int, arpa: str, words: list[list[int]],
+                       texts: list[str]) -> tuple[float, list[str]] | None:
+    """flashlight-text's lexicon decoder with its KenLM (``arpa``), the lexicon ``texts`` spelled
+    by ``words`` (plus the word delimiter at V = 32, its silence token; at V = 1024, whose words
+    start with ``▁``, the silence token is one more label of log-prob -1e4, never emitted: its
+    blank may not be its silence, which it allows only between words), ``alpha=0.5`` (as ``lm_weight`` 0.5 x ln 10:
+    its LM scores are log10), ``beta=1.0`` as its word score, no unknown words, log-add merging,
+    every token, a threshold of 10; partial words' LM scores not smeared. Seconds per utterance
+    and its best texts; None if it is not installed."""
+    try:
+        from flashlight.lib.text import decoder as fl
+        from flashlight.lib.text.decoder.kenlm import KenLM
+        from flashlight.lib.text.dictionary import Dictionary
+    except ImportError:
+        return None
+    sil = 1 if vocab <= 32 else vocab  # the space between words (V = 32); an added label (V = 1024)
+    if vocab > 32:
+        x = np.concatenate([x, np.full(x.shape[:2] + (1,), -1e4, dtype=x.dtype)], 2)
+    lm = KenLM(arpa, Dictionary(texts))
+    trie = fl.Trie(x.shape[2], sil)
+    for i, w in enumerate(words):
+        trie.insert(list(w) + ([sil] if vocab <= 32 else []), i, 0.0)
+    trie.smear(fl.SmearingMode.NONE)
+    opts = fl.LexiconDecoderOptions(beam_size=beam, beam_size_token=x.shape[2], beam_threshold=10.0,
+                                    lm_weight=0.5 * np.log(10.0), word_score=1.0, unk_score=-np.inf, sil_score=0.0,
+                                    log_add=True, criterion_type=fl.CriterionType.CTC)
+    decoder = fl.LexiconDecoder(opts, trie, lm, sil, BLANK, -1, [], False)
+    start = time.perf_counter()
+    found = [list(decoder.decode(utt.ctypes.data, utt.shape[0], utt.shape[1])[0].words)
+             for utt in np.ascontiguousarray(x, dtype=np.float32)]
+    secs = (time.perf_counter() - start) / x.shape[0]
+    return secs, [" ".join(texts[i] for i in ids if i >= 0) for ids in found]
 
 
 def phrases(vocab: int, count: int, seed: int = 1) -> list[list[int]]:
@@ -192,8 +254,11 @@ def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> Non
     import tempfile
 
     print("\n| V | beam | n-grams | ours exact: utt/s | RTF | exact / exact without LM | ours pruned: utt/s | RTF "
-          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text "
+          "| ours pruned, lexicon: utt/s | RTF | flashlight-text 0.0.7, lexicon: utt/s | RTF "
+          "| ours (lexicon) / flashlight | same best text but the last word |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: | ---: | ---: | ---: | ---: |")
     for vocab in (32, 1024):
         rng = np.random.default_rng(3)
         toks = labels(vocab)
@@ -204,6 +269,7 @@ def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> Non
         x = spoken(n, frames, vocab, words, rng)
         voc = Vocabulary(toks)
         lm = NgramLM.from_arpa(path)
+        lexicon = Lexicon.of(texts, voc, BLANK)
         for beam in (16, 64):
             kw = dict(blank=BLANK, beam_size=beam, vocabulary=voc, lm=lm, alpha=0.5, beta=1.0)
             exact = best_time(lambda x=x, kw=kw: ctc_beam_search(x, **kw), args.repeats)
@@ -221,6 +287,12 @@ def lm_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> Non
                 same = sum(hs[0].text == text for hs, text in zip(ours, their_texts, strict=True))
                 row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
                         f"{same}/{len(their_texts)}"]
+            lex_kw = dict(kw, token_min_logp=-5.0, beam_threshold=10.0, lexicon=lexicon)
+            with_lex = best_time(lambda x=x, kw=lex_kw: ctc_beam_search(x, **kw), args.repeats)
+            row += [f"{n / with_lex:,.1f}", f"{with_lex / audio:.5f}"]
+            fl = flashlight_lexicon(x[: args.flashlight_utterances], vocab, beam, path, words, texts)
+            row += flashlight_cells(fl, with_lex, n, frames, lambda count, x=x, kw=lex_kw: [
+                hs[0].text if hs else "" for hs in ctc_beam_search(x[:count], **kw)], last_word=False)
             print("| " + " | ".join(row) + " |", flush=True)
 
 
@@ -229,6 +301,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--peer-utterances", type=int, default=4)
+    ap.add_argument("--flashlight-utterances", type=int, default=8)
     ap.add_argument("--table", choices=("all", "peers", "hotwords", "lm"), default="all")
     ap.add_argument("--hotword-weight", type=float, nargs="+", default=[10.0, 2.0])
     args = ap.parse_args()
@@ -248,8 +321,9 @@ def main() -> None:
 def peer_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> None:
     """Ours exact and pruned against pyctcdecode, per V and beam."""
     print("| V | beam | ours exact: utt/s | RTF | ours, pyctcdecode's pruning: utt/s | RTF "
-          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| pyctcdecode 0.5.0: utt/s | RTF | ours (pruned) / pyctcdecode | same best text "
+          "| flashlight-text 0.0.7: utt/s | RTF | ours (pruned) / flashlight | same best text |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for vocab in (32, 1024):
         x = emissions(n, frames, vocab)
         for beam in (16, 64, 128):
@@ -269,7 +343,33 @@ def peer_table(args: argparse.Namespace, n: int, frames: int, audio: float) -> N
                 same = sum(hs[0].text == text for hs, text in zip(ours, texts, strict=True))
                 row += [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / pruned:,.1f}x",
                         f"{same}/{len(texts)}"]
+            def our_texts(count: int, x: np.ndarray = x, beam: int = beam, vocab: int = vocab) -> list[str | None]:
+                return [hs[0].text for hs in ctc_beam_search(x[:count], blank=BLANK, beam_size=beam,
+                                                             token_min_logp=-5.0, beam_threshold=10.0,
+                                                             vocabulary=Vocabulary(labels(vocab)))]
+            fl = flashlight_free(x[: args.flashlight_utterances], vocab, beam)
+            row += flashlight_cells(fl, pruned, n, frames, our_texts)
             print("| " + " | ".join(row) + " |", flush=True)
+
+
+def same_but_last(a: list[str], b: list[str]) -> bool:
+    """Whether two texts' words agree but for the last word of the shorter (and one more word)."""
+    k = min(len(a), len(b))
+    return abs(len(a) - len(b)) <= 1 and a[: k - 1] == b[: k - 1]
+
+
+def flashlight_cells(theirs: tuple[float, list[str]] | None, ours_secs: float, n: int, frames: int,
+                     our_texts, last_word: bool = True) -> list[str]:
+    """The flashlight columns of a row: its utt/s and RTF, ours (``ours_secs`` for the batch of
+    ``n``) over it, and how many of its best texts equal ours (``our_texts(count)``; without
+    ``last_word``: the same words but the shorter text's last one, and at most one word more)."""
+    if theirs is None:
+        return ["not installed", "", "", ""]
+    per_utt, texts = theirs
+    same = sum(a == b if last_word else same_but_last(a.split(), b.split())
+               for a, b in zip(our_texts(len(texts)), texts, strict=True))
+    return [f"{1 / per_utt:,.2f}", f"{per_utt / (frames * FRAME):.5f}", f"{per_utt * n / ours_secs:,.1f}x",
+            f"{same}/{len(texts)}"]
 
 
 if __name__ == "__main__":

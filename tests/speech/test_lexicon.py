@@ -135,7 +135,7 @@ def test_batch_independence_streaming_and_numpy_equals_torch():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(4, 14, 4)) * 2
     lengths = np.array([14, 5, 0, 11])
-    lex = Lexicon.of(["ab", "ba", "a", "bab"], Vocabulary(CHARS), 0)
+    lex = Lexicon.of(["ab", "ba", "a", "bab"], CHARS, 0)  # token strings or a Vocabulary
     kw = dict(blank=0, beam_size=6, n_best=3, vocabulary=CHARS, lexicon=lex)
     batch = ctc_beam_search(x, lengths, **kw)
     on_torch = ctc_beam_search(torch.tensor(x), torch.tensor(lengths), **kw)

@@ -19,6 +19,7 @@ alignments of one prefix share it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +48,14 @@ class Lexicon:
     size: np.ndarray
 
     @staticmethod
-    def of(words: Any, vocabulary: Vocabulary | None, blank: int) -> Lexicon | None:
+    def of(words: Any, vocabulary: Vocabulary | Sequence[str] | None, blank: int) -> Lexicon | None:
         """``lexicon=`` checked (a sequence of words, each a non-empty string without spaces)
-        and compiled over ``vocabulary``'s labels; None: no lexicon."""
+        and compiled over ``vocabulary``'s labels (a :class:`Vocabulary` or V token strings);
+        None: no lexicon."""
         if words is None:
             return None
+        if vocabulary is not None and not isinstance(vocabulary, Vocabulary):
+            vocabulary = Vocabulary(vocabulary)
         if isinstance(words, Lexicon):
             if vocabulary is None or words.ends.size != len(vocabulary):
                 raise ValueError(f"lexicon was compiled for {words.ends.size} labels; the decode has "

@@ -13,9 +13,10 @@ alignments whose every start is allowed:
 Independently of these, each frame's candidates are cut to the ``2 * beam_size`` most probable
 allowed labels: lossless, since a slot loses at most ``beam_size - 1`` of them to prefixes already
 in the beam and one to its own last label, and every other label scores below the ``beam_size``
-left (up to ties between equal scores); with a token LM there is no such cut (an LM term can lift
-a less probable label); with hotwords the cut is made apart for the labels that start a phrase and
-for the others (a slot's bonus is one value within each:
+left (up to ties between equal scores); with a token LM or a lexicon there is no such cut (an LM
+term can lift a less probable label, a lexicon bar a more probable one); with hotwords the cut is
+made apart for the labels that start a phrase and for the others (a slot's bonus is one value
+within each:
 :class:`beamsearch.speech.hotwords.HotTerm`), widened by the most labels that continue any slot's
 match, and those labels are added; with a word LM the cut is made apart for the labels that end a
 word and for the others (within each, a slot's LM term is one value). A label whose extension of
