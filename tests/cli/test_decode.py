@@ -564,7 +564,6 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
     from beamsearch import beam_search_batch
     from beamsearch.core.config import option
     from beamsearch.core.mode import Mode
-    from beamsearch.core.plan import run_plan
     from beamsearch.modes import registry
     from beamsearch.modes.beam import beam_plan
 
@@ -572,19 +571,18 @@ def test_a_mode_registered_from_one_module_reaches_decode_without_edits(tmp_path
     class SharpOptions:
         sharpness: float = option(2.0, "logits multiplied by S (temperature 1/S)", metavar="S")
 
-    def sharp_plan(prompts, *, sharpness=2.0, **keywords):
-        if "temperature" in keywords:  # as the library's modes word a refusal
-            raise TypeError(f"sharp_search does not take temperature (its sharpness sets the temperature); "
-                            f"got temperature={keywords['temperature']!r}")
-        return beam_plan(prompts, temperature=1.0 / sharpness, **keywords)
+    def sharp_plan(prompts, config):  # its configuration: checked once, by SHARP.configure
+        controls = config.controls.replace(temperature=1.0 / config.options.sharpness)
+        return beam_plan(prompts, dataclasses.replace(config, controls=controls, checked=None))
 
     def sharp_search(step_fn, init_state, prompts, *, sharpness=2.0, **keywords):
-        return run_plan(step_fn, init_state, sharp_plan(prompts, sharpness=sharpness, **keywords))
+        return SHARP.run(step_fn, init_state, prompts, SHARP.configure(dict(keywords, sharpness=sharpness)))
 
-    registry.register(Mode("sharp", "beam search at temperature 1/S", sharp_search, plan=sharp_plan,
-                           options=SharpOptions, rows=lambda keywords: keywords["beam_size"],
-                           refused={"temperature": "its sharpness sets the temperature"},
-                           sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id")))
+    SHARP = Mode("sharp", "beam search at temperature 1/S", sharp_search, plan=sharp_plan,
+                 options=SharpOptions, rows=lambda keywords: keywords["beam_size"],
+                 refused={"temperature": "its sharpness sets the temperature"},
+                 sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"))
+    registry.register(SHARP)
     try:
         assert main(["decode", "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())

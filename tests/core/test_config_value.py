@@ -27,27 +27,36 @@ TEXTS = ["2021-03-04", "1999-12-31", "2000-01-01"]
 
 @pytest.fixture
 def builds(monkeypatch):
-    """Counts of Plan objects made (and those over no prompt), of ``controls.shared.options`` calls and
-    of configurations built (``Mode.configure``), during the test."""
-    count = {"plans": 0, "options": 0, "empty": 0, "configs": 0}
-    plan_init, options, configure = core_plan.Plan.__init__, shared_controls.options, Mode.configure
+    """Counts, during the test, of Plan objects made (and those over no prompt), of engine controls
+    assembled (``controls.shared.Options`` objects), of configurations built (``Mode.configure``)
+    and of checks of the prompt-free shared controls (``core.plan.checked_controls``, wherever it
+    is called from)."""
+    count = {"plans": 0, "options": 0, "empty": 0, "configs": 0, "checks": 0}
+    plan_init, options_init, configure = core_plan.Plan.__init__, shared_controls.Options.__init__, Mode.configure
+    checked_controls = core_plan.checked_controls
 
     def counted_init(self, opts, *args, **kwargs):
         count["plans"] += 1
         count["empty"] += not opts.prompts
         plan_init(self, opts, *args, **kwargs)
 
-    def counted_options(*args, **kwargs):
+    def counted_options(self, *args, **kwargs):
         count["options"] += 1
-        return options(*args, **kwargs)
+        options_init(self, *args, **kwargs)
 
     def counted_configure(self, keywords):
         count["configs"] += 1
         return configure(self, keywords)
 
+    def counted_checks(config):
+        count["checks"] += 1
+        return checked_controls(config)
+
     monkeypatch.setattr(Mode, "configure", counted_configure)
     monkeypatch.setattr(core_plan.Plan, "__init__", counted_init)
-    monkeypatch.setattr(shared_controls, "options", counted_options)
+    monkeypatch.setattr(shared_controls.Options, "__init__", counted_options)
+    monkeypatch.setattr(core_plan, "checked_controls", counted_checks)
+    monkeypatch.setattr(shared_controls, "checked_controls", counted_checks)
     return count
 
 
@@ -56,13 +65,13 @@ def test_decode_over_three_lines_builds_one_plan(tmp_path, builds):
     src.write_text("\n".join(TEXTS) + "\n")
     assert main(["decode", "--model", "_toy", "--input", str(src), "--output", str(out), "--beam-size", "3"]) == 0
     assert len(out.read_text().splitlines()) == 3
-    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1, "checks": 1}  # the cohort's
 
 
 def test_decode_records_over_three_lines_builds_one_plan(builds):
     records = list(decode_records(corpus.toy_model(), [Line(i, t) for i, t in enumerate(TEXTS)], beam_size=3))
     assert [r["index"] for r in sorted(records, key=lambda r: r["index"])] == [0, 1, 2]
-    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1, "checks": 1}  # the cohort's
 
 
 def test_decode_stream_over_three_inputs_builds_one_plan(builds):
@@ -74,7 +83,7 @@ def test_decode_stream_over_three_inputs_builds_one_plan(builds):
     stream = decode_stream(step, lambda items: np.zeros((len(items), 1)), [[1], [2], [3]], max_rows=9,
                            beam_size=3, eos_token_id=0, max_steps=4)
     assert sorted(d.index for d in stream) == [0, 1, 2]
-    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}  # the cohort's
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1, "checks": 1}  # the cohort's
 
 
 def test_a_configuration_is_checked_without_prompts_and_is_frozen(builds):
@@ -110,9 +119,10 @@ def test_a_configuration_is_checked_without_prompts_and_is_frozen(builds):
 def test_a_plan_and_its_options_are_never_changed_after_they_are_made():
     import dataclasses
 
-    from beamsearch.modes.transformers_beam import transformers_plan
+    from beamsearch.modes.transformers_beam import TRANSFORMERS, transformers_plan
 
-    plan = transformers_plan([[1, 2]], beam_size=2, eos_token_id=0, max_steps=3, min_new_tokens=1)
+    config = TRANSFORMERS.configure({"beam_size": 2, "eos_token_id": 0, "max_steps": 3, "min_new_tokens": 1})
+    plan = transformers_plan([[1, 2]], config)
     assert plan.opts.controls.processors == () and len(plan.opts.controls.masks) == 1  # its rule, made before
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.opts.controls = None  # type: ignore[misc]
@@ -142,6 +152,9 @@ def test_grammar_kinds_are_spelled_once():
     from beamsearch.corpus import grammar as corpus_grammar
 
     assert corpus_grammar.GRAMMAR_KINDS is GRAMMAR_KINDS and corpus_grammar.GrammarOptions is GrammarOptions
+    from beamsearch.processors.grammar_engine import KINDS  # the processor's kinds: each option builds one
+
+    assert sorted(GRAMMAR_KINDS.values()) == sorted(KINDS)
     pytest.importorskip("transformers")
     from beamsearch.hf import grammar as hf_grammar
 
@@ -173,7 +186,8 @@ def test_a_mode_decoded_in_fixed_batches_runs_no_batch_over_no_line(monkeypatch)
 
 def test_hf_generate_builds_one_plan(builds):
     # the mode's checks run before the prefill (a bad value is refused before the model runs)
-    # without a plan of their own: the search's plan is the only one (2 before: a dry run)
+    # without a plan of their own: the search's plan is the only one (2 before: a dry run), made
+    # of the configuration checked before the prefill (the search's function configured it again)
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from beamsearch import hf
@@ -185,8 +199,33 @@ def test_hf_generate_builds_one_plan(builds):
     prompts = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     out = hf.generate(model, prompts, attention_mask=torch.ones_like(prompts), num_beams=3, max_new_tokens=5)
     assert len(out.hypotheses) == 3
-    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1}
+    assert builds == {"plans": 1, "options": 1, "empty": 0, "configs": 1, "checks": 1}
     with pytest.raises(ValueError, match=r"^constraints\[0\]\[0\].phrases\[0\] must not hold an eos id"):
         hf.generate(model, prompts[:1], num_beams=3, max_new_tokens=5, mode="constrained",
                     force_words_ids=[[[5, 49]]])
     assert builds["plans"] == 1  # refused before the prefill, with no plan made
+
+
+@pytest.mark.parametrize(("function", "own"), [
+    ("beam_search_batch", {"beam_size": 3}), ("greedy_search", {}),
+    ("diverse_beam_search", {"beam_size": 4, "num_groups": 2, "diversity_penalty": 0.5}),
+    ("constrained_beam_search", {"beam_size": 3, "constraints": [[[2]], []]}),
+    ("stochastic_beam_search", {"k": 3, "seed": 0}), ("transformers_beam_search", {"beam_size": 3})])
+def test_a_public_search_is_configured_once_and_planned_from_its_configuration(builds, function, own):
+    # its keywords are checked once (Mode.configure, the prompt-free controls included) and its plan
+    # is made of that value: nothing checked twice, one plan
+    import beamsearch
+    from beamsearch.modes import beam
+
+    table = np.random.default_rng(0).normal(size=(6, 6))
+
+    def step(state, y):
+        return table[np.asarray(y)], state
+
+    search = getattr(beamsearch, function, None) or getattr(beam, function)
+    results = search(step, np.zeros((2, 1)), [[1], [2]], eos_token_id=0, max_steps=4, **own)
+    assert len(results) == 2
+    # constrained's Options copied once with its phrases' id checks added, the rule's with its processors
+    # moved after log_softmax: a copy, not a check
+    copies = function in ("constrained_beam_search", "transformers_beam_search")
+    assert builds == {"plans": 1, "options": 1 + copies, "empty": 0, "configs": 1, "checks": 1}

@@ -391,11 +391,12 @@ def test_the_engine_keeps_the_state_rows_of_what_ended():
     that its state's leaves moved together)."""
     from beamsearch import concat_state
     from beamsearch.core.engine import run
-    from beamsearch.modes.beam import beam_plan
+    from beamsearch.modes.beam import BEAM, beam_plan
 
     prompts = [[1, 2], [3]]
     model = SequenceModel(random_table(V, 6))
-    plan = beam_plan(prompts, beam_size=3, n_best=3, eos_token_id=EOS, max_steps=3, stop_sequences=[[DELIM]])
+    plan = beam_plan(prompts, BEAM.configure(dict(beam_size=3, n_best=3, eos_token_id=EOS, max_steps=3,
+                                                  stop_sequences=[[DELIM]])))
     outcome = run(model.step, model.init_state(prompts), np.array([2, 3]), plan.strategy, plan.opts.controls,
                   keep_states=True)
     joined = concat_state(list(outcome.model_states))

@@ -152,5 +152,5 @@ def check_batch(spec: Mode, keywords: Mapping[str, Any], prompts: Any) -> Search
     config = spec.configure(keywords)
     inputs = checked_inputs(prompts, config.controls, config.checked)
     if spec.check_input is not None:
-        spec.check_input(keywords, inputs)
+        spec.check_input(config, inputs)
     return config

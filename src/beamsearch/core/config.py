@@ -207,6 +207,11 @@ class SearchConfig:
     given: frozenset[str]
     checked: Any = field(default=None, compare=False, repr=False)
 
+    @property
+    def names(self) -> frozenset[str]:
+        """Every name it holds a value of: the shared controls and sizes, and the mode's own options."""
+        return frozenset(f.name for f in (*dataclasses.fields(self.controls), *dataclasses.fields(self.options)))
+
     def value(self, name: str) -> Any:
         """The value of a shared control, size or own option ``name``."""
         return getattr(self.options if name in {f.name for f in dataclasses.fields(self.options)} else self.controls,

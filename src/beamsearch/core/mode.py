@@ -11,6 +11,8 @@ so their flags and help come from the mode's module too.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,25 @@ from beamsearch.core.config import (
 )
 
 __all__ = ["Mode", "NoOptions"]
+
+
+_REQUIRED = object()
+"""The default of a keyword-only parameter that has none."""
+
+
+@functools.cache
+def _keyword_only(function: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
+    """``(name, default)`` of each keyword-only parameter of ``function`` (``_REQUIRED``: none),
+    read once per function (a signature costs more than the rest of a configuration)."""
+    parameters = inspect.signature(function).parameters.values()
+    return tuple((p.name, _REQUIRED if p.default is p.empty else p.default)
+                 for p in parameters if p.kind is p.KEYWORD_ONLY)
+
+
+@functools.cache
+def _field_names(options: type) -> frozenset[str]:
+    """The field names of an options dataclass."""
+    return frozenset(f.name for f in dataclasses.fields(options))
 
 
 @dataclass(frozen=True)
@@ -49,8 +70,13 @@ class Mode:
         refused: shared control or size -> why the mode does not take it.
         rows: ``rows(keywords) -> int``: the most rows one input holds at a step, from the
             keywords it is given (its beam size).
-        plan: ``plan(prompts, **keywords) -> Plan``, the mode run by a runner (refill): None for a
-            mode that runs only whole batches through ``function`` (``batch``).
+        plan: ``plan(prompts, config, **batch) -> Plan``: the mode over a batch of ``prompts``
+            with its configuration (a :class:`~beamsearch.core.config.SearchConfig` made by
+            :meth:`configure`, with the batch's own ``max_steps``, ``prefix`` and per-input options
+            replaced in it), built without checking the configuration again; ``batch``: what a
+            batch gives that is no option (stochastic's ``positions``). Its public function and
+            refill run it. None for a mode that runs only whole batches through ``function``
+            (``batch``).
         batch: for a mode without a plan: ``batch(step_fn, init_state, prompts, max_rows,
             **keywords) -> results``, one fixed batch of at most ``max_rows`` rows per call.
         report: ``report(results, i) -> dict``: what input i's result reports beside its
@@ -65,16 +91,17 @@ class Mode:
             stream (stochastic: its one seed), before any input is read.
         stream_only: the options the stream consumes itself (not passed to each plan).
         defaults: a shared control's default in this mode where it differs (greedy: ``alpha`` 0).
-        check: ``check(keywords)`` (what it returns is not used): the checks of the mode's sizes and own options that no
-            prompt changes (:meth:`configure`; its plan or batch function makes them too), each
-            error naming the keyword; ``keywords`` holds the function's defaults for those not
-            given. Without it, they are checked with each batch only (in a stream: per input).
-        check_input: refill: ``check_input(keywords, inputs) -> ((name, ids), ...)``, the checks of
-            the options one input gives for itself (constrained's ``constraints``, stochastic's
-            ``seed``): ``keywords`` are its plan's (the stream's, with its own), ``inputs`` its
-            checked :class:`~beamsearch.controls.shared.Inputs`; returns the token ids those
-            options name, for the ``[0, V)`` check. An input of a stream is checked alone this
-            way, not by a plan of its own (None: the mode has no such option).
+        check: ``check(keywords) -> {name: value}``: the checks of the mode's sizes and own options
+            that no prompt changes (:meth:`configure`), each error naming the keyword, and the
+            values as checked (an int for a numpy integer, ...), which the configuration holds;
+            ``keywords`` holds the function's defaults for those not given. A batch mode's
+            function makes them too (what it returns, if not a mapping, is not used).
+        check_input: ``check_input(config, inputs) -> ((name, ids), ...)``, the checks of the
+            options each input gives for itself (constrained's ``constraints``, stochastic's
+            ``seed``): ``config`` is the configuration with the inputs' own values in it,
+            ``inputs`` their checked :class:`~beamsearch.controls.shared.Inputs`; returns the
+            token ids those options name, for the ``[0, V)`` check. An input of a stream is
+            checked alone this way, not by a plan of its own (None: the mode has no such option).
     """
 
     name: str
@@ -93,7 +120,7 @@ class Mode:
     stream_only: frozenset[str] = frozenset()
     defaults: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Mapping[str, Any]], object] | None = None
-    check_input: Callable[[Mapping[str, Any], Any], tuple[tuple[str, Any], ...]] | None = None
+    check_input: Callable[[SearchConfig, Any], tuple[tuple[str, Any], ...]] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sizes) - set(SEARCH_SIZES))
@@ -129,30 +156,39 @@ class Mode:
         a TypeError naming the mode's function and the keyword; ``eos_token_id`` and
         ``max_steps`` are required) and the shared controls
         (:func:`beamsearch.core.plan.check_controls`)."""
-        import inspect
-
         from beamsearch.core.plan import check_controls, pad_id
 
-        keyword_only = [p for p in inspect.signature(self.function).parameters.values() if p.kind is p.KEYWORD_ONLY]
-        missing = [p.name for p in keyword_only
-                   if p.default is p.empty and p.name not in keywords and p.name not in SHARED_CONTROLS
-                   and p.name not in self.per_input]  # a per-input option: given with each batch
+        keyword_only = _keyword_only(self.function)
+        missing = [name for name, default in keyword_only
+                   if default is _REQUIRED and name not in keywords and name not in SHARED_CONTROLS
+                   and name not in self.per_input]  # a per-input option: given with each batch
         if missing:  # as Python says it of the function
             raise TypeError(f"{self.function.__name__}() missing 1 required keyword-only argument: {missing[0]!r}")
-        defaults = {p.name: p.default if p.default is not p.empty else self.per_input.get(p.name)
-                    for p in keyword_only}
-        if self.check is not None:
-            self.check({**defaults, **keywords})
+        defaults = {name: default if default is not _REQUIRED else self.per_input.get(name)
+                    for name, default in keyword_only}
+        normal = self.check({**defaults, **keywords}) if self.check is not None else None
+        values = {**defaults, **keywords, **(normal if isinstance(normal, Mapping) else {})}
         if "pad_token_id" in self.sizes:
-            pad_id(keywords.get("pad_token_id"))
-        own = {k: v for k, v in keywords.items() if k in self.own}
-        sizes = {k: v for k, v in keywords.items() if k in self.sizes}
-        shared = {k: v for k, v in keywords.items() if k not in own and k not in sizes}
+            values["pad_token_id"] = pad_id(values.get("pad_token_id"))
+        own_names = _field_names(self.options)
+        shared = {k: v for k, v in keywords.items() if k not in own_names and k not in self.sizes}
         check.keywords(self.function.__name__, shared, SHARED_CONTROLS, REQUIRED_CONTROLS, dict(self.refused))
-        fields = options_of(DecodingConfig)
-        controls = DecodingConfig(**{**{k: v for k, v in defaults.items() if k in fields}, **shared, **sizes})
+        fields = _field_names(DecodingConfig)
+        controls = DecodingConfig(**{k: v for k, v in values.items() if k in fields})
         checked = check_controls(controls)
-        return SearchConfig(self.name, controls, self.options(**own), frozenset(keywords), checked)
+        options = self.options(**{k: v for k, v in values.items() if k in own_names})
+        return SearchConfig(self.name, controls, options, frozenset(keywords), checked)
+
+    def run(self, step_fn: Any, init_state: Any, prompts: Any, config: SearchConfig, *, callback: Any = None,
+            trace: Any = None, trace_width: int = 3) -> Any:
+        """The mode's search over ``prompts`` with a configuration already made (:meth:`configure`):
+        its plan (``plan``), run over the batch (:func:`beamsearch.core.plan.run_plan`); what its
+        public function returns for the same keywords. For a mode with a plan."""
+        from beamsearch.core.plan import run_plan
+
+        assert self.plan is not None, f"mode {self.name!r} runs whole batches through its function"
+        return run_plan(step_fn, init_state, self.plan(prompts, config), callback=callback, trace=trace,
+                        trace_width=trace_width)
 
     def default(self, name: str) -> Any:
         """The default of a shared control, size or own option ``name`` in this mode: its entry in

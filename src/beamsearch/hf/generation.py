@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from transformers import GenerationConfig
 
 from beamsearch.controls.shared import check_batch
 from beamsearch.core import validate as check
-from beamsearch.core.config import GrammarOptions
+from beamsearch.core.config import GrammarOptions, SearchConfig
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.hf.caches import inference
 from beamsearch.hf.calls import inferred_mask
@@ -220,6 +221,16 @@ def _settings(model: Any, cfg: GenerationConfig, rows: list[list[int]], tokenize
             "stop_sequences": _stop_sequences(cfg, tokenizer), "early_stop": True}
 
 
+def _after_prefill(config: SearchConfig, eos: Any, processors: Any) -> SearchConfig:
+    """The configuration made before the prefill, with the model's eos ids and the processors (the
+    outputs' tap appended) where they differ from it: a changed value is checked again, with the plan."""
+    changes: dict[str, Any] = {"logits_processors": processors} if processors is not config.value(
+        "logits_processors") else {}
+    if np.atleast_1d(np.asarray(eos)).tolist() != np.atleast_1d(np.asarray(config.value("eos_token_id"))).tolist():
+        changes["eos_token_id"] = eos
+    return config.replace(**changes) if changes else config
+
+
 def _result_pad(pad_token_id: Any, eos: Any) -> int | None:
     """The pad id of :func:`generate`'s ``hypotheses.arrays()``: the generation config's (the
     call's, else the model's), else the first eos id, as ``generate`` pads; None without either."""
@@ -350,8 +361,9 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
     if spec.takes("pad_token_id"):
         search["pad_token_id"] = _result_pad(cfg.pad_token_id, search["eos_token_id"])
     encoder_decoder = bool(model.config.is_encoder_decoder)
-    if spec.plan is not None:  # the mode's own checks, before the prefill runs the model (no plan made of them)
-        check_batch(spec, search, [[0]] * len(rows) if encoder_decoder else rows)
+    config = None  # the mode's own checks, before the prefill runs the model (no plan made of them)
+    if spec.plan is not None:
+        config = check_batch(spec, search, [[0]] * len(rows) if encoder_decoder else rows)
     steps = step_outputs(spec, search, cfg, processed=rule)  # its refusal too, before the prefill
     if steps is not None and steps.tap is not None:
         search["logits_processors"] = [*search["logits_processors"], steps.tap]
@@ -359,7 +371,11 @@ def generate(model: Any, inputs: Any = None, *, input_ids: Any = None, attention
                     media.keywords())
     search["eos_token_id"] = dec.eos_token_id
     step = LogitsTap(dec.step, steps) if steps is not None and steps.keep_logits else dec.step
-    hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)
+    if config is None:
+        hypotheses = hooks.run(spec.function, step, dec.init_state, dec.prompts, outputs=steps, **search)
+    else:  # the configuration made before the prefill, with the model's eos ids and the outputs' tap
+        config = _after_prefill(config, dec.eos_token_id, search["logits_processors"])
+        hypotheses = hooks.run(partial(spec.run, config=config), step, dec.init_state, dec.prompts, outputs=steps)
     texts = None
     if tokenizer is not None:
         texts = [[tokenizer.decode(h.tokens, skip_special_tokens=True) for h in hyps] for hyps in hypotheses]

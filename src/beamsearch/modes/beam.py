@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from beamsearch.controls import Controls
-from beamsearch.controls.shared import mode_options
+from beamsearch.controls.shared import options
 from beamsearch.core import validate as check
+from beamsearch.core.config import SearchConfig
 from beamsearch.core.engine import StepFn, run
 from beamsearch.core.hypothesis import BatchResults, Hypothesis
 from beamsearch.core.mode import Mode
 from beamsearch.core.penalties import length_power
-from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.plan import Plan, StepCallback, run_plan
 from beamsearch.core.results import build
 from beamsearch.core.trace import SearchTree, tracer
 from beamsearch.processors import LogitsProcessor
@@ -212,40 +213,41 @@ def beam_search_batch(
         A :class:`BatchResults` (a list): per input, its finished hypotheses sorted by score
         (stable), cut to n_best; when fewer than n_best finished, its live rows at the end fill up.
     """
-    plan = beam_plan(prompts, beam_size=beam_size, n_best=n_best, early_stop=early_stop, pad_token_id=pad_token_id,
-                     return_token_logprobs=return_token_logprobs, eos_token_id=eos_token_id, max_steps=max_steps,
-                     alpha=alpha, no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k,
-                     bos_token_id=bos_token_id, length_penalty=length_penalty,
-                     logits_processors=logits_processors, min_new_tokens=min_new_tokens,
-                     stop_sequences=stop_sequences, prefix=prefix)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    config = BEAM.configure(dict(
+        beam_size=beam_size, n_best=n_best, early_stop=early_stop, pad_token_id=pad_token_id,
+        return_token_logprobs=return_token_logprobs, eos_token_id=eos_token_id, max_steps=max_steps, alpha=alpha,
+        no_repeat_ngram_size=no_repeat_ngram_size, temperature=temperature, top_k=top_k, bos_token_id=bos_token_id,
+        length_penalty=length_penalty, logits_processors=logits_processors, min_new_tokens=min_new_tokens,
+        stop_sequences=stop_sequences, prefix=prefix))
+    return run_plan(step_fn, init_state, beam_plan(prompts, config), callback=callback, trace=trace,
+                    trace_width=trace_width)
 
 
-def beam_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int = 1, early_stop: bool = True,
-              pad_token_id: int | None = None, return_token_logprobs: bool = False, **controls: Any) -> Plan:
-    """The :class:`Plan` of :func:`beam_search_batch` (its arguments but the model, the state and
-    the callback/trace keywords), validated before any model call."""
-    beam_size, n_best = check.search_sizes(beam_size, n_best)
-    early_stop = check.flag("early_stop", early_stop)
-    opts = mode_options("beam_search_batch", prompts, controls)
+def beam_plan(prompts: Sequence[Sequence[int]], config: SearchConfig) -> Plan:
+    """The :class:`Plan` of :func:`beam_search_batch` over ``prompts`` with its configuration
+    (``BEAM.configure`` of its keywords but the model, the state and the callback/trace ones):
+    the prompts and per-input values are checked, the configuration is not again."""
+    c = config.controls
+    opts = options(prompts, c, checked=config.checked)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    strategy = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
-    return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=pad_id(pad_token_id),
-                token_logprobs=return_token_logprobs)
+    strategy = BatchBeam(c.beam_size, c.n_best, opts.penalty, opts.alpha, bound, c.early_stop)
+    return Plan(opts, strategy, c.beam_size, n_best=c.n_best, pad_token_id=c.pad_token_id,
+                token_logprobs=c.return_token_logprobs)
 
 
-def greedy_plan(prompts: Sequence[Sequence[int]], *, pad_token_id: int | None = None,
-                return_token_logprobs: bool = False, **controls: Any) -> Plan:
+def greedy_plan(prompts: Sequence[Sequence[int]], config: SearchConfig) -> Plan:
     """The :class:`Plan` of greedy decoding over a batch: one row per input, which takes its best
     extension at every step until it ends (SPEC section 4 with one row), the rule ``generate``
     runs for ``num_beams=1`` (:func:`beamsearch.hf.generate`, ``beamsearch decode --mode
     greedy``). Not a beam of one: :func:`beam_search_batch` with ``beam_size=1`` also keeps a
-    finished candidate that is not its row's best extension and may return it. ``**controls``
-    are the shared ones of :func:`beam_search_batch`; ``alpha`` and ``length_penalty`` only
-    scale each result's reported ``score`` (``logprob / lp(len)``; ``alpha=0``: the logprob)."""
-    opts = mode_options("greedy_search", prompts, controls, _GREEDY_REFUSED)
-    return Plan(opts, NarrowingBeam(1), 1, n_best=1, finished_first=False, pad_token_id=pad_id(pad_token_id),
-                token_logprobs=return_token_logprobs)
+    finished candidate that is not its row's best extension and may return it. ``config`` is
+    ``GREEDY.configure`` of the shared controls of :func:`beam_search_batch`; ``alpha`` and
+    ``length_penalty`` only scale each result's reported ``score`` (``logprob / lp(len)``;
+    ``alpha=0``: the logprob)."""
+    c = config.controls
+    opts = options(prompts, c, checked=config.checked)
+    return Plan(opts, NarrowingBeam(1), 1, n_best=1, finished_first=False, pad_token_id=c.pad_token_id,
+                token_logprobs=c.return_token_logprobs)
 
 
 def greedy_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[int]], *,
@@ -263,7 +265,8 @@ def greedy_search(step_fn: StepFn, init_state: Any, prompts: Sequence[Sequence[i
     Returns:
         A :class:`BatchResults`: one hypothesis per input.
     """
-    plan = greedy_plan(prompts, pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, **controls)
+    config = GREEDY.configure(dict(controls, pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs))
+    plan = greedy_plan(prompts, config)
     return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
 
 
@@ -274,8 +277,8 @@ _GREEDY_REFUSED = {"beam_size": "greedy decoding has one row per input",
 BEAM = Mode("beam", "beam search (beam_search_batch)", beam_search_batch, plan=beam_plan,
             rows=lambda keywords: keywords["beam_size"],
             sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"),
-            check=lambda kw: (check.search_sizes(kw["beam_size"], kw["n_best"]),
-                              check.flag("early_stop", kw["early_stop"])))
+            check=lambda kw: dict(zip(("beam_size", "n_best"), check.search_sizes(kw["beam_size"], kw["n_best"]),
+                                      strict=True), early_stop=check.flag("early_stop", kw["early_stop"])))
 """Beam search, SPEC section 6 (:func:`beam_search_batch`)."""
 
 GREEDY = Mode("greedy", "greedy decoding: one row per input, its best extension at every step (what generate "

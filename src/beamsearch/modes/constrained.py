@@ -12,19 +12,19 @@ The strategy is :class:`beamsearch.strategies.constrained.ConstrainedBeam` on th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from beamsearch.controls.shared import Inputs, Options, mode_options
+from beamsearch.controls.shared import Inputs, Options, options
 from beamsearch.core import validate as check
-from beamsearch.core.config import option
+from beamsearch.core.config import SearchConfig, option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.plan import Plan, StepCallback, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.constrained import MAX_STATES, ConstrainedBeam, Constraint, TooManyStates, Trackers
@@ -116,27 +116,26 @@ def constrained_beam_search(
         ``max_steps`` (after the forced prefix), more than ``MAX_STATES`` tracker states. A phrase
         id >= V is a ValueError at the first step, before any selection.
     """
-    plan = constrained_plan(prompts, constraints=constraints, beam_size=beam_size, n_best=n_best, ordered=ordered,
-                            pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs, **controls)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    config = CONSTRAINED.configure(dict(controls, constraints=constraints, beam_size=beam_size, n_best=n_best,
+                                        ordered=ordered, pad_token_id=pad_token_id,
+                                        return_token_logprobs=return_token_logprobs))
+    return run_plan(step_fn, init_state, constrained_plan(prompts, config), callback=callback, trace=trace,
+                    trace_width=trace_width)
 
 
-def constrained_plan(prompts: Sequence[Sequence[int]], *, constraints: Sequence[Sequence[Sequence[int] | AnyOf]],
-                     beam_size: int, n_best: int = 1, ordered: bool = False, pad_token_id: int | None = None,
-                     return_token_logprobs: bool = False, **controls: Any) -> Plan:
-    """The :class:`~beamsearch.core.plan.Plan` of :func:`constrained_beam_search` (its arguments
-    but the model, the state and the callback/trace keywords), validated before any model call."""
-    beam_size, n_best = check.search_sizes(beam_size, n_best)
-    ordered = check.flag("ordered", ordered)
-    opts = mode_options("constrained_beam_search", prompts, controls, _REFUSED)
-    trackers, named = _trackers(constraints, ordered, opts.controls.eos, controls.get("prefix"),
-                                opts.controls.max_steps)
+def constrained_plan(prompts: Sequence[Sequence[int]], config: SearchConfig) -> Plan:
+    """The :class:`~beamsearch.core.plan.Plan` of :func:`constrained_beam_search` over ``prompts``
+    with its configuration (``CONSTRAINED.configure`` of its keywords but the model, the state and
+    the callback/trace ones): the prompts and the constraints, one list per prompt, are checked."""
+    c, own = config.controls, config.options
+    opts = options(prompts, c, checked=config.checked)
+    trackers, named = _trackers(own.constraints, own.ordered, opts.controls.eos, c.prefix, opts.controls.max_steps)
     checks = opts.controls.vocab_checks + tuple(named)
     opts = Options(opts.prompts, dataclasses.replace(opts.controls, vocab_checks=checks), opts.scoring)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    finish = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop=True)
-    return Plan(opts, ConstrainedBeam(beam_size, trackers, finish), beam_size, n_best=n_best,
-                pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
+    finish = BatchBeam(c.beam_size, c.n_best, opts.penalty, opts.alpha, bound, early_stop=True)
+    return Plan(opts, ConstrainedBeam(c.beam_size, trackers, finish), c.beam_size, n_best=c.n_best,
+                pad_token_id=c.pad_token_id, token_logprobs=c.return_token_logprobs)
 
 
 def _trackers(constraints: Any, ordered: bool, eos: np.ndarray, prefix: Any, max_steps: np.ndarray
@@ -156,10 +155,10 @@ def _trackers(constraints: Any, ordered: bool, eos: np.ndarray, prefix: Any, max
     return trackers, named
 
 
-def _input_checks(keywords: Mapping[str, Any], inputs: Inputs) -> tuple[tuple[str, Any], ...]:
-    """One input of a stream: its own ``constraints`` checked (:func:`_trackers`), their phrases named."""
-    ordered = bool(keywords.get("ordered", ConstrainedOptions.ordered))  # checked with the configuration
-    return tuple(_trackers(keywords["constraints"], ordered, inputs.eos, inputs.prefix, inputs.max_steps)[1])
+def _input_checks(config: SearchConfig, inputs: Inputs) -> tuple[tuple[str, Any], ...]:
+    """Inputs checked without a plan: their own ``constraints`` (:func:`_trackers`), their phrases named."""
+    own = config.options
+    return tuple(_trackers(own.constraints, own.ordered, inputs.eos, inputs.prefix, inputs.max_steps)[1])
 
 
 def _constraints(value: Any, n_inputs: int, eos: np.ndarray
@@ -233,6 +232,6 @@ CONSTRAINED = Mode("constrained", "constrained beam search: every output contain
                    rows=lambda keywords: keywords["beam_size"], refused=_REFUSED, per_input={"constraints": []},
                    check_input=_input_checks,
                    sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"),
-                   check=lambda kw: (check.search_sizes(kw["beam_size"], kw["n_best"]),
-                                     check.flag("ordered", kw["ordered"])))
+                   check=lambda kw: dict(zip(("beam_size", "n_best"), check.search_sizes(kw["beam_size"], kw["n_best"]),
+                                             strict=True), ordered=check.flag("ordered", kw["ordered"])))
 """Constrained beam search (:func:`constrained_beam_search`)."""

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from beamsearch.controls.shared import mode_options
+from beamsearch.controls.shared import options
 from beamsearch.core import validate as check
-from beamsearch.core.config import option
+from beamsearch.core.config import SearchConfig, option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.plan import Plan, StepCallback, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.batch import BatchBeam
 from beamsearch.strategies.diverse import DiverseBeam
@@ -89,25 +89,24 @@ def diverse_beam_search(
             ``diversity_penalty``; any error of :func:`beam_search_batch`'s arguments.
         TypeError: a non-integer size or a non-real penalty.
     """
-    plan = diverse_plan(prompts, num_groups=num_groups, diversity_penalty=diversity_penalty, beam_size=beam_size,
-                        n_best=n_best, pad_token_id=pad_token_id, return_token_logprobs=return_token_logprobs,
-                        early_stop=early_stop, **controls)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    config = DIVERSE.configure(dict(controls, num_groups=num_groups, diversity_penalty=diversity_penalty,
+                                    beam_size=beam_size, n_best=n_best, pad_token_id=pad_token_id,
+                                    return_token_logprobs=return_token_logprobs, early_stop=early_stop))
+    return run_plan(step_fn, init_state, diverse_plan(prompts, config), callback=callback, trace=trace,
+                    trace_width=trace_width)
 
 
-def diverse_plan(prompts: Sequence[Sequence[int]], *, num_groups: int, diversity_penalty: float, beam_size: int,
-                 n_best: int = 1, pad_token_id: int | None = None, return_token_logprobs: bool = False,
-                 early_stop: bool = True, **controls: Any) -> Plan:
-    """The :class:`~beamsearch.core.plan.Plan` of :func:`diverse_beam_search` (its arguments but
-    the model, the state and the callback/trace keywords), validated before any model call."""
-    beam_size, n_best, groups, penalty, early_stop = _checked(beam_size, n_best, num_groups, diversity_penalty,
-                                                              early_stop)
-    opts = mode_options("diverse_beam_search", prompts, controls)
+def diverse_plan(prompts: Sequence[Sequence[int]], config: SearchConfig) -> Plan:
+    """The :class:`~beamsearch.core.plan.Plan` of :func:`diverse_beam_search` over ``prompts``
+    with its configuration (``DIVERSE.configure`` of its keywords but the model, the state and the
+    callback/trace ones): the prompts and per-input values are checked."""
+    c, own = config.controls, config.options
+    opts = options(prompts, c, checked=config.checked)
     bound = opts.penalty(opts.controls.max_steps, opts.alpha)  # --> [N], lp(max_steps[i])
-    rule = BatchBeam(beam_size, n_best, opts.penalty, opts.alpha, bound, early_stop)
-    strategy = DiverseBeam(groups, beam_size // groups, penalty, rule)
-    return Plan(opts, strategy, beam_size, n_best=n_best, pad_token_id=pad_id(pad_token_id),
-                token_logprobs=return_token_logprobs)
+    rule = BatchBeam(c.beam_size, c.n_best, opts.penalty, opts.alpha, bound, c.early_stop)
+    strategy = DiverseBeam(own.num_groups, c.beam_size // own.num_groups, own.diversity_penalty, rule)
+    return Plan(opts, strategy, c.beam_size, n_best=c.n_best, pad_token_id=c.pad_token_id,
+                token_logprobs=c.return_token_logprobs)
 
 
 def _checked(beam_size: Any, n_best: Any, num_groups: Any, diversity_penalty: Any,
@@ -135,6 +134,7 @@ DIVERSE = Mode("diverse", "diverse beam search: groups of the beam kept apart by
                diverse_beam_search, plan=diverse_plan, options=DiverseOptions,
                rows=lambda keywords: keywords["beam_size"],
                sizes=("beam_size", "n_best", "early_stop", "return_token_logprobs", "pad_token_id"),
-               check=lambda kw: _checked(kw["beam_size"], kw["n_best"], kw["num_groups"], kw["diversity_penalty"],
-                                         kw["early_stop"]))
+               check=lambda kw: dict(zip(("beam_size", "n_best", "num_groups", "diversity_penalty", "early_stop"),
+                                         _checked(kw["beam_size"], kw["n_best"], kw["num_groups"],
+                                                  kw["diversity_penalty"], kw["early_stop"]), strict=True)))
 """Diverse beam search (:func:`diverse_beam_search`)."""

@@ -57,7 +57,7 @@ from beamsearch.core.mode import Mode
 from beamsearch.core.plan import pad_id
 from beamsearch.core.select import StepScores
 from beamsearch.core.state import copy_if_shared
-from beamsearch.modes.beam import beam_plan
+from beamsearch.modes.beam import BEAM, beam_plan
 from beamsearch.strategies import Selection
 from beamsearch.strategies.branch_and_bound import BranchAndBound, Meter
 
@@ -169,7 +169,7 @@ def _seed(counted: StepFn, init_state: Any, opts: Any, beam_size: int, n_best: i
         exactly ``max_steps`` tokens (a row cut by the budget before that is no output).
     """
     n = len(opts.prompts)
-    plan = beam_plan(opts.prompts, beam_size=beam_size, n_best=n_best, **controls)
+    plan = beam_plan(opts.prompts, BEAM.configure(dict(controls, beam_size=beam_size, n_best=n_best)))
     first = np.array([p[-1] for p in opts.prompts], np.int64)
     outcome = run(counted, (init_state, np.arange(n)), first, plan.strategy, plan.opts.controls,
                   observer=_SeedBudget(meter, node_budget))

@@ -29,7 +29,7 @@ from beamsearch.core.penalties import LENGTH_PENALTIES
 from beamsearch.core.plan import pad_id
 from beamsearch.core.results import ranking
 from beamsearch.core.state import select_state
-from beamsearch.modes.beam import beam_plan
+from beamsearch.modes.beam import BEAM, beam_plan
 from beamsearch.modes.step_rounds import Live, RowCount, StepResults, StepSolution, budgets, settle_round
 from beamsearch.modes.step_scorer import scorer_of
 from beamsearch.modes.stochastic import base_seed
@@ -271,7 +271,7 @@ def _segments(step_fn: StepFn, live: Live, s: StepSettings, limit: np.ndarray, w
         strategy = SegmentSampler(mix(s.keys[live.prompt[parent]], r, slot))
         controls, per_input = opts.controls, 1
     else:
-        plan = beam_plan(engine_prompts, beam_size=width, n_best=width, alpha=0.0, **keywords)
+        plan = beam_plan(engine_prompts, BEAM.configure(dict(keywords, beam_size=width, n_best=width, alpha=0.0)))
         strategy, controls, per_input = plan.strategy, plan.opts.controls, width
     controls = replace(controls, input_of=live.prompt[parent])  # processors see each expansion's prompt
     counter = book.counter(live.prompt[parent])

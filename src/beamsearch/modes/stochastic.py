@@ -9,13 +9,13 @@ from typing import Any, cast
 
 import numpy as np
 
-from beamsearch.controls.shared import mode_options
+from beamsearch.controls.shared import options
 from beamsearch.core import validate as check
-from beamsearch.core.config import option
+from beamsearch.core.config import SearchConfig, option
 from beamsearch.core.engine import Outcome, StepFn
 from beamsearch.core.hypothesis import BatchResults, Hypothesis, TokenLogprobHypothesis
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.plan import Plan, StepCallback, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.stochastic import StochasticBeam, StochasticState
 
@@ -133,8 +133,9 @@ def stochastic_beam_search(
     """
     if "positions" in controls:  # stochastic_plan's, for the refill runner
         raise TypeError("stochastic_beam_search() got an unexpected keyword argument 'positions'")
-    plan = stochastic_plan(prompts, k=k, rng=rng, seed=seed, pad_token_id=pad_token_id,
-                           return_token_logprobs=return_token_logprobs, **controls)
+    config = STOCHASTIC.configure(dict(controls, k=k, seed=seed, pad_token_id=pad_token_id,
+                                       return_token_logprobs=return_token_logprobs))
+    plan = stochastic_plan(prompts, config, rng=rng)
     results = run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
     return cast(StochasticResults, results)  # a StochasticPlan's results (StochasticPlan.results)
 
@@ -160,24 +161,24 @@ class StochasticPlan(Plan):
         return StochasticResults(pad_token_id=self.pad_token_id)  # kappa: float64 [0]
 
 
-def stochastic_plan(prompts: Sequence[Sequence[int]], *, k: int, rng: Any = None,
-                    seed: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
-                    pad_token_id: int | None = None, return_token_logprobs: bool = False,
-                    **controls: Any) -> StochasticPlan:
-    """The plan of :func:`stochastic_beam_search` (its arguments but the model, the state and the
-    callback/trace keywords), validated before any model call.
+def stochastic_plan(prompts: Sequence[Sequence[int]], config: SearchConfig, *, rng: Any = None,
+                    positions: Sequence[int] | None = None) -> StochasticPlan:
+    """The plan of :func:`stochastic_beam_search` over ``prompts`` with its configuration
+    (``STOCHASTIC.configure`` of its keywords but the model, the state, ``rng`` and the
+    callback/trace ones): the prompts and the seed are checked.
 
-    ``positions``: int64 ``[N]``, the position of each prompt in the whole list it was taken
-    from (default ``0 .. N-1``): with one seed ``s``, input i's noise comes from ``(s,
-    positions[i])``, so a part of a list, decoded with its positions, gets the noise it gets in
-    the whole list (the refill runner decodes a stream this way)."""
-    k = check.at_least("k", k, 1)
-    opts = mode_options("stochastic_beam_search", prompts, controls, _REFUSED)
+    ``rng``: as for :func:`stochastic_beam_search`. ``positions``: int64 ``[N]``, the position of
+    each prompt in the whole list it was taken from (default ``0 .. N-1``): with one seed ``s``,
+    input i's noise comes from ``(s, positions[i])``, so a part of a list, decoded with its
+    positions, gets the noise it gets in the whole list (the refill runner decodes a stream this
+    way)."""
+    c, k = config.controls, config.options.k
+    opts = options(prompts, c, checked=config.checked)
     n = len(opts.prompts)
     where = np.arange(n) if positions is None else np.asarray(positions, np.int64).reshape(n)
-    entropy = _entropy(rng, seed, where)
+    entropy = _entropy(rng, config.options.seed, where)
     return StochasticPlan(opts, StochasticBeam(k, opts.controls.max_steps, entropy), k, n_best=None,
-                          pad_token_id=pad_id(pad_token_id), token_logprobs=return_token_logprobs)
+                          pad_token_id=c.pad_token_id, token_logprobs=c.return_token_logprobs)
 
 
 def _entropy(rng: Any, seed: Any, positions: np.ndarray) -> np.ndarray:
@@ -263,9 +264,10 @@ def _stream_seed(given: Mapping[str, Any]) -> dict[str, Any]:
     return {"seed": base_seed(given.get("rng"), given.get("seed"))}
 
 
-def _input_checks(keywords: Mapping[str, Any], inputs: Any) -> tuple[tuple[str, Any], ...]:
-    """One input of a stream: its own ``seed`` checked (the stream's seed was, at its start); no token ids."""
-    _entropy(None, keywords["seed"], np.asarray(keywords.get("positions", [0]), np.int64).reshape(1))
+def _input_checks(config: SearchConfig, inputs: Any) -> tuple[tuple[str, Any], ...]:
+    """Inputs checked without a plan: their own ``seed`` (the stream's was checked at its start); no token ids."""
+    if config.options.seed is not None:  # none: fresh entropy, drawn by the plan
+        _entropy(None, config.options.seed, np.arange(len(inputs.prompts)))
     return ()
 
 
@@ -281,6 +283,6 @@ STOCHASTIC = Mode("stochastic", "stochastic beam search: k samples per input wit
                   stochastic_beam_search, plan=stochastic_plan, options=StochasticOptions,
                   rows=lambda keywords: keywords["k"], refused=_REFUSED, per_input={"seed": None},
                   cohort=_cohort_seeds, start=_stream_seed, check_input=_input_checks,
-                  stream_only=frozenset({"seed", "rng"}),
-                  sizes=("return_token_logprobs", "pad_token_id"), check=lambda kw: check.at_least("k", kw["k"], 1))
+                  stream_only=frozenset({"seed", "rng"}), sizes=("return_token_logprobs", "pad_token_id"),
+                  check=lambda kw: {"k": check.at_least("k", kw["k"], 1)})
 """Stochastic beam search (:func:`stochastic_beam_search`)."""

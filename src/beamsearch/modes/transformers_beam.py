@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from beamsearch.controls.shared import mode_options
+from beamsearch.controls.shared import options
 from beamsearch.core import validate as check
-from beamsearch.core.config import option
+from beamsearch.core.config import SearchConfig, option
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import BatchResults
 from beamsearch.core.mode import Mode
-from beamsearch.core.plan import Plan, StepCallback, pad_id, run_plan
+from beamsearch.core.plan import Plan, StepCallback, run_plan
 from beamsearch.core.trace import SearchTree
 from beamsearch.strategies.transformers_beam import TransformersBeam
 
@@ -91,30 +91,27 @@ def transformers_beam_search(
             other than ``"power"``, any error of :func:`beam_search_batch`'s arguments.
         TypeError: ``temperature`` or ``top_k`` given; a non-integer size.
     """
-    plan = transformers_plan(prompts, beam_size=beam_size, n_best=n_best, early_stopping=early_stopping,
-                             alpha=alpha, length_penalty=length_penalty, pad_token_id=pad_token_id,
-                             return_token_logprobs=return_token_logprobs, **controls)
-    return run_plan(step_fn, init_state, plan, callback=callback, trace=trace, trace_width=trace_width)
+    config = TRANSFORMERS.configure(dict(controls, beam_size=beam_size, n_best=n_best, early_stopping=early_stopping,
+                                         alpha=alpha, length_penalty=length_penalty, pad_token_id=pad_token_id,
+                                         return_token_logprobs=return_token_logprobs))
+    return run_plan(step_fn, init_state, transformers_plan(prompts, config), callback=callback, trace=trace,
+                    trace_width=trace_width)
 
 
 _EARLY_STOPPING: dict[Any, bool | str] = {False: False, True: True, "never": "never", "false": False, "true": True}
 
 
-def transformers_plan(prompts: Sequence[Sequence[int]], *, beam_size: int, n_best: int = 1,
-                      early_stopping: bool | str = False, alpha: float = _DEFAULTS["alpha"],
-                      length_penalty: str = _DEFAULTS["length_penalty"],
-                      pad_token_id: int | None = None, return_token_logprobs: bool = False,
-                      **controls: Any) -> Plan:
-    """The :class:`~beamsearch.core.plan.Plan` of :func:`transformers_beam_search` (its arguments
-    but the model, the state and the callback/trace keywords), validated before any model call."""
-    beam_size, n_best = _checked(beam_size, n_best, early_stopping, length_penalty)
-    opts = mode_options("transformers_beam_search", prompts,
-                        dict(controls, alpha=alpha, length_penalty=length_penalty), _REFUSED)
-    c = opts.controls  # generate's beam search processes the log-probabilities: every processor after log_softmax
-    opts = dataclasses.replace(opts, controls=dataclasses.replace(c, processors=(), masks=(*c.processors, *c.masks)))
-    strategy = TransformersBeam(beam_size, opts.alpha, c.max_steps, _EARLY_STOPPING[early_stopping])
-    return Plan(opts, strategy, beam_size, n_best=n_best, finished_first=False, pad_token_id=pad_id(pad_token_id),
-                token_logprobs=return_token_logprobs)
+def transformers_plan(prompts: Sequence[Sequence[int]], config: SearchConfig) -> Plan:
+    """The :class:`~beamsearch.core.plan.Plan` of :func:`transformers_beam_search` over ``prompts``
+    with its configuration (``TRANSFORMERS.configure`` of its keywords but the model, the state and
+    the callback/trace ones): the prompts and per-input values are checked."""
+    c = config.controls
+    opts = options(prompts, c, checked=config.checked)
+    k = opts.controls  # generate's beam search processes the log-probabilities: every processor after log_softmax
+    opts = dataclasses.replace(opts, controls=dataclasses.replace(k, processors=(), masks=(*k.processors, *k.masks)))
+    strategy = TransformersBeam(c.beam_size, opts.alpha, k.max_steps, _EARLY_STOPPING[config.options.early_stopping])
+    return Plan(opts, strategy, c.beam_size, n_best=c.n_best, finished_first=False, pad_token_id=c.pad_token_id,
+                token_logprobs=c.return_token_logprobs)
 
 
 def _checked(beam_size: Any, n_best: Any, early_stopping: Any, length_penalty: Any) -> tuple[int, int]:
@@ -147,6 +144,6 @@ TRANSFORMERS = Mode("transformers", "beam search by transformers' own rule (gene
                     rows=lambda keywords: keywords["beam_size"],
                     sizes=("beam_size", "n_best", "return_token_logprobs", "pad_token_id"), refused=_REFUSED,
                     defaults=_DEFAULTS,
-                    check=lambda kw: _checked(kw["beam_size"], kw["n_best"], kw["early_stopping"],
-                                              kw["length_penalty"]))
+                    check=lambda kw: dict(zip(("beam_size", "n_best"), _checked(
+                        kw["beam_size"], kw["n_best"], kw["early_stopping"], kw["length_penalty"]), strict=True)))
 """``generate``'s beam search rule (:func:`transformers_beam_search`)."""

@@ -44,8 +44,7 @@ class Stream(Iterator[Decoded]):
                  max_tokens: int | None = None) -> None:
         assert mode.plan is not None, f"mode {mode.name!r} has no plan: only refill_modes() run in a stream"
         self._step_fn, self._make_state, self._mode, self._plan_of = step_fn, make_state, mode, mode.plan
-        self._max_tokens, self._config = max_tokens, config
-        self._search, self._stream = config.keywords(), stream
+        self._max_tokens, self._search_config, self._stream = max_tokens, config, stream
         self._rows = rows_within(mode, config, max_rows)
         self._join_rows = min_join * self._rows  # the room a join waits for (over max_rows: none in flight)
         self.stats = StreamStats(max_rows, max_tokens=max_tokens)
@@ -61,18 +60,21 @@ class Stream(Iterator[Decoded]):
         """Stop decoding (nothing more is read from the inputs)."""
         self._run.close()
 
-    def _keywords(self, fields: list[dict[str, Any]], index: np.ndarray) -> dict[str, Any]:
-        """The plan keywords of inputs ``fields`` (at stream positions ``index``): the stream's
-        keywords with each input's own ``max_steps``, ``prefix`` and the mode's per-input options
+    def _config(self, fields: list[dict[str, Any]], index: np.ndarray) -> tuple[SearchConfig, dict[str, Any]]:
+        """The configuration of inputs ``fields`` (at stream positions ``index``): the stream's,
+        with each input's own ``max_steps``, ``prefix`` and the mode's per-input options
         (:meth:`~beamsearch.core.mode.Mode.cohort_keywords`: constrained's ``constraints``,
-        stochastic's ``seed``)."""
-        kwargs = per_input(self._search, fields)
-        kwargs.update(self._mode.cohort_keywords(fields, index, self._stream))
-        return kwargs
+        stochastic's ``seed``); and what the batch gives that is no option (stochastic's
+        ``positions``)."""
+        values = per_input({"max_steps": self._search_config.controls.max_steps}, fields)
+        values.update(self._mode.cohort_keywords(fields, index, self._stream))
+        batch = {name: values.pop(name) for name in sorted(set(values) - self._search_config.names)}
+        return self._search_config.replace(**values), batch
 
     def _plan(self, fields: list[dict[str, Any]], index: np.ndarray) -> Plan:
         """The plan of a cohort, inputs ``fields`` at stream positions ``index``."""
-        return self._plan_of([f["prompt"] for f in fields], **self._keywords(fields, index))
+        config, batch = self._config(fields, index)
+        return self._plan_of([f["prompt"] for f in fields], config, **batch)
 
     def _read(self, index: int, item: Any, vocab: int | None) -> Input | Decoded:
         """Validate one item alone (and its token ids, once V is known): an input, or an error.
@@ -81,11 +83,9 @@ class Stream(Iterator[Decoded]):
         mode's options it gives for itself (:attr:`~beamsearch.core.mode.Mode.check_input`)."""
         try:
             fields = _fields(item, self._mode.input_keys)
-            kwargs = self._keywords([fields], np.array([index]))
-            controls = self._config.controls.replace(max_steps=kwargs["max_steps"],
-                                                     prefix=kwargs.get("prefix", self._config.controls.prefix))
-            inputs = checked_inputs([fields["prompt"]], controls, self._config.checked)
-            own = () if self._mode.check_input is None else self._mode.check_input(kwargs, inputs)
+            config, _ = self._config([fields], np.array([index]))
+            inputs = checked_inputs([fields["prompt"]], config.controls, config.checked)
+            own = () if self._mode.check_input is None else self._mode.check_input(config, inputs)
             checks = inputs.vocab_checks + tuple(own)
             if vocab is not None:
                 model_checks.token_ids_below(checks, vocab)
