@@ -266,7 +266,7 @@ def layer_name(index: int) -> str:
 
 
 PUBLIC_MODULES = {"beamsearch.processors", "beamsearch.hf", "beamsearch.viz", "beamsearch.corpus",
-                  "beamsearch.config", "beamsearch.toy"}
+                  "beamsearch.config", "beamsearch.toy", "beamsearch.speech"}
 
 
 def imported_alias(m: Module, name: str, mods: dict[str, Module]) -> str | None:
