@@ -83,3 +83,20 @@ def test_durations_without_their_log_probabilities_are_refused():
     tok = torch.zeros(1, 2, 2, 3)
     with pytest.raises(ValueError, match="duration_logp"):
         transducer_loss(tok, torch.tensor([[1]]), torch.tensor([2]), torch.tensor([1]), blank=0, durations=(0, 1))
+
+
+@pytest.mark.parametrize("durations", [None, [0, 1, 2], [1, 3]])
+def test_loss_is_the_decoders_forward_probability(durations):
+    """The same paths as the decoders' conventions (tests/oracles/transducer.py's forward algorithm,
+    with more labels a frame allowed than there are labels): the training loss and the searches
+    score a label sequence alike."""
+    from tests.oracles.transducer import TinyTransducer, forward
+
+    model = TinyTransducer.make(3, n=1, frames=4, vocab=4, durations=durations)
+    labels = [2, 1, 3]
+    lattice = [[model.emission(0, t, labels[:i]) for i in range(4)] for t in range(4)]
+    tok = torch.tensor(np.array([[[e[0] for e in row] for row in lattice]]))
+    dur = None if durations is None else torch.tensor(np.array([[[e[1] for e in row] for row in lattice]]))
+    got = transducer_loss(tok, torch.tensor([labels]), torch.tensor([4]), torch.tensor([3]), blank=0,
+                          durations=durations, duration_logp=dur)
+    assert got.item() == pytest.approx(-forward(model, 0, 4, labels, m=5), rel=1e-9)
