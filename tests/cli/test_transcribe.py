@@ -5,9 +5,13 @@ synthesized by espeak-ng is at the end."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
+import pathlib
 import random
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,12 +19,14 @@ import pytest
 
 from beamsearch.cli import main
 from beamsearch.cli import transcribe as cli
-from beamsearch.speech import NgramLM
+from beamsearch.speech import NgramLM, wer
+from beamsearch.speech.audio import read_audio
 
 sf = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")
 
 RATE = 16000
+E2E_WER = 0.25  # four sentences (17 words) by held-out voices, beam 8 + the domain LM: at most 4 words wrong
 
 
 class StandIn:
@@ -221,3 +227,62 @@ def cli_help() -> str:
 
     sub = next(a for a in parser()._actions if a.dest == "command")
     return sub.choices["transcribe"].format_help()
+
+
+# ---- the shipped model end to end, on speech made by espeak-ng with voices training never used ----------
+
+ESPEAK = shutil.which("espeak-ng")
+SHIPPED = pathlib.Path(cli.__file__).parents[1] / "zoo" / "speech" / "speech.safetensors"
+needs_model = pytest.mark.skipif(ESPEAK is None or importlib.util.find_spec("torch") is None
+                                 or importlib.util.find_spec("safetensors") is None or not SHIPPED.is_file(),
+                                 reason="needs espeak-ng, the zoo extra and the shipped speech model")
+SAID = [("en-us-nyc", "half past five"), ("en-gb-x-gbclan", "march third nineteen eighty seven"),
+        ("en-us-nyc", "seven hundred and five"), ("en-gb-x-gbcwmd", "the fourth of july two thousand one")]
+
+
+def espeak(path, voice: str, text: str) -> str:
+    subprocess.run([ESPEAK, "-v", voice, "-w", str(path), text], check=True, capture_output=True)
+    return str(path)  # 22,050 Hz: transcribe resamples it
+
+
+@needs_model
+def test_the_shipped_model_transcribes_espeak_ng_speech_with_word_times(tmp_path, capsys):
+    files = [espeak(tmp_path / f"{i}.wav", voice, text) for i, (voice, text) in enumerate(SAID)]
+    assert main(["transcribe", "--json", *files]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["file"] for r in records] == files
+    assert wer([t for _, t in SAID], [r["text"] for r in records]) <= E2E_WER
+    for r, f in zip(records, files, strict=True):
+        seconds = sf.info(f).duration
+        words = r["nbest"][0]["words"]
+        assert [w["word"] for w in words] == r["text"].split()
+        assert all(0 <= w["start"] < w["end"] <= seconds + 0.05 for w in words), (words, seconds)
+        assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(words, words[1:], strict=False)), words
+
+
+@needs_model
+def test_a_file_cut_at_its_pause_reads_as_its_two_chunks_decoded_alone(tmp_path, capsys):
+    # at 16 kHz (nothing resampled): A, 2 s of zeros, then B from its first sound. The latest
+    # all-zero 25 ms window of the search ends where B starts: the cut is its centre, 200 samples
+    # (12.5 ms) before B. Each chunk decoded as a file of its own is the oracle.
+    a = read_audio(espeak(tmp_path / "a.wav", *SAID[1]))
+    b = read_audio(espeak(tmp_path / "b.wav", *SAID[3]))
+    b = b[np.flatnonzero(np.abs(b) > 1e-3)[0]:]
+    boundary = a.size + 2 * RATE  # past 4 s: --max-chunk-seconds must exceed the 4 s searched
+    cut = boundary - 200
+    both = np.concatenate([a, np.zeros(2 * RATE, np.float32), b])
+    files = []
+    for name, audio in (("both", both), ("first", both[:cut]), ("second", both[cut:])):
+        sf.write(tmp_path / f"{name}.wav", audio, RATE, subtype="FLOAT")
+        files.append(str(tmp_path / f"{name}.wav"))
+    assert main(["transcribe", "--json", *files[1:]]) == 0
+    alone = [json.loads(line)["nbest"][0] for line in capsys.readouterr().out.splitlines()]
+    limit = (boundary + 320) / RATE  # 20 ms after B's start: later windows all hold some of B
+    assert main(["transcribe", "--json", files[0], "--max-chunk-seconds", f"{limit}"]) == 0
+    joined = json.loads(capsys.readouterr().out)["nbest"][0]
+    assert joined["text"] == f"{alone[0]['text']} {alone[1]['text']}"
+    got = [w["start"] for w in joined["words"]]
+    want = [w["start"] for w in alone[0]["words"]] + [w["start"] + cut / RATE for w in alone[1]["words"]]
+    assert got == pytest.approx(want, abs=2e-3)  # each rounded to the millisecond
+    for key in ("score", "acoustic_score", "lm_score"):
+        assert joined[key] == pytest.approx(alone[0][key] + alone[1][key], abs=1e-3), key

@@ -21,6 +21,20 @@ def test_hand_counted_edits():
     assert wer(["a b", ""], ["a b", "extra"]) == pytest.approx(1 / 2)  # an empty reference adds its insertions
 
 
+@pytest.mark.parametrize(("ref", "hyp", "edits"), [
+    ("half past five", "half past five", 0),
+    ("half past five", "half past nine", 1),  # one substitution
+    ("half past five", "past five", 1),  # one deletion
+    ("half past five", "a half past five", 1),  # one insertion
+    ("half past five", "", 3),  # three deletions
+    ("", "five", 1),
+    ("seven hundred and five", "seven hundred five and", 2),  # delete "and", insert "and" (no swap move)
+    ("one two three", "three two one", 2),  # two substitutions
+])
+def test_edit_distance_by_hand(ref, hyp, edits):
+    assert word_errors(ref, hyp).errors == edits
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_equal_to_jiwer_on_random_transcripts(seed):
     jiwer = pytest.importorskip("jiwer")

@@ -20,7 +20,7 @@ from beamsearch.zoo.calendar import DATE_LENGTH
 from beamsearch.zoo.dates import SOURCE_VOCAB, TARGET_VOCAB
 from beamsearch.zoo.models import ModelConfig, Seq2Seq, Transformer, build_model
 
-__all__ = ["MIN_MAX_TARGET", "CheckpointError", "load_checkpoint"]
+__all__ = ["MIN_MAX_TARGET", "CheckpointError", "load_checkpoint", "weights_problem"]
 
 MIN_MAX_TARGET = DATE_LENGTH + 2  # decoder positions: bos, the 10 characters of YYYY-MM-DD, eos
 # fields that must equal what the zoo's vocabularies fix, and why
@@ -55,7 +55,7 @@ def load_checkpoint(name: str, folder: pathlib.Path) -> Seq2Seq | Transformer:
         tensors = load_file(str(weights))
     except Exception as e:  # not a safetensors file: safetensors' own errors
         raise CheckpointError(f"checkpoint file {weights} cannot be loaded: {_one_line(e)}") from e
-    problem = _weights_problem(tensors, _expected_shapes(cfg))
+    problem = weights_problem(tensors, _expected_shapes(cfg))
     if problem is not None:
         raise CheckpointError(f"checkpoint file {weights} cannot be loaded: {problem}")
     model = build_model(cfg)
@@ -108,7 +108,7 @@ def _expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def _weights_problem(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]) -> str | None:
+def weights_problem(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]) -> str | None:
     """Why ``tensors`` are not weights of the model with these ``shapes``, or None: names, shapes,
     a floating dtype, finite values."""
     missing = [k for k in shapes if k not in tensors]

@@ -39,15 +39,15 @@ def test_each_cell_is_the_wer_of_that_search_and_head():
     model = StandIn(texts)
     audio = [np.full(4, i, np.float32) for i in range(20)]
     lm = NgramLM.from_arpa(str(ev.DOMAIN_LM))
-    table, rates = ev.evaluate(model, {"clean": (audio, texts)}, beam_size=4, lm=lm)
+    table, rates = ev.evaluate(model, {"clean": (audio, texts)}, beam_size=4, lm=lm, batch=16)
     # greedy: 1 deletion per utterance -> 20 / 80; beam: 1 substitution -> 20 / 80; beam + LM: 0.
     # tdt: 1 insertion more per utterance -> 40 / 80, 40 / 80, 20 / 80
     assert rates == pytest.approx({("clean", "ctc", "greedy"): .25, ("clean", "ctc", "beam 4"): .25,
                                    ("clean", "ctc", "beam 4 + LM"): 0.0, ("clean", "tdt", "greedy"): .5,
                                    ("clean", "tdt", "beam 4"): .5, ("clean", "tdt", "beam 4 + LM"): .25})
     assert table.splitlines()[:4] == [
-        "| set | utterances | head | greedy WER | beam 4 WER | beam 4 + LM WER |", "|---|---:|---|---:|---:|---:|",
-        "| clean | 20 | ctc | 25.0% | 25.0% | 0.0% |", "| clean | 20 | tdt | 50.0% | 50.0% | 25.0% |"]
+        "| set | head | greedy WER | beam 4 WER | beam 4 + LM WER |", "|---|---|---:|---:|---:|",
+        "| clean (20) | ctc | 25.0% | 25.0% | 0.0% |", "| clean (20) | tdt | 50.0% | 50.0% | 25.0% |"]
     # batches of 16: 20 utterances are two calls per head and search
     assert [(n, head, beam) for n, head, beam, _ in model.calls[:6]] == [
         (16, "ctc", None), (4, "ctc", None), (16, "ctc", 4), (4, "ctc", 4), (16, "ctc", 4), (4, "ctc", 4)]
