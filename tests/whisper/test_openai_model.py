@@ -45,3 +45,16 @@ def test_no_speech_probs_read_the_logits_at_sot() -> None:
     got = no_speech_probs(model, features, torch.tensor([list(tok.sot_sequence)] * 2), 0, tok.no_speech)
     for g, r in zip(got, result, strict=True):
         assert abs(g - r.no_speech_prob) <= 1e-6 + 1e-4 * r.no_speech_prob
+
+
+def test_the_audio_keys_are_gathered_only_when_the_rows_windows_change() -> None:
+    """Rows reordered within their windows keep the same cross-attention tensors (no copy); rows
+    of a window that left are gathered out."""
+    from beamsearch.whisper import CrossCache
+
+    keys = torch.arange(4.0).repeat_interleave(6).reshape(4, 3, 2)  # row r holds r everywhere
+    cache = CrossCache({"k": keys}, torch.tensor([0, 0, 1, 1]))
+    same = select_state(cache, torch.tensor([1, 1, 3, 2]))
+    assert same is cache
+    fewer = select_state(cache, torch.tensor([2, 3]))
+    assert fewer.windows.tolist() == [1, 1] and fewer.tensors["k"][:, 0, 0].tolist() == [2.0, 3.0]

@@ -27,12 +27,13 @@ from beamsearch.whisper.fallback import (
 )
 from beamsearch.whisper.hotwords import HotwordBias, HotwordRows
 from beamsearch.whisper.longform import Segment, transcribe_long
-from beamsearch.whisper.openai_model import OpenAIWhisperState, OpenAIWhisperStep, no_speech_probs
+from beamsearch.whisper.openai_model import CrossCache, OpenAIWhisperState, OpenAIWhisperStep, no_speech_probs
 from beamsearch.whisper.rules import TimestampRules, whisper_processors
 from beamsearch.whisper.sample import WhisperSample
 from beamsearch.whisper.tokens import WhisperTokens, initial_tokens, suppressed_ids
 
 __all__ = [
+    "CrossCache",
     "FallbackOptions",
     "FallbackResult",
     "HotwordBias",

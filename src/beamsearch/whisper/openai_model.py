@@ -3,17 +3,42 @@ function: its decoder with a key/value cache carried in the search state, so the
 it like any other state (whisper's own ``PyTorchInference`` keeps it in hooks and rearranges it
 itself, which is why its batched beam search breaks).
 
-The state is a :class:`OpenAIWhisperState`; its ``cache`` is a dict from each key/value
-projection module of the decoder to its ``[k, t, d]`` output so far (the self-attention's grow by
-one position a step; the cross-attention's are the audio's, computed at the first call). torch is
-imported by the caller's model only: this module imports no torch at import time.
+The state is a :class:`OpenAIWhisperState`; its ``cache`` is a dict from each self-attention
+key/value projection of the decoder to its ``[k, t, d]`` output so far (one position more a step),
+and ``cross`` the cross-attention's keys and values of the audio (:class:`CrossCache`, computed at
+the first call): every row of a window holds the same, so its rows are gathered only when the
+windows of the rows change (rows of a window that finished leave), not at every step as a beam
+reorders rows within their windows. torch is imported by the caller's model only: this module
+imports no torch at import time.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["OpenAIWhisperState", "OpenAIWhisperStep", "no_speech_probs"]
+from beamsearch.core.state import select_state
+
+__all__ = ["CrossCache", "OpenAIWhisperState", "OpenAIWhisperStep", "no_speech_probs"]
+
+
+class CrossCache:
+    """The cross-attention's keys and values, ``{module: [k, A, d]}``, and ``windows`` (int64
+    ``[k]``): the window each row belongs to. Rows of one window hold the same keys and values, so
+    :func:`~beamsearch.core.state.select_state` gathers them only when the rows' windows change."""
+
+    def __init__(self, tensors: dict[Any, Any], windows: Any) -> None:
+        self.tensors, self.windows = tensors, windows
+
+
+@select_state.register(CrossCache)
+def _select_cross(cache: CrossCache, idx: Any) -> CrossCache:
+    import torch
+
+    index = torch.as_tensor(idx, device=cache.windows.device)
+    windows = cache.windows[index]
+    if windows.shape == cache.windows.shape and torch.equal(windows, cache.windows):
+        return cache  # the same window in every row: the same keys and values
+    return CrossCache({m: t[index] for m, t in cache.tensors.items()}, windows)
 
 
 class OpenAIWhisperState(NamedTuple):
@@ -22,14 +47,18 @@ class OpenAIWhisperState(NamedTuple):
     Attributes:
         features: ``[k, A, D]`` audio features at the first call; afterwards ``[k, 1, D]`` (only
             their dtype is read: the cross-attention keys are cached).
-        cache: ``{module: [k, t, d]}`` the key/value projections so far (empty before the first call).
+        cache: ``{module: [k, t, d]}`` the self-attention's key/value projections so far (empty
+            before the first call).
         pending: int64 ``[k, P-1]``: the prompt before its last token, fed with it at the first
             call (``[k, 0]`` afterwards).
+        cross: the cross-attention's keys and values (empty before the first call) and each
+            row's window.
     """
 
     features: Any
     cache: dict[Any, Any]
     pending: Any
+    cross: CrossCache
 
 
 class OpenAIWhisperStep:
@@ -57,7 +86,8 @@ class OpenAIWhisperStep:
             if tuple(x.shape[-2:]) != (dims.n_audio_ctx, dims.n_audio_state):
                 x = self.model.encoder(x)
         prompts = torch.as_tensor(prompts, dtype=torch.long, device=x.device)
-        return OpenAIWhisperState(x, {}, prompts[:, :-1])
+        windows = torch.arange(x.shape[0], device=x.device)
+        return OpenAIWhisperState(x, {}, prompts[:, :-1], CrossCache({}, windows))
 
     def _save(self, module: Any, _inputs: Any, output: Any) -> Any:
         cache = self._cache
@@ -75,9 +105,10 @@ class OpenAIWhisperStep:
         from whisper.model import MultiHeadAttention
 
         tokens = torch.cat([state.pending, y_prev.reshape(-1, 1).to(state.pending.device)], dim=1)
-        self._cache = dict(state.cache)
+        self._cache = {**state.cache, **state.cross.tensors}  # a self-attention entry first: its length is the offset
         hooks = [m.register_forward_hook(self._save) for layer in self.model.decoder.modules()
                  if isinstance(layer, MultiHeadAttention) for m in (layer.key, layer.value)]
+        cross = {m for block in self.model.decoder.blocks for m in (block.cross_attn.key, block.cross_attn.value)}
         try:
             with torch.no_grad():
                 logits = self.model.decoder(tokens, state.features, kv_cache=self._cache)[:, -1]
@@ -85,7 +116,9 @@ class OpenAIWhisperStep:
             for h in hooks:
                 h.remove()
         cache, self._cache = self._cache, None
-        return logits.float(), OpenAIWhisperState(state.features[:, :1], cache, tokens[:, :0])
+        own = {m: t for m, t in cache.items() if m not in cross}
+        audio = state.cross if state.cross.tensors else CrossCache({m: cache[m] for m in cross}, state.cross.windows)
+        return logits.float(), OpenAIWhisperState(state.features[:, :1], own, tokens[:, :0], audio)
 
 
 def no_speech_probs(model: Any, features: Any, prompts: Any, sot_index: int, no_speech: int) -> list[float]:
