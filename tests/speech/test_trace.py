@@ -1,0 +1,111 @@
+"""The CTC search's trace (beamsearch.speech.trace) against a plain prefix beam search
+(tests/oracles/ctc.py) run on the first t frames: the search is causal, so its beam after frame t
+is that search's final beam. What merged, what was pruned and the best path follow from those
+beams by the definitions in the module's docstring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beamsearch.speech import CTCStream, Vocabulary, ctc_beam_search
+from beamsearch.speech.trace import CTCTrace
+from oracles.ctc import allowed_starts, log_softmax, prefix_beam_search
+
+
+def random_case(rng):
+    frames, vocab, beam = int(rng.integers(1, 7)), int(rng.integers(2, 5)), int(rng.integers(1, 5))
+    return log_softmax(rng.normal(size=(frames, vocab)) * float(rng.choice([0.5, 2.0, 5.0]))), \
+        int(rng.integers(0, vocab)), beam
+
+
+def check_against_plain(trace, u, lp, blank, beam, allowed=None, threshold=None):
+    """Each frame's kept prefixes and log-probs, pruned prefixes and merges, as the plain search's."""
+    prev: dict = {(): 0.0}
+    assert [(n.labels, n.kind) for n in trace.at(u, 0)] == [((), "start")]
+    for t in range(1, lp.shape[0] + 1):
+        want = dict(prefix_beam_search(lp[:t], blank, beam, None if allowed is None else allowed[:t], threshold))
+        kept = trace.at(u, t)
+        assert {n.labels for n in kept} == set(want)
+        for n in kept:
+            assert n.logprob == pytest.approx(want[n.labels], abs=1e-9)
+            assert n.logprob == pytest.approx(np.logaddexp(n.pb, n.pnb), abs=1e-12)
+            source = trace.nodes[n.parent]
+            assert source.frame == t - 1 and source.status == "kept"
+            assert (source.labels == n.labels) == (n.kind == "stay")
+            if n.kind == "label":
+                assert source.labels + (n.label,) == n.labels
+        assert {n.labels for n in trace.at(u, t, "pruned")} == set(prev) - set(want)
+        merges = {(trace.nodes[n.merged_from].labels, n.labels) for n in kept if n.merged_from >= 0}
+        may = [p for p in want if p and p[:-1] in prev and p in prev]  # both alive before: the extension is added
+        assert merges == {(p[:-1], p) for p in may if allowed is None or allowed[t - 1, p[-1]]}
+        prev = want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_frames_beam_merges_and_pruned_prefixes_are_the_plain_searchs(seed):
+    rng = np.random.default_rng(seed)
+    lp, blank, beam = random_case(rng)
+    trace = CTCTrace()
+    hyps = ctc_beam_search(lp[None], blank=blank, beam_size=beam, n_best=beam, trace=trace)
+    check_against_plain(trace, 0, lp, blank, beam)
+    assert trace.frames == [lp.shape[0]]
+    for rank, h in enumerate(hyps[0]):  # every returned hypothesis is a node of the last frame
+        node = next(n for n in trace.nodes if n.rank == rank)
+        assert list(node.labels) == h.tokens and node.frame == lp.shape[0] and node.status == "kept"
+    best = trace.path(trace.best(0))
+    assert [n.frame for n in best] == list(range(lp.shape[0] + 1)) and list(best[-1].labels) == hyps[0][0].tokens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_batch_with_pruning_options_and_lengths(seed):
+    """Several utterances of different lengths, label starts cut by top-k and a threshold."""
+    rng = np.random.default_rng(100 + seed)
+    vocab, blank, beam = 4, int(rng.integers(0, 4)), int(rng.integers(1, 5))
+    lengths = rng.integers(0, 6, size=3)
+    lp = log_softmax(rng.normal(size=(3, 5, vocab)) * 2.0)
+    trace = CTCTrace()
+    hyps = ctc_beam_search(lp, lengths, blank=blank, beam_size=beam, token_top_k=2, beam_threshold=3.0,
+                           trace=trace)
+    for u in range(3):
+        frames = lp[u, : lengths[u]]
+        check_against_plain(trace, u, frames, blank, beam, allowed_starts(frames, blank, top_k=2), 3.0)
+        assert trace.frames[u] == lengths[u]
+        assert list(trace.nodes[trace.best(u)].labels) == hyps[u][0].tokens
+
+
+def test_tracing_changes_no_result_and_a_stream_records_as_one_search():
+    rng = np.random.default_rng(7)
+    lp = log_softmax(rng.normal(size=(2, 9, 5)) * 2.0)
+    vocab = Vocabulary(["_", "a", "b", " ", "c"])
+    kw = dict(blank=0, beam_size=4, n_best=3, vocabulary=vocab, hotwords=["ab"], lm=None)
+    plain = ctc_beam_search(lp, **kw)
+    whole, chunked = CTCTrace(), CTCTrace()
+    traced = ctc_beam_search(lp, **kw, trace=whole)
+    stream = CTCStream(2, 5, **kw, trace=chunked)
+    for a, b in ((0, 4), (4, 5), (5, 9)):
+        stream.feed(lp[:, a:b])
+    streamed = stream.finish()
+    for got in (traced, streamed):
+        assert [[(h.tokens, h.score) for h in hs] for hs in got] == [[(h.tokens, h.score) for h in hs] for hs in plain]
+    def rows(trace):
+        return sorted((n.utterance, n.frame, n.row, n.labels, n.status, n.rank, n.merged_from >= 0, round(n.logprob, 9))
+                      for n in trace.nodes)
+
+    assert rows(whole) == rows(chunked)
+    assert whole.tokens == vocab.tokens and whole.text([1, 2]) == "ab"
+
+
+def test_an_utterance_without_frames_has_its_start_node_ranked():
+    trace = CTCTrace()
+    ctc_beam_search(np.zeros((1, 3, 3)), [0], blank=0, beam_size=2, trace=trace)
+    assert [(n.frame, n.labels, n.rank) for n in trace.nodes] == [(0, (), 0)]
+
+
+def test_bad_traces():
+    with pytest.raises(TypeError, match="trace must be a CTCTrace or None; got 'yes'"):
+        ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace="yes")
+    trace = CTCTrace()
+    ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace=trace)
+    with pytest.raises(ValueError, match="trace is already filled by a search"):
+        ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace=trace)
