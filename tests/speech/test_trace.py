@@ -77,7 +77,7 @@ def test_a_batch_with_pruning_options_and_lengths(seed):
 def test_tracing_changes_no_result_and_a_stream_records_as_one_search():
     rng = np.random.default_rng(7)
     lp = log_softmax(rng.normal(size=(2, 9, 5)) * 2.0)
-    vocab = Vocabulary(["_", "a", "b", " ", "c"])
+    vocab = Vocabulary(["_", "a", "b", "|", "c"])
     kw = dict(blank=0, beam_size=4, n_best=3, vocabulary=vocab, hotwords=["ab"], lm=None)
     plain = ctc_beam_search(lp, **kw)
     whole, chunked = CTCTrace(), CTCTrace()
@@ -93,7 +93,7 @@ def test_tracing_changes_no_result_and_a_stream_records_as_one_search():
                       for n in trace.nodes)
 
     assert rows(whole) == rows(chunked)
-    assert whole.tokens == vocab.tokens and whole.text([1, 2]) == "ab"
+    assert whole.tokens == ["_", "a", "b", " ", "c"] and whole.text([1, 2, 3, 1]) == "ab a"  # "|": a space
 
 
 def test_an_utterance_without_frames_has_its_start_node_ranked():

@@ -80,7 +80,7 @@ class CTCTrace:
     Attributes:
         nodes: every :class:`CTCNode`, in the order they were made.
         n_utterances: N, the batch the search decoded.
-        tokens: the label strings (from the search's vocabulary), or None.
+        tokens: the label strings (from the search's vocabulary, its word delimiter as a space), or None.
         blank: the blank label's id.
         frames: per utterance, the frames it consumed.
     """
@@ -100,7 +100,8 @@ class CTCTrace:
         if self.n_utterances or self.nodes:
             raise ValueError("trace is already filled by a search; pass a new CTCTrace() to each search")
         self.n_utterances, self.blank = n, int(blank)
-        self.tokens = None if vocabulary is None else list(vocabulary.tokens)
+        self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
+                                                       for t in vocabulary.tokens]
         self.frames = [0] * n
 
     def frame(self, rows: np.ndarray, before: Beams, after: Beams, lp: np.ndarray, allowed: np.ndarray | None,
