@@ -98,7 +98,9 @@ def _svg(trace: CTCTrace, utterance: int | None, labels: Sequence[str] | None, p
         parts.append(_draw(trace, nodes, top, str(labels[u])))
         top += (max((v.row for v in nodes), default=0) + 1) * DY + HEAD
         width = max(width, MARGIN * 2 + (trace.frames[u] + 1) * DX + 160)
-    height = top
+    legend, right = _legend(top)
+    parts.append(legend)
+    width, height = max(width, right + MARGIN), top + LEGEND_H
     size = "" if page else f' width="{width}" height="{height}"'
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="bs-ctc" viewBox="0 0 {width} {height}"{size}>'
             f'<style>{_CSS}</style><rect width="{width}" height="{height}" fill="#fff"/>'
@@ -147,6 +149,23 @@ def _draw(trace: CTCTrace, nodes: list[CTCNode], top: float, label: str) -> str:
                    f'{"" if v.rank < 0 else v.rank + 1}" data-tip="{html.escape(_tip(trace, v))}">'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5"/>{badge}</g></g>')
     return "".join(out)
+
+
+LEGEND_H = 30
+_LEGEND = (("node kept", "kept"), ("node pruned", "left the beam"), ("node finished", "returned"),
+           ("edge stay", "stay (blank or repeat)"), ("edge label", "label added"), ("edge merge", "merged (log-add)"),
+           ("edge best", "best result (#1)"))
+
+
+def _legend(y: float) -> tuple[str, int]:
+    """The legend's SVG at height ``y``, and where it ends on the right."""
+    out, x = ['<g class="legend">'], MARGIN
+    for cls, text in _LEGEND:
+        mark = (f'<g class="{cls}"><circle cx="{x + 5}" cy="{y}" r="5"/></g>' if cls.startswith("node")
+                else f'<path class="{cls}" d="M{x - 5},{y} l20,0"/>')
+        out.append(f'{mark}<text x="{x + 20}" y="{y + 4}">{text}</text>')
+        x += 36 + 6 * len(text)
+    return "".join(out) + "</g>", x
 
 
 def _edge(a: tuple[float, float], b: tuple[float, float], cls: str) -> str:
