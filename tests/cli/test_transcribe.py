@@ -278,3 +278,11 @@ def test_trace_takes_one_file_and_no_folder_for_its_page(tmp_path, capsys, monke
     assert main(["transcribe", a, "--trace", str(tmp_path / "locked" / "p.html"), "--lm", "none"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--trace must be a file in an existing folder" in err
+
+
+def test_trace_from_a_model_that_records_no_search_is_one_line_exit_1(model, tmp_path, capsys):
+    page = tmp_path / "p.html"
+    assert main(["transcribe", wav(tmp_path / "a.wav"), "--trace", str(page)]) == 1
+    assert capsys.readouterr().err == ("beamsearch: error: --trace: the model recorded no search (its transcribe "
+                                       "takes no trace=)\n")
+    assert not page.exists()

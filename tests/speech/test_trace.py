@@ -109,3 +109,7 @@ def test_bad_traces():
     ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace=trace)
     with pytest.raises(ValueError, match="trace is already filled by a search"):
         ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace=trace)
+    empty = CTCTrace()
+    ctc_beam_search(np.zeros((0, 2, 3)), blank=0, beam_size=2, trace=empty)  # no utterance, still one search
+    with pytest.raises(ValueError, match="trace is already filled by a search"):
+        ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace=empty)

@@ -125,9 +125,12 @@ def trace_options(args: argparse.Namespace) -> None:
 
 
 def write_trace(page: str, trace: Any, path: str) -> None:
-    """The page of the file's search (each chunk an utterance) written to ``page``; exit 1 if it cannot be."""
+    """The page of the file's search (each chunk an utterance) written to ``page``; exit 1 if the
+    model did not record it or the page cannot be written."""
     from beamsearch.speech.trace_draw import ctc_html
 
+    if not trace.finished:
+        raise CliError("beamsearch: error: --trace: the model recorded no search (its transcribe takes no trace=)", 1)
     n = trace.n_utterances
     labels = [path if n == 1 else f"{path}, chunk {i + 1} of {n}" for i in range(n)]
     try:

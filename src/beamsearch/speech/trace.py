@@ -92,13 +92,14 @@ class CTCTrace:
         self.blank = -1
         self.frames: list[int] = []
         self._current: dict[int, list[int]] = {}  # utterance -> node per slot of its beam (-1: empty)
-        self._finished = False
+        self._begun = self._finished = False
 
     def begin(self, n: int, blank: int, vocabulary: Any = None) -> None:
         """Called by the search before its first frame: ``n`` utterances, the ``blank`` id and the
         vocabulary (or None). A trace fills once: a second search on it is a ValueError."""
-        if self.n_utterances or self.nodes:
+        if self._begun:
             raise ValueError("trace is already filled by a search; pass a new CTCTrace() to each search")
+        self._begun = True
         self.n_utterances, self.blank = n, int(blank)
         self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
                                                        for t in vocabulary.tokens]
