@@ -19,23 +19,45 @@ def random_case(rng):
         int(rng.integers(0, vocab)), beam
 
 
-def check_against_plain(trace, u, lp, blank, beam, allowed=None, threshold=None):
-    """Each frame's kept prefixes and log-probs, pruned prefixes and merges, as the plain search's."""
-    prev: dict = {(): 0.0}
+def extensions_left_out(prev, want, lp_t, blank, allowed_t, width):
+    """The ``width`` most probable extensions of the beam ``prev`` ({prefix: (pb, pnb)}) that are
+    neither a prefix of ``prev`` (merged there) nor kept in ``want``: {(prefix, extended): log-prob}."""
+    out = {}
+    for p, (pb, pnb) in prev.items():
+        for c in range(lp_t.shape[0]):
+            child = p + (c,)
+            if c == blank or child in prev or child in want or (allowed_t is not None and not allowed_t[c]):
+                continue
+            out[(p, child)] = (pb if p and p[-1] == c else np.logaddexp(pb, pnb)) + lp_t[c]
+    ranked = sorted((v, k) for k, v in out.items() if v > -np.inf)[::-1][:width]
+    return {k: v for v, k in ranked}
+
+
+def check_against_plain(trace, u, lp, blank, beam, allowed=None, threshold=None, width=2):
+    """Each frame's kept prefixes and log-probs, pruned prefixes (those that left the beam and the
+    best extensions left out) and merges, as the plain search's."""
+    prev: dict = {(): (0.0, -np.inf)}
     assert [(n.labels, n.kind) for n in trace.at(u, 0)] == [((), "start")]
+    beams: list = []
+    prefix_beam_search(lp, blank, beam, allowed, threshold, frames=beams)
     for t in range(1, lp.shape[0] + 1):
-        want = dict(prefix_beam_search(lp[:t], blank, beam, None if allowed is None else allowed[:t], threshold))
+        want = beams[t - 1]
         kept = trace.at(u, t)
         assert {n.labels for n in kept} == set(want)
         for n in kept:
-            assert n.logprob == pytest.approx(want[n.labels], abs=1e-9)
+            assert (n.pb, n.pnb) == pytest.approx(want[n.labels], abs=1e-9)
             assert n.logprob == pytest.approx(np.logaddexp(n.pb, n.pnb), abs=1e-12)
             source = trace.nodes[n.parent]
             assert source.frame == t - 1 and source.status == "kept"
             assert (source.labels == n.labels) == (n.kind == "stay")
             if n.kind == "label":
                 assert source.labels + (n.label,) == n.labels
-        assert {n.labels for n in trace.at(u, t, "pruned")} == set(prev) - set(want)
+        pruned = trace.at(u, t, "pruned")
+        assert {n.labels for n in pruned if n.kind == "stay"} == set(prev) - set(want)
+        left_out = extensions_left_out(prev, want, lp[t - 1], blank, None if allowed is None else allowed[t - 1], width)
+        got = {(trace.nodes[n.parent].labels, n.labels): n.logprob for n in pruned if n.kind == "label"}
+        assert got.keys() == left_out.keys()
+        assert all(got[k] == pytest.approx(v, abs=1e-9) for k, v in left_out.items())
         merges = {(trace.nodes[n.merged_from].labels, n.labels) for n in kept if n.merged_from >= 0}
         may = [p for p in want if p and p[:-1] in prev and p in prev]  # both alive before: the extension is added
         assert merges == {(p[:-1], p) for p in may if allowed is None or allowed[t - 1, p[-1]]}
@@ -93,6 +115,7 @@ def test_tracing_changes_no_result_and_a_stream_records_as_one_search():
                       for n in trace.nodes)
 
     assert rows(whole) == rows(chunked)
+    assert not any(n.kind == "label" and n.status == "pruned" for n in whole.nodes)  # hotwords: ranked otherwise
     assert whole.tokens == ["_", "a", "b", " ", "c"] and whole.text([1, 2, 3, 1]) == "ab a"  # "|": a space
 
 
@@ -102,7 +125,20 @@ def test_an_utterance_without_frames_has_its_start_node_ranked():
     assert [(n.frame, n.labels, n.rank) for n in trace.nodes] == [(0, (), 0)]
 
 
+@pytest.mark.parametrize("width", [0, 1, 5])
+def test_width_is_how_many_extensions_left_out_are_recorded(width):
+    rng = np.random.default_rng(11)
+    lp = log_softmax(rng.normal(size=(6, 4)) * 2.0)
+    trace = CTCTrace(width=width)
+    ctc_beam_search(lp[None], blank=0, beam_size=2, trace=trace)
+    check_against_plain(trace, 0, lp, 0, 2, width=width)
+    assert max(len([n for n in trace.at(0, t, "pruned") if n.kind == "label"]) for t in range(7)) == width
+
+
 def test_bad_traces():
+    for width in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=f"width must be an integer >= 0 .*; got {width!r}"):
+            CTCTrace(width=width)
     with pytest.raises(TypeError, match="trace must be a CTCTrace or None; got 'yes'"):
         ctc_beam_search(np.zeros((1, 2, 3)), blank=0, beam_size=2, trace="yes")
     trace = CTCTrace()

@@ -137,7 +137,8 @@ class CTCStream:
             raise TypeError(f"trace must be a CTCTrace or None; got {trace!r:.80}")
         self.trace = trace
         if trace is not None:
-            trace.begin(n, opts.blank, opts.vocabulary)
+            trace.begin(n, opts.blank, opts.vocabulary,
+                        scored=any(x is not None for x in (self.hw, self.fusion, self.token, self.lex)))
 
     def feed(self, emissions: Any, lengths: Any = None, *, partial: bool = True) -> list[list[CTCHypothesis]] | None:
         """Advance every utterance by its frames of this chunk.

@@ -4,9 +4,11 @@
     hyps = ctc_beam_search(emissions, blank=0, beam_size=4, vocabulary=vocab, trace=trace)
     open("ctc.html", "w").write(ctc_html(trace))  # from beamsearch.speech.trace_draw
 
-The trace holds one :class:`CTCNode` per prefix alive after each frame (kept), plus one per
-prefix that was alive before a frame and is not after it (pruned: it left the beam there; the
-extensions the search never kept are not drawn). Each node knows where its probability came
+The trace holds one :class:`CTCNode` per prefix alive after each frame (kept), plus, pruned at a
+frame: each prefix that was alive before it and is not after it (it left the beam there), and
+the ``width`` most probable extensions of the beam that the search did not keep (by their CTC
+probability; recorded only for a search without an LM, hotwords or a lexicon, whose further terms
+the trace does not have). Each node knows where its probability came
 from: the same prefix before the frame (a *stay*: a blank, or its last label repeated) or its
 parent prefix extended by a *label*; a stay whose prefix was also reached by extending the
 prefix one label shorter, alive in the same beam, names that prefix (``merged_from``): the two
@@ -77,6 +79,10 @@ class CTCTrace:
     :func:`~beamsearch.speech.ctc_beam_search` or :class:`~beamsearch.speech.CTCStream` and it
     is filled (one search per trace). Draw it with :mod:`beamsearch.speech.trace_draw`.
 
+    Args:
+        width: how many extensions the beam left out to record per utterance and frame (the most
+            probable ones; 0: none).
+
     Attributes:
         nodes: every :class:`CTCNode`, in the order they were made.
         n_utterances: N, the batch the search decoded.
@@ -85,7 +91,10 @@ class CTCTrace:
         frames: per utterance, the frames it consumed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, width: int = 2) -> None:
+        if isinstance(width, bool) or not isinstance(width, int) or width < 0:
+            raise ValueError(f"width must be an integer >= 0 (pruned extensions recorded per frame); got {width!r}")
+        self.width = width
         self.nodes: list[CTCNode] = []
         self.n_utterances = 0
         self.tokens: list[str] | None = None
@@ -94,12 +103,15 @@ class CTCTrace:
         self._current: dict[int, list[int]] = {}  # utterance -> node per slot of its beam (-1: empty)
         self._begun = self._finished = False
 
-    def begin(self, n: int, blank: int, vocabulary: Any = None) -> None:
-        """Called by the search before its first frame: ``n`` utterances, the ``blank`` id and the
-        vocabulary (or None). A trace fills once: a second search on it is a ValueError."""
+    def begin(self, n: int, blank: int, vocabulary: Any = None, scored: bool = False) -> None:
+        """Called by the search before its first frame: ``n`` utterances, the ``blank`` id, the
+        vocabulary (or None) and whether further terms (LM, hotwords, lexicon) rank its candidates
+        (then no pruned extension is recorded). A trace fills once: a second search on it is a
+        ValueError."""
         if self._begun:
             raise ValueError("trace is already filled by a search; pass a new CTCTrace() to each search")
         self._begun = True
+        self._extensions = 0 if scored else self.width
         self.n_utterances, self.blank = n, int(blank)
         self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
                                                        for t in vocabulary.tokens]
@@ -121,6 +133,7 @@ class CTCTrace:
         ok = found & (before.last >= 0) & (base + lp[row, last] > -np.inf)
         merged = ok if allowed is None else ok & allowed[row, last]  # --> [n, B]: an extension flowed in
         alive_before, alive_after = before.score() > -np.inf, after.score() > -np.inf
+        extensions = self._pruned_extensions(before, after, lp, allowed, (src, grown, parent, found))
         for k, u in enumerate(np.asarray(rows).tolist()):
             cur = self._current.get(u)
             if cur is None:
@@ -142,7 +155,36 @@ class CTCTrace:
                 base = self.nodes[cur[b]]
                 node = self._add(u, f, len(new) + r, base.id, "stay", -1, base.labels, pb[k, b], pnb[k, b])
                 self.nodes[node].status = "pruned"
+            row0 = len(new) + len(out)
+            for r, (b, c, score) in enumerate(extensions[k]):
+                base = self.nodes[cur[b]]
+                node = self._add(u, f, row0 + r, base.id, "label", c, base.labels + (c,), -np.inf, score)
+                self.nodes[node].status = "pruned"
             self._current[u], self.frames[u] = new, f
+
+    def _pruned_extensions(self, before: Beams, after: Beams, lp: np.ndarray, allowed: np.ndarray | None,
+                           slots: tuple[np.ndarray, ...]) -> list[list[tuple[int, int, float]]]:
+        """Per utterance, its most probable extensions ``(slot, label, log-prob)`` that are neither
+        kept nor merged into a prefix of the beam (at most ``width``, best first)."""
+        src, grown, parent, found = slots
+        n, width = before.last.shape
+        if not self._extensions:
+            return [[] for _ in range(n)]
+        cand = before.score()[:, :, None] + lp[:, None, :]  # --> [n, B, V]
+        rn, rb = np.nonzero(before.last >= 0)  # a repeated label extends the part ending in a blank
+        cand[rn, rb, before.last[rn, rb]] = before.pb[rn, rb] + lp[rn, before.last[rn, rb]]
+        cand[:, :, self.blank] = -np.inf
+        if allowed is not None:
+            cand = np.where(allowed[:, None, :], cand, -np.inf)
+        fn, fb = np.nonzero(found & (before.last >= 0))  # already in the beam: merged there
+        cand[fn, parent[fn, fb], before.last[fn, fb]] = -np.inf
+        gn, gj = np.nonzero(grown)  # kept
+        cand[gn, src[gn, gj], after.last[gn, gj]] = -np.inf
+        flat = cand.reshape(n, -1)
+        top = np.argsort(-flat, axis=1, kind="stable")[:, : self._extensions]
+        v = lp.shape[1]
+        return [[(int(i) // v, int(i) % v, float(flat[r, i])) for i in top[r] if flat[r, i] > -np.inf]
+                for r in range(n)]
 
     def finish(self, hypotheses: Sequence[Sequence[Any]]) -> None:
         """Called by the search with its results: marks each returned hypothesis's node with its

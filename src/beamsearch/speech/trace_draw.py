@@ -2,11 +2,12 @@
 over frames, as an SVG or as the interactive page of :mod:`beamsearch.viz` (one file, offline).
 
 Frames run left to right (column ``f``: the beam after ``f`` frames), each column's prefixes top
-to bottom best first, the pruned ones (those that left the beam at that frame) below the kept,
-hollow. An edge joins each prefix to where its probability came from one frame earlier: a grey
-*stay* (a blank or its last label repeated: the same prefix) or a blue *label* edge (the parent
-prefix extended, the label written on it); a dashed purple *merge* edge joins a prefix to the
-prefix one label shorter whose extension was added into it (log-add). The returned hypotheses
+to bottom best first, the pruned ones (those that left the beam at that frame, then the best
+extensions it did not keep) below the kept, hollow. An edge joins each prefix to where its
+probability came from one frame earlier: a grey *stay* (a blank or its last label repeated: the
+same prefix) or a blue *label* edge (the parent prefix extended, the label written on it); a
+dashed purple *merge* edge joins a prefix to the prefix one label shorter whose extension was
+added into it (log-add). The returned hypotheses
 are ranked (#1, #2, ...) at the last frame and the path of each drawn thick, the best's thickest.
 Click a node to collapse what grew from it, hover for its numbers.
 """
@@ -26,7 +27,7 @@ DX, DY, MARGIN, HEAD = 64, 26, 30, 46  # px: one frame, one row, the border, an 
 
 _CSS = """
 .bs-ctc { font: 11px sans-serif; }
-.bs-ctc .edge { fill: none; stroke-width: 1.4; }
+.bs-ctc .edge { fill: none; stroke-width: 1.4; pointer-events: none; }
 .bs-ctc .edge.stay { stroke: #a0aec0; }
 .bs-ctc .edge.label { stroke: #4a6fa5; }
 .bs-ctc .edge.merge { stroke: #805ad5; stroke-dasharray: 4 3; }
@@ -143,16 +144,17 @@ def _draw(trace: CTCTrace, nodes: list[CTCNode], top: float, label: str) -> str:
         kind = "root" if v.kind == "start" else "finished" if v.rank >= 0 else v.status
         badge = (f'<text class="rank" x="{x + 9:.1f}" y="{y - 4:.1f}">#{v.rank + 1} {v.logprob:.3f}</text>'
                  if v.rank >= 0 else "")
+        tip = html.escape(_tip(trace, v)).replace("\n", "&#10;")  # the newlines as references: one line
         out.append(f'<g class="item {v.status}" data-id="{v.id}" data-parent="{v.parent}" data-frame="{v.frame}" '
                    f'data-status="{v.status}">{edges}{note}'
                    f'<g class="node {kind}{path}" data-text="{html.escape(text)}" data-rank="'
-                   f'{"" if v.rank < 0 else v.rank + 1}" data-tip="{html.escape(_tip(trace, v))}">'
+                   f'{"" if v.rank < 0 else v.rank + 1}" data-tip="{tip}">'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5"/>{badge}</g></g>')
     return "".join(out)
 
 
 LEGEND_H = 30
-_LEGEND = (("node kept", "kept"), ("node pruned", "left the beam"), ("node finished", "returned"),
+_LEGEND = (("node kept", "kept"), ("node pruned", "pruned (left the beam, or not kept)"), ("node finished", "returned"),
            ("edge stay", "stay (blank or repeat)"), ("edge label", "label added"), ("edge merge", "merged (log-add)"),
            ("edge best", "best result (#1)"))
 
