@@ -52,7 +52,10 @@ def check_against_plain(trace, u, lp, blank, beam, allowed=None, threshold=None,
             assert (source.labels == n.labels) == (n.kind == "stay")
             if n.kind == "label":
                 assert source.labels + (n.label,) == n.labels
+        assert [n.row for n in kept] == list(range(len(kept)))  # rows: the kept best first, then the pruned
         pruned = trace.at(u, t, "pruned")
+        assert [n.row for n in pruned] == list(range(len(kept), len(kept) + len(pruned)))
+        assert [n.logprob for n in kept] == sorted((n.logprob for n in kept), reverse=True)
         assert {n.labels for n in pruned if n.kind == "stay"} == set(prev) - set(want)
         left_out = extensions_left_out(prev, want, lp[t - 1], blank, None if allowed is None else allowed[t - 1], width)
         got = {(trace.nodes[n.parent].labels, n.labels): n.logprob for n in pruned if n.kind == "label"}

@@ -151,11 +151,12 @@ class CTCTrace:
                     if merged[k, s]:
                         self.nodes[new[j]].merged_from = cur[int(parent[k, s])]
             out = [b for b in np.flatnonzero(alive_before[k]).tolist() if b not in stayed]
+            row0 = int(alive_after[k].sum())  # the kept are the slots 0, 1, ... (best first)
             for r, b in enumerate(sorted(out, key=lambda b: -np.logaddexp(pb[k, b], pnb[k, b]))):
                 base = self.nodes[cur[b]]
-                node = self._add(u, f, len(new) + r, base.id, "stay", -1, base.labels, pb[k, b], pnb[k, b])
+                node = self._add(u, f, row0 + r, base.id, "stay", -1, base.labels, pb[k, b], pnb[k, b])
                 self.nodes[node].status = "pruned"
-            row0 = len(new) + len(out)
+            row0 += len(out)
             for r, (b, c, score) in enumerate(extensions[k]):
                 base = self.nodes[cur[b]]
                 node = self._add(u, f, row0 + r, base.id, "label", c, base.labels + (c,), -np.inf, score)
@@ -167,7 +168,7 @@ class CTCTrace:
         """Per utterance, its most probable extensions ``(slot, label, log-prob)`` that are neither
         kept nor merged into a prefix of the beam (at most ``width``, best first)."""
         src, grown, parent, found = slots
-        n, width = before.last.shape
+        n = before.last.shape[0]
         if not self._extensions:
             return [[] for _ in range(n)]
         cand = before.score()[:, :, None] + lp[:, None, :]  # --> [n, B, V]
