@@ -1,4 +1,4 @@
-"""Make the README's search-tree pictures: docs/pictures/*.svg (static) and *.html (interactive).
+"""Make the docs' search pictures: docs/pictures/*.svg (static) and *.html (interactive).
 
     python tools/make_pictures.py             # both pictures (the dates one needs the zoo extra)
 
@@ -9,11 +9,15 @@
 2. ``dates``: the shipped seq2seq dates model on "march 3 '87", beam 5 with the greedy path
    overlaid: greedy commits to the century '19' (the first digit '1' has probability 0.6), the
    beam finds the likelier '2087-03-03'.
+3. ``ctc_example``: docs/speech.md's CTC prefix beam search over four frames, beam 2: "a" and
+   "ab" each take in their parent's extension (log-add), the empty prefix leaves the beam.
 """
 
 from __future__ import annotations
 
 import pathlib
+
+import numpy as np
 
 from beamsearch import beam_search, greedy_decode
 from beamsearch.toy import HAND_EXAMPLE, TableModel
@@ -48,9 +52,25 @@ def dates(text: str = "march 3 '87") -> None:
     write("dates", trace, greedy, TARGET_VOCAB.itos, f"{text!r}: beam 5 ({best}) against greedy ({first})")
 
 
+def ctc_example() -> None:
+    from beamsearch.speech import ctc_beam_search
+    from beamsearch.speech.trace import CTCTrace
+    from beamsearch.speech.trace_draw import ctc_html, ctc_svg
+
+    probs = [[0.3, 0.6, 0.1], [0.3, 0.5, 0.2], [0.2, 0.1, 0.7], [0.6, 0.1, 0.3]]  # blank, "a", "b"
+    trace = CTCTrace()
+    best = ctc_beam_search(np.log([probs]), blank=0, beam_size=2, vocabulary=["-", "a", "b"], trace=trace)[0][0]
+    assert best.text == "ab"
+    (OUT / "ctc_example.svg").write_text(ctc_svg(trace, labels=["four frames, beam 2"]))
+    (OUT / "ctc_example.html").write_text(ctc_html(trace, labels=["four frames, beam 2"],
+                                                   title="A CTC prefix beam search over four frames, beam 2"))
+    print(f"wrote {OUT / 'ctc_example'}.svg and .html ({len(trace.nodes)} nodes)")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     hand_example()
+    ctc_example()
     try:
         dates()
     except ImportError as e:

@@ -29,7 +29,7 @@ import numpy as np
 
 from beamsearch.core.trace import STATUS, SearchTree, StepRecord
 
-__all__ = ["StepRecord", "Trace", "to_html", "to_svg"]
+__all__ = ["StepRecord", "Trace", "page", "to_html", "to_svg"]
 
 DX, DY, MARGIN = 120, 24, 30  # px: one step, one leaf slot, the border
 
@@ -108,8 +108,7 @@ body { margin: 0; font: 13px sans-serif; color: #1a202c; }
   svg.addEventListener('wheel', function (ev) {
     ev.preventDefault(); var p = point(ev); zoom(ev.deltaY < 0 ? 1.2 : 1 / 1.2, p.x, p.y);
   }, {passive: false});
-  var drag = null;
-  svg.addEventListener('mousedown', function (ev) { drag = {x: ev.clientX, y: ev.clientY, moved: false}; });
+  var drag = null; svg.addEventListener('mousedown', function (ev) { drag = {x: ev.clientX, y: ev.clientY}; });
   window.addEventListener('mouseup', function () { drag = null; });
   window.addEventListener('mousemove', function (ev) {
     if (!drag) return;
@@ -121,7 +120,7 @@ body { margin: 0; font: 13px sans-serif; color: #1a202c; }
     n.addEventListener('click', function (ev) { ev.stopPropagation(); toggle(n.parentNode.dataset.id); });
     n.addEventListener('mousemove', function (ev) {
       var d = n.dataset;
-      tip.textContent = 'prefix   ' + d.text + '\\nstatus   ' + d.status +
+      tip.textContent = d.tip ? d.tip : 'prefix   ' + d.text + '\\nstatus   ' + d.status +
         (d.rank ? '  (result #' + d.rank + ')' : '') +
         '\\nstep     ' + d.step + '\\np        ' + d.p + '\\nlogprob  ' + d.logprob + '\\nscore    ' + d.score;
       tip.style.display = 'block'; tip.style.left = (ev.clientX + 12) + 'px'; tip.style.top = (ev.clientY + 12) + 'px';
@@ -217,7 +216,11 @@ def to_html(trace: Trace, *, vocab: Any = None, greedy: Trace | None = None, inp
         ``data-step``, ``data-p``, ``data-logprob``, ``data-score``, ``data-status``,
         ``data-rank``; the path to each input's best result has class ``best``.
     """
-    svg = _svg(trace, vocab, greedy, input, labels, page=True)
+    return page(_svg(trace, vocab, greedy, input, labels, page=True), title)
+
+
+def page(svg: str, title: str) -> str:
+    """An SVG (``#viewport`` inside) as :func:`to_html`'s page; a ``.node``'s ``data-tip`` is its tooltip."""
     return _PAGE.replace("__TITLE__", html.escape(title)).replace("__SVG__", svg)
 
 

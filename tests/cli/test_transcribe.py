@@ -111,6 +111,10 @@ def test_the_flags_reach_the_model_as_its_keywords(model, tmp_path, capsys):
     (["--hotword-weight", "2"], "--hotword-weight weighs --hotwords: give them too"),
     (["--hotwords", "a,,b"], "--hotwords has an empty phrase: 'a,,b' (phrases are separated by ',')"),
     (["--head", "rnnt"], "argument --head: invalid choice: 'rnnt'"),
+    (["--trace", "p.html", "--head", "tdt"], "--trace draws the CTC head's search; got --head tdt"),
+    (["--trace", "/no/such/p.html"], "--trace must be a file in an existing folder; got '/no/such/p.html'"),
+    (["--trace", ""], "--trace must be a file in an existing folder; got ''"),
+    (["--trace", "/"], "--trace must be a file in an existing folder; got '/'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2_before_the_model_loads(flags, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli, "load_model", lambda path: pytest.fail("loaded the model"))
@@ -286,3 +290,64 @@ def test_a_file_cut_at_its_pause_reads_as_its_two_chunks_decoded_alone(tmp_path,
     assert got == pytest.approx(want, abs=2e-3)  # each rounded to the millisecond
     for key in ("score", "acoustic_score", "lm_score"):
         assert joined[key] == pytest.approx(alone[0][key] + alone[1][key], abs=1e-3), key
+
+
+class Searching(StandIn):
+    """A stand-in that runs the CTC search: seeded random emissions over "_ab c", 3 frames a second
+    of each chunk (the model's keywords as ``SpeechModel.transcribe`` takes them, ``trace`` too)."""
+
+    def transcribe(self, audio, **options):
+        from beamsearch.speech import Vocabulary, ctc_beam_search
+
+        self.calls.append(([a.size for a in audio], options))
+        lengths = [max(1, round(3 * a.size / RATE)) for a in audio]
+        emissions = np.random.default_rng(5).normal(size=(len(audio), max(lengths), 5)) * 3.0
+        return ctc_beam_search(emissions, lengths, blank=0, beam_size=options.get("beam_size") or 1,
+                               n_best=options["n_best"], vocabulary=Vocabulary(["_", "a", "b", " ", "c"]),
+                               frame_duration=1 / 3, trace=options.get("trace"))
+
+
+def test_trace_writes_the_page_of_the_files_search(tmp_path, capsys, monkeypatch):
+    import xml.etree.ElementTree as ET
+
+    from beamsearch.speech.trace import CTCTrace
+
+    stand_in = Searching()
+    monkeypatch.setattr(cli, "load_model", lambda path: stand_in)
+    page = tmp_path / "search.html"
+    f = wav(tmp_path / "a.wav", seconds=3.0)
+    assert main(["transcribe", f, "--trace", str(page), "--beam-size", "3", "--lm", "none"]) == 0
+    text = capsys.readouterr().out.strip()
+    trace = stand_in.calls[0][1]["trace"]
+    assert isinstance(trace, CTCTrace) and trace.frames == [9]
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and f"beamsearch transcribe {f}" in html
+    svg = ET.fromstring(html[html.index("<svg"): html.index("</svg>") + 6])
+    ranked = [g for g in svg.iter("{http://www.w3.org/2000/svg}g") if g.get("data-rank") == "1"]
+    assert [" ".join(g.get("data-text").split()) for g in ranked] == [text] and text  # its labels, spaces as words
+    long = tmp_path / "long.wav"  # two chunks: two utterances on the page, each headed by its place
+    sf.write(long, np.random.default_rng(2).uniform(-0.3, 0.3, 30 * RATE).astype(np.float32), RATE, subtype="FLOAT")
+    assert main(["transcribe", str(long), "--trace", str(page), "--greedy"]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert f"{long}, chunk 1 of 2" in html and f"{long}, chunk 2 of 2" in html
+    assert stand_in.calls[-1][1]["trace"].n_utterances == 2
+
+
+def test_trace_takes_one_file_and_no_folder_for_its_page(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "load_model", lambda path: Searching())
+    a, b = wav(tmp_path / "a.wav"), wav(tmp_path / "b.wav")
+    assert main(["transcribe", a, b, "--trace", str(tmp_path / "p.html")]) == 2
+    assert capsys.readouterr().err == "beamsearch: error: --trace draws one file's search; got 2 files\n"
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "p.html").mkdir()  # a folder where the page would go
+    assert main(["transcribe", a, "--trace", str(tmp_path / "locked" / "p.html"), "--lm", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--trace must be a file in an existing folder" in err
+
+
+def test_trace_from_a_model_that_records_no_search_is_one_line_exit_1(model, tmp_path, capsys):
+    page = tmp_path / "p.html"
+    assert main(["transcribe", wav(tmp_path / "a.wav"), "--trace", str(page)]) == 1
+    assert capsys.readouterr().err == ("beamsearch: error: --trace: the model recorded no search (its transcribe "
+                                       "takes no trace=)\n")
+    assert not page.exists()

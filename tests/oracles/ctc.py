@@ -138,10 +138,12 @@ def allowed_starts(lp: np.ndarray, blank: int, top_k=None, min_logp=None, skip=N
 
 
 def prefix_beam_search(lp: np.ndarray, blank: int, beam: int, allowed: np.ndarray | None = None,
-                       threshold: float | None = None) -> list[tuple[tuple[int, ...], float]]:
+                       threshold: float | None = None,
+                       frames: list | None = None) -> list[tuple[tuple[int, ...], float]]:
     """A plain CTC prefix beam search, one prefix and one label at a time (a dict of prefixes, so
     identical prefixes merge by log-add): ``beam`` best after each frame, and with ``threshold``
-    none more than that below the best. Returns the final prefixes and scores, best first."""
+    none more than that below the best. Returns the final prefixes and scores, best first; a list
+    given as ``frames`` gets each frame's beam, ``{prefix: (pb, pnb)}``."""
     beams = {(): (0.0, -np.inf)}
     for t in range(lp.shape[0]):
         nxt: dict[tuple[int, ...], list[float]] = {}
@@ -160,6 +162,8 @@ def prefix_beam_search(lp: np.ndarray, blank: int, beam: int, allowed: np.ndarra
         top = np.logaddexp(*ranked[0][1])
         beams = {p: tuple(v) for p, v in ranked if np.logaddexp(*v) > -np.inf
                  and (threshold is None or np.logaddexp(*v) >= top - threshold)}
+        if frames is not None:
+            frames.append(dict(beams))
     return [(p, float(np.logaddexp(*v))) for p, v in sorted(beams.items(), key=lambda kv: -np.logaddexp(*kv[1]))]
 
 

@@ -17,6 +17,7 @@ import argparse
 import heapq
 import json
 import math
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,9 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--max-chunk-seconds", type=float, default=20.0, metavar="S",
                    help=f"longer files are cut into chunks of at most S seconds at their quietest point in the "
                         f"last {SEARCH_SECONDS:g} s before the limit")
+    p.add_argument("--trace", default=None, metavar="PAGE.html",
+                   help="draw the CTC beam search over frames (the prefixes after each frame, merges, pruned ones, "
+                        "the n-best) as one interactive HTML page: one FILE, --head ctc")
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (files as inputs/s, characters as tokens/s, ETA): on by default on a "
                         "terminal for several files")
@@ -84,6 +88,7 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, flag)
         if value is not None and not math.isfinite(value):
             raise usage(f"--{flag.replace('_', '-')} must be a finite number; got {value}")
+    trace_options(args)
     options: dict[str, Any] = {"head": args.head, "n_best": args.n_best}
     if args.greedy:
         given = [flag for flag, value in (("--beam-size", args.beam_size), ("--lm", args.lm), ("--alpha", args.alpha),
@@ -104,6 +109,35 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.hotwords is not None:
         options["hotwords"] = hotword_list(args.hotwords)
     return options
+
+
+def trace_options(args: argparse.Namespace) -> None:
+    """``--trace``'s checks (usage errors, exit status 2)."""
+    if args.trace is None:
+        return
+    if len(args.files) != 1:
+        raise CliError(f"beamsearch: error: --trace draws one file's search; got {len(args.files)} files", 2)
+    if args.head != "ctc":
+        raise CliError(f"beamsearch: error: --trace draws the CTC head's search; got --head {args.head}", 2)
+    folder = pathlib.Path(args.trace).parent
+    if not args.trace or not folder.is_dir() or pathlib.Path(args.trace).is_dir():
+        raise CliError(f"beamsearch: error: --trace must be a file in an existing folder; got {args.trace!r}", 2)
+
+
+def write_trace(page: str, trace: Any, path: str) -> None:
+    """The page of the file's search (each chunk an utterance) written to ``page``; exit 1 if the
+    model did not record it or the page cannot be written."""
+    from beamsearch.speech.trace_draw import ctc_html
+
+    if not trace.finished:
+        raise CliError("beamsearch: error: --trace: the model recorded no search (its transcribe takes no trace=)", 1)
+    n = trace.n_utterances
+    labels = [path if n == 1 else f"{path}, chunk {i + 1} of {n}" for i in range(n)]
+    try:
+        pathlib.Path(page).write_text(ctc_html(trace, labels=labels, title=f"beamsearch transcribe {path}"),
+                                      encoding="utf-8")
+    except OSError as e:
+        raise CliError(f"beamsearch: error: cannot write --trace {page}: {e.strerror}", 1) from None
 
 
 def hotword_list(text: str) -> list[str]:
@@ -200,6 +234,10 @@ def transcribe_command(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     if not args.greedy:  # greedy decoding takes no LM
         options["lm"] = load_lm(args.lm)
+    if args.trace is not None:
+        from beamsearch.speech.trace import CTCTrace
+
+        options["trace"] = CTCTrace()
     several = len(args.files) > 1
     progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
         else None
@@ -215,6 +253,8 @@ def transcribe_command(args: argparse.Namespace) -> int:
             continue
         write(path, nbest, args, several)
         sys.stdout.flush()
+        if args.trace is not None:
+            write_trace(args.trace, options["trace"], path)
         if progress is not None:
             progress.update({"nbest": [{"tokens": range(nbest[0]["labels"])}]})
     if progress is not None:

@@ -24,6 +24,7 @@ from beamsearch.speech.prefix import Beams, History, advance
 from beamsearch.speech.results import CTCHypothesis, Word
 from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.tokens import start_mask
+from beamsearch.speech.trace import CTCTrace
 
 Scorers = tuple[Hotwords | None, WordFusion | None, TokenFusion | None, Lexicon | None]
 """What adds to a hypothesis's score beside the acoustic one: hotwords, a word LM, a token LM, a lexicon."""
@@ -34,7 +35,7 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                     beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                     vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                     hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
-                    beta: float = 1.0, lexicon: Any = None) -> list[list[CTCHypothesis]]:
+                    beta: float = 1.0, lexicon: Any = None, trace: CTCTrace | None = None) -> list[list[CTCHypothesis]]:
     """CTC prefix beam search: the most probable label sequences of each utterance.
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
@@ -72,6 +73,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
             be one of them and the word being spelled a prefix of one; at the end, a hypothesis
             whose last word is not a whole word is not returned (docs/speech.md, "Lexicon").
             None: any label sequence.
+        trace: a new :class:`~beamsearch.speech.trace.CTCTrace`, filled with the prefixes after
+            each frame (docs/speech.md, "The search picture"); None: nothing is recorded.
 
     Returns:
         per utterance, up to ``n_best`` :class:`~beamsearch.speech.CTCHypothesis`, best first
@@ -82,7 +85,7 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                        token_top_k=token_top_k, beam_threshold=beam_threshold,
                        blank_skip_threshold=blank_skip_threshold, vocabulary=vocabulary,
                        frame_duration=frame_duration, hotwords=hotwords, hotword_weight=hotword_weight, lm=lm,
-                       alpha=alpha, beta=beta, lexicon=lexicon, max_frames=frames)
+                       alpha=alpha, beta=beta, lexicon=lexicon, max_frames=frames, trace=trace)
     stream.feed(emissions, lengths, partial=False)
     return stream.finish()
 
@@ -111,7 +114,7 @@ class CTCStream:
                  beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                  vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                  hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5, beta: float = 1.0,
-                 lexicon: Any = None, max_frames: int | None = None) -> None:
+                 lexicon: Any = None, max_frames: int | None = None, trace: CTCTrace | None = None) -> None:
         n, vocab = validate.at_least("batch_size", batch_size, 0), validate.at_least("vocab_size", vocab_size, 1)
         opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
                            blank_skip_threshold, vocabulary, frame_duration)
@@ -130,6 +133,12 @@ class CTCStream:
         self.beams = Beams.start(n, width, None if self.hw is None else self.hw.starts, self.fusion, self.token)
         self.history, self.frames = History(), np.zeros(n, dtype=np.int64)
         self.chunks: list[tuple[np.ndarray, np.ndarray]] | None = []
+        if trace is not None and not isinstance(trace, CTCTrace):
+            raise TypeError(f"trace must be a CTCTrace or None; got {trace!r:.80}")
+        self.trace = trace
+        if trace is not None:
+            trace.begin(n, opts.blank, opts.vocabulary,
+                        scored=any(x is not None for x in (self.hw, self.fusion, self.token, self.lex)))
 
     def feed(self, emissions: Any, lengths: Any = None, *, partial: bool = True) -> list[list[CTCHypothesis]] | None:
         """Advance every utterance by its frames of this chunk.
@@ -153,7 +162,8 @@ class CTCStream:
             raise ValueError(f"utterance {over[0]} would have {int(self.frames[over[0]] + lens[over[0]])} frames, "
                              f"more than max_frames={self.max_frames}")
         lp = normalized(emissions, lens)
-        self.beams = search(self.beams, lp, lens, self.opts, self.history, (self.hw, self.fusion, self.token, self.lex))
+        self.beams = search(self.beams, lp, lens, self.opts, self.history, (self.hw, self.fusion, self.token, self.lex),
+                            self.trace)
         self.chunks.append((lp, lens))
         self.frames = self.frames + lens
         return self.hypotheses() if partial else None
@@ -170,6 +180,8 @@ class CTCStream:
         takes no more frames and lets go of them."""
         out = self.hypotheses()
         self.chunks = None
+        if self.trace is not None:
+            self.trace.finish(out)
         return out
 
 
@@ -205,9 +217,10 @@ def normalized(emissions: Any, lengths: np.ndarray) -> np.ndarray:
 
 
 def search(beams: Beams, lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, history: History,
-           scorers: Scorers = (None, None, None, None)) -> Beams:
+           scorers: Scorers = (None, None, None, None), recorder: CTCTrace | None = None) -> Beams:
     """The frame loop: every live utterance advanced one frame at a time from ``beams`` (an
-    utterance stops at its length in this chunk, ``lp`` ``[N, t, V]``). Returns the beams after it."""
+    utterance stops at its length in this chunk, ``lp`` ``[N, t, V]``). Returns the beams after it.
+    ``recorder``: a :class:`~beamsearch.speech.trace.CTCTrace` told each frame's beams (None: none)."""
     hw, fusion, token, lex = scorers
     n, width = beams.last.shape
     for t in range(int(lengths.max(initial=0))):
@@ -216,8 +229,11 @@ def search(beams: Beams, lp: np.ndarray, lengths: np.ndarray, opts: CTCOptions, 
         part = beams if rows is None else beams.rows(rows)
         frame = (lp[:, t] if rows is None else lp[rows, t]).astype(np.float64)  # --> [n, V]
         allowed = start_mask(frame, opts.blank, opts.token_min_logp, opts.token_top_k, opts.blank_skip_threshold)
+        before = part
         part, (src, grown, label) = advance(part, frame, opts.blank, allowed, history, opts.beam_threshold, hw,
                                             fusion, token, lex)
+        if recorder is not None:
+            recorder.frame(np.arange(n) if rows is None else rows, before, part, frame, allowed, src, grown)
         if token is not None:  # the token LM steps the grown prefixes, all at once
             idx = np.arange(n) if rows is None else rows
             part = replace(part, next_lp=token.update(idx, width, src, grown, label, part.next_lp))
