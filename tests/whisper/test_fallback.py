@@ -49,26 +49,24 @@ def _tables() -> np.ndarray:
 NO_SPEECH = [0.1, 0.1, 0.1, 0.1, 0.9, 0.9]  # 4: flat but silent
 
 
-def step(state: tuple, y_prev: np.ndarray) -> tuple:
+calls: list[np.ndarray] = []  # the windows of each model call's rows
+
+
+def _tabled(state: tuple, y_prev: np.ndarray) -> tuple:
+    """The toy decoder: the rows' logits from their window's table, by step and last token."""
     table, window, t = state
     calls.append(window.copy())
-    return table[window, np.minimum(t, STEPS - 1), y_prev], (table, window, t + 1)
-
-
-calls: list[np.ndarray] = []
+    return table[()][window, np.minimum(t, STEPS - 1), y_prev], (table, window, t + 1)
 
 
 def make_state(windows: list[int]) -> tuple:
-    """The rows of ``windows``: the table (shared: a 0-d object leaf passes through), window ids, steps."""
+    """The rows of ``windows``: the tables (a 0-d object array: a leaf every row shares, passed
+    through by select_state), each row's window and step."""
     return TABLE, np.asarray(windows, np.int64), np.zeros(len(windows), np.int64)
 
 
 TABLE = np.empty((), object)
 TABLE[()] = _tables()
-
-
-def _tabled(state: tuple, y_prev: np.ndarray) -> tuple:
-    return step((state[0][()], *state[1:]), y_prev)[0], (state[0], state[1], state[2] + 1)
 
 
 def reference(i: int, options: WhisperOptions, fb: FallbackOptions) -> tuple[WhisperResult, list[float]]:
