@@ -102,10 +102,9 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
         raise usage("--alpha and --beta weigh the LM: leave them out with --lm none")
     if args.hotword_weight is not None and args.hotwords is None:
         raise usage("--hotword-weight weighs --hotwords: give them too")
-    for flag, key in (("beam_size", "beam_size"), ("alpha", "alpha"), ("beta", "beta"),
-                      ("hotword_weight", "hotword_weight")):
-        if getattr(args, flag) is not None:
-            options[key] = getattr(args, flag)
+    for key in ("beam_size", "alpha", "beta", "hotword_weight"):  # the flags' names are the keywords
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
     if args.hotwords is not None:
         options["hotwords"] = hotword_list(args.hotwords)
     return options

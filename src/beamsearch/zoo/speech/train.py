@@ -101,8 +101,8 @@ def collate(feats: list[torch.Tensor], texts: list[str], batch: list[int], gen: 
     return x, frames, targets, torch.tensor([len(r) for r in ids])
 
 
-def train(data: list[tuple[np.ndarray, str]], *, seed: int = 0, steps: int = 2000, lr: float = 2e-3,
-          max_frames: int = 8000, threads: int = 2, cfg: SpeechConfig | None = None,
+def train(data: list[tuple[np.ndarray, str]], *, seed: int = 0, steps: int = 1200, lr: float = 2e-3,
+          max_frames: int = 8000, threads: int = 1, cfg: SpeechConfig | None = None,
           log: Callable[[str], None] = print) -> tuple[SpeechNet, dict]:
     """Train a :class:`SpeechNet` for ``steps`` steps on ``data`` (``(audio, text)`` pairs):
     AdamW, warm-up then cosine (:func:`beamsearch.zoo.train.lr_factor`), SpecAugment, gradient
@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=pathlib.Path, required=True, help="a train set made by synth (made if absent)")
     parser.add_argument("--count", type=int, default=12000, help="utterances to make when --data holds none")
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--threads", type=int, default=1, help="1: fastest on a shared CPU")
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args(argv)
     if not (args.data / "manifest.jsonl").is_file():
