@@ -14,8 +14,8 @@ pytest.importorskip("safetensors")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from beamsearch.speech import CTCHypothesis, TransducerHypothesis  # noqa: E402
+from beamsearch.speech import wer as word_error_rate  # noqa: E402
 from beamsearch.zoo.speech import SpeechModel, load  # noqa: E402
-from beamsearch.zoo.speech.evaluate import word_error_rate  # noqa: E402
 from beamsearch.zoo.speech.recognizer import SHIPPED  # noqa: E402
 from beamsearch.zoo.speech.synth import make_set  # noqa: E402
 
@@ -153,3 +153,18 @@ def test_n_best_are_ranked_and_distinct(model, heldout):
         assert 1 < len(hyps) <= 4
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True) and len({tuple(h.tokens) for h in hyps}) == len(hyps)
+
+
+@espeak
+@pytest.mark.parametrize("beam_size", [None, 8])
+def test_a_trace_records_the_ctc_search_that_gave_the_result(model, heldout, beam_size):
+    from beamsearch.speech.trace import CTCTrace
+
+    trace = CTCTrace()
+    audio = [heldout[1].audio]
+    traced = model.transcribe(audio, beam_size=beam_size, trace=trace)[0]
+    assert [h.text for h in traced] == [h.text for h in model.transcribe(audio, beam_size=beam_size)[0]]
+    best = trace.path(trace.best(0))  # the start node, then one node per frame
+    assert trace.text(best[-1].labels) == traced[0].text
+    with pytest.raises(ValueError, match="trace records the CTC search; got head='tdt'"):
+        model.transcribe(audio, head="tdt", beam_size=4, trace=CTCTrace())

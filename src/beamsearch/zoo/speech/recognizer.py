@@ -54,7 +54,7 @@ class SpeechModel:
 
     def transcribe(self, audio: Sequence[np.ndarray], *, head: str = "ctc", beam_size: int | None = 8, lm: Any = None,
                    alpha: float = 0.5, beta: float = 1.0, hotwords: Any = None, hotword_weight: float = 10.0,
-                   n_best: int = 1) -> list[list[Any]]:
+                   n_best: int = 1, trace: Any = None) -> list[list[Any]]:
         """Per utterance of ``audio`` (float32 mono arrays ``[S]`` at ``sample_rate``), its hypotheses
         best first (``CTCHypothesis`` or ``TransducerHypothesis``: ``.text``, ``.words`` with start and
         end in seconds, the scores).
@@ -64,22 +64,26 @@ class SpeechModel:
         frame). ``beam_size`` None is greedy: the CTC prefix search with one prefix, or
         :func:`~beamsearch.speech.transducer_greedy`; greedy takes no ``lm``, ``hotwords`` or
         ``n_best > 1``. ``lm``: an ``NgramLM``, an ARPA file's path, or None, fused with ``alpha``,
-        ``beta``; ``hotwords``/``hotword_weight`` as the searches take them.
+        ``beta``; ``hotwords``/``hotword_weight`` as the searches take them. ``trace``: a
+        :class:`~beamsearch.speech.trace.CTCTrace` that records the CTC search (``head="ctc"`` only).
         """
         if head not in HEADS:
             raise ValueError(f"head must be one of {', '.join(HEADS)}; got {head!r}")
         if beam_size is None and (lm is not None or hotwords is not None or n_best != 1):
             raise ValueError("beam_size=None (greedy) takes no lm, hotwords or n_best > 1; give a beam_size")
+        if trace is not None and head != "ctc":
+            raise ValueError(f"trace records the CTC search; got head={head!r}")
         enc, lengths = self.encode(audio)
         with torch.no_grad():
             if head == "ctc":
                 emissions = self.net.ctc_log_probs(enc)
                 if beam_size is None:
                     return ctc_beam_search(emissions, lengths, blank=BLANK, beam_size=1, vocabulary=self.vocabulary,
-                                           frame_duration=self.frame_duration)
+                                           frame_duration=self.frame_duration, trace=trace)
                 return ctc_beam_search(emissions, lengths, blank=BLANK, beam_size=beam_size, n_best=n_best,
                                        vocabulary=self.vocabulary, frame_duration=self.frame_duration,
-                                       hotwords=hotwords, hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta)
+                                       hotwords=hotwords, hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta,
+                                       trace=trace)
             predictor, joint = self.net.transducer_functions()
             state, durations = self.net.initial_state(len(enc)), list(self.net.cfg.durations)
             if beam_size is None:
