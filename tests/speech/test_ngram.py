@@ -195,6 +195,32 @@ def test_each_returned_term_equals_its_plain_value():
         assert np.isclose(h.acoustic_score, truth)
 
 
+def record_closed_steps(monkeypatch) -> list[bool]:
+    """Whether each ``WordFusion.step`` call of the decode to come is handed the words already
+    closed (its ``closed`` argument), one entry per call."""
+    from beamsearch.speech.fusion import WordFusion
+
+    stepped: list[bool] = []
+    plain_step = WordFusion.step
+
+    def step(self, *args, **kwargs):
+        stepped.append(len(args) > 6 or kwargs.get("closed") is not None)
+        return plain_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(WordFusion, "step", step)
+    return stepped
+
+
+def test_each_frame_scores_the_words_it_closes_once(monkeypatch):
+    """The LM scores a slot's finished word once per frame: the extensions reuse the ranking's
+    (each step is handed the words already closed), with the same results as brute force."""
+    stepped = record_closed_steps(monkeypatch)
+    for seed in range(4):
+        _, lp, text, alpha, beta = random_case(seed, frames=5)
+        check_n_best(decode(lp, text, alpha, beta, 5), lm_objective(lp, text, alpha, beta), 5)
+    assert stepped and all(stepped)
+
+
 def test_sentencepiece_words_are_scored_when_the_next_word_starts():
     tokens = ["<blk>", "\u2581a", "b", "\u2581"]
     text = random_arpa(np.random.default_rng(5), 2, ["a", "ab", "b"], 6)

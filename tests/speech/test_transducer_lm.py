@@ -15,7 +15,7 @@ from beamsearch.speech import KenLMModel, NgramLM, TokenLM, Vocabulary, transduc
 from oracles.ctc import PlainLM, random_arpa
 from oracles.transducer import TinyTransducer, brute_force
 from tests.speech.test_hotwords import final_positions
-from tests.speech.test_ngram import rnn_lm, token_lm_logprob
+from tests.speech.test_ngram import record_closed_steps, rnn_lm, token_lm_logprob
 
 TOKENS = ["<pad>", "a", "b", "|"]  # blank 0; "|" ends a word
 CASES = [(None, 1), (None, 2), ([0, 1, 2], 2), ([1, 2], 1)]
@@ -95,6 +95,20 @@ def test_nothing_pruned_lm_and_hotwords_are_brute_force(durations, m, seed):
     check(hyps, ranked, text, alpha, beta)
     for h in hyps:
         assert h.hotword_bonus == pytest.approx(weight * final_positions(h.tokens, hot), abs=1e-12)
+
+
+@pytest.mark.parametrize("durations,m", CASES)
+def test_each_step_scores_the_words_it_closes_once(durations, m, monkeypatch):
+    """The candidates' ranking closes each expanding hypothesis's word once per step and the
+    chosen ones' LM states reuse it (each step is handed the words already closed); the results
+    stay brute force's."""
+    stepped = record_closed_steps(monkeypatch)
+    _, text, alpha, beta = case(7)
+    model = TinyTransducer.make(7, n=1, frames=3, vocab=4, durations=durations, scale=1.5)
+    for method in ("modified", "alsd"):
+        res = decode(model, method, m, text, alpha, beta)[0]
+        check(res, objective(model, 0, 3, m, text, alpha, beta), text, alpha, beta)
+    assert stepped and all(stepped)
 
 
 def test_the_lm_changes_the_best_and_zero_weights_change_nothing():
@@ -308,6 +322,23 @@ def test_a_token_lm_of_another_size_is_refused():
         transducer_beam_search(model.enc, lm=TokenLM(step, init, bos=9), **args)
 
 
+def terms_grid(bonus_grid, beams, plan, w):
+    """float64 ``[N * B, w + 1]``: the ranking terms of every hypothesis's candidates (the last
+    column its own), from ``bonus_grid`` asked for every row; asked for a random part of the
+    rows in a random order (as a step expands only some), it gives those rows' lines."""
+    n, b = beams.score.shape
+    u, s = np.divmod(np.arange(n * b), b)
+    closed = None if plan.fusion is None else plan.fusion.close(*(h[u, s] for h in beams.lm[:3]))[1:]
+    per_col, own = bonus_grid(beams, plan, (u, s), w, 0, closed)
+    grid = np.concatenate([per_col, own[:, None]], axis=1)
+    part = np.random.default_rng(w).permutation(n * b)[: n * b // 2]
+    closed = None if closed is None else tuple(c[part] for c in closed)
+    sub, every = bonus_grid(beams, plan, (u[part], s[part]), w, 0, closed)
+    np.testing.assert_array_equal(sub, per_col[part])
+    np.testing.assert_array_equal(every, own)
+    return grid
+
+
 @pytest.mark.parametrize("durations", [None, [0, 1, 2]])
 @pytest.mark.parametrize("hot", [None, [[1, 2], [3, 1, 3]]])
 def test_while_decoding_a_candidate_ranks_by_the_terms_it_will_have(durations, hot):
@@ -338,7 +369,7 @@ def test_while_decoding_a_candidate_ranks_by_the_terms_it_will_have(durations, h
     beams.hot = tuple(h.reshape(n, b) for h in hs)  # type: ignore[assignment]
     beams.lm = tuple(h.reshape(n, b) for h in ls)
     dn = 1 if durations is None else len(durations)
-    grid = bonus_grid(beams, plan, vocab * dn, 0)
+    grid = terms_grid(bonus_grid, beams, plan, vocab * dn)
     np.testing.assert_allclose(grid[:, -1], plan.terms(hs, ls), rtol=1e-12)
     for k in range(vocab):
         label = np.full(n * b, k)
@@ -372,7 +403,7 @@ def test_while_decoding_a_token_lm_candidate_ranks_by_its_label_log_prob(duratio
     next_lp = np.log(rng.dirichlet(np.ones(vocab), size=n * b))
     beams.carried = (None, None, (next_lp, None))
     dn = 1 if durations is None else len(durations)
-    grid = bonus_grid(beams, plan, vocab * dn, 0)
+    grid = terms_grid(bonus_grid, beams, plan, vocab * dn)
     hs = tuple(h.ravel() for h in beams.hot)
     for k in range(vocab):
         stepped = hs if k == 0 else hw.step(*hs, np.full(n * b, k))

@@ -118,11 +118,17 @@ class WordFusion:
         return ends, logp, new
 
     def step(self, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray, words: np.ndarray,
-             label: np.ndarray) -> LMState:
-        """The state after one more label (all arrays of one shape)."""
+             label: np.ndarray, closed: tuple[np.ndarray, np.ndarray] | None = None) -> LMState:
+        """The state after one more label (all arrays of one shape). ``closed``: ``(logp, new
+        ctx)`` of :meth:`close` on these ``ctx, key, size`` when already known (then the LM is
+        not asked again; read only where the label ends a word)."""
         label = np.where(label < 0, 0, label)
         end = self.ends[label]
-        closing, logp, new_ctx = self.close(ctx, key, np.where(end, size, 0))
+        if closed is None:
+            closing, logp, new_ctx = self.close(ctx, key, np.where(end, size, 0))
+        else:
+            closing = end & (size > 0)
+            logp, new_ctx = np.where(closing, closed[0], 0.0), np.where(closing, closed[1], ctx)
         h1 = np.where(end, 0, key >> 31) * self.m1[label] % P1
         h2 = np.where(end, 0, key & LOW) * self.m2[label] % P2
         new_key = (((h1 + self.h1[label]) % P1) << 31) | ((h2 + self.h2[label]) % P2)
@@ -144,20 +150,27 @@ class WordFusion:
 class LMTerm:
     """The LM term of one frame's extensions (as :class:`beamsearch.speech.hotwords.HotTerm`):
     ``own`` float64 ``[n, B]`` each slot's fused term, ``gain`` what an extension by a label that
-    ends a word adds to it, ``up`` an upper bound of any extension's term."""
+    ends a word adds to it, ``up`` an upper bound of any extension's term; ``closed``: the
+    slots' unfinished words scored, ``(logp, new ctx)`` of :meth:`WordFusion.close`, which an
+    extension's :meth:`WordFusion.step` reuses (the LM is asked once per slot and frame)."""
 
     fusion: WordFusion
     own: np.ndarray
     gain: np.ndarray
     up: np.ndarray
+    closed: tuple[np.ndarray, np.ndarray]
 
     @staticmethod
     def of(fusion: WordFusion, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray,
            words: np.ndarray) -> LMTerm:
-        ends, logp, _ = fusion.close(ctx, key, size)
+        ends, logp, after = fusion.close(ctx, key, size)
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)
         own = fusion.fused(lm, words)
-        return LMTerm(fusion, own, gain, own + np.maximum(gain, 0.0))
+        return LMTerm(fusion, own, gain, own + np.maximum(gain, 0.0), (logp, after))
+
+    def closed_at(self, row: np.ndarray, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``closed`` of slots ``slot`` of utterances ``row`` (broadcast index arrays)."""
+        return self.closed[0][row, slot], self.closed[1][row, slot]
 
     def now(self) -> np.ndarray:
         return self.own

@@ -229,7 +229,7 @@ def advance(beams: Beams, lp: np.ndarray, blank: int, allowed: np.ndarray | None
     tok, tok_lp = candidates(masked, cap, floor, classes, end_floor, also)
     ext = Extensions(lse, beams.pb, beams.last, tok, tok_lp, children, lp.shape[1], extra)
     idx, val = best(stay, ext, bound)  # --> [n, B] each, best first, ties: lower index
-    return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, fusion, tterm, lex))
+    return select(beams, idx, val, pb, pnb, tok, history, threshold, (hot, word, tterm, lex))
 
 
 def label_classes(hot: HotTerm | None, fusion: WordFusion | None, token: TokenFusion | None) -> np.ndarray | None:
@@ -254,7 +254,8 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
            terms: tuple = (None, None, None, None)) -> tuple[Beams, tuple[np.ndarray, ...]]:
     """The next beams from the chosen candidates ``idx`` ``[n, B]`` (a stay ``b < B`` or an
     extension ``B + b * M + m``) and their scores ``val`` (with the further ``terms``: hotwords,
-    word LM, token LM, lexicon, each None when absent), and ``(src, grown, label)`` as :func:`advance`'s."""
+    word LM term (:class:`LMTerm`), token LM, lexicon, each None when absent), and ``(src, grown, label)`` as
+    :func:`advance`'s."""
     width = beams.last.shape[1]
     m = max(tok.shape[1], 1)
     stay = idx < width
@@ -266,7 +267,9 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
     grow = np.nonzero(~stay & (val > NEG_INF))
     new_node = node.copy()
     new_node[grow] = history.add(node[grow], label[grow])
-    acoustic, carried = carry([take(getattr(beams, f)) for f in CARRIED], stay, label, val, *terms)
+    hot, word, tterm, lex = terms
+    closed = None if word is None else (word.fusion, word.closed_at(row, src))
+    acoustic, carried = carry([take(getattr(beams, f)) for f in CARRIED], stay, label, val, hot, closed, tterm, lex)
     nxt = Beams(np.where(stay, take(pb), NEG_INF), np.where(stay, take(pnb), acoustic),
                 np.where(stay, take(beams.last), label), np.where(stay, key, extend_key(key, label)),
                 np.where(stay, take(beams.parent_key), key), new_node, *carried)
@@ -277,21 +280,23 @@ def select(beams: Beams, idx: np.ndarray, val: np.ndarray, pb: np.ndarray, pnb: 
 
 
 def carry(fields: list[np.ndarray], stay: np.ndarray, label: np.ndarray, val: np.ndarray,
-          hot: HotTerm | None, fusion: WordFusion | None,
+          hot: HotTerm | None, word: tuple[WordFusion, tuple[np.ndarray, np.ndarray]] | None,
           token: TokenTerm | None, lex: Lexicon | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """The :data:`CARRIED` fields of the chosen candidates (``fields``: their source slots'):
     a stay keeps them, an extension by ``label`` steps them; and each candidate's acoustic score,
-    ``val`` less its further terms. A grown slot's ``next_lp`` is its parent's until the token LM
-    is stepped (:meth:`TokenFusion.update`)."""
+    ``val`` less its further terms. ``word``: the word LM and its source slots' closed words
+    (:attr:`LMTerm.closed`). A grown slot's ``next_lp`` is its parent's until the token LM is
+    stepped (:meth:`TokenFusion.update`)."""
     acoustic, out = val, list(fields)
     if hot is not None:
         node, mask, done = fields[:3]
         hot_grown = hot.hw.step(node, mask, done, np.where(stay, 0, label))  # a stay's label may be no label id
         acoustic = acoustic - np.where(stay, 0.0, hot.hw.weight * hot.hw.count(*hot_grown))
         out[:3] = [np.where(stay, a, b) for a, b in zip(fields[:3], hot_grown, strict=True)]
-    if fusion is not None:
+    if word is not None:
+        fusion, closed = word
         ctx, key, size, lm, words = fields[3:8]
-        lm_grown = fusion.step(ctx, key, size, lm, words, np.where(stay, -1, label))
+        lm_grown = fusion.step(ctx, key, size, lm, words, np.where(stay, -1, label), closed)
         acoustic = acoustic - np.where(stay, 0.0, fusion.fused(lm_grown[3], lm_grown[4]))
         out[3:8] = [np.where(stay, a, b) for a, b in zip(fields[3:8], lm_grown, strict=True)]
     if token is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,13 @@ class Network:
     blank: int
     durations: np.ndarray | None
     token: Any = None
+
+    @cached_property
+    def first_move(self) -> int:
+        """TDT: the index of the smallest positive duration (what a step that may not stay takes
+        instead of duration 0); computed once per decode."""
+        assert self.durations is not None, "only a TDT network has durations"
+        return int(np.argmin(np.where(self.durations > 0, self.durations, np.iinfo(np.int64).max)))
 
     def log_probs(self, utt: np.ndarray, t: np.ndarray, pred_out: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """float64 token log-probs ``[R, V]`` and (TDT) duration log-probs ``[R, len(durations)]``

@@ -61,6 +61,7 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
     u, s = np.divmod(rows, b)
     tok, dur = net.log_probs(u, beams.t[u, s], select_state(beams.carried[0], rows))
     stay_ok = beams.j[u, s] + 1 < plan.max_symbols
+    closed = None
     if plan.schedule == "greedy":
         pick, col = greedy_pick(tok, dur, net, stay_ok), None
         score = beams.score[u, s] + np.take_along_axis(tok, pick[0][:, None], 1)[:, 0]
@@ -73,7 +74,8 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         sub = tok if ids is None else np.take_along_axis(tok, ids, 1)
         is_blank = (np.arange(tok.shape[1]) == net.blank)[None, :] if ids is None else ids == net.blank
         grid = grid_scores(beams.score[u, s], sub, dur, is_blank, net.durations, stay_ok)
-        cu, cs, col, score = top_candidates(beams, grow, rows, grid, plan, net.blank)
+        closed = None if plan.fusion is None else plan.fusion.close(*(h[u, s] for h in beams.lm[:3]))[1:]
+        cu, cs, col, score = top_candidates(beams, grow, (rows, u, s), grid, plan, net.blank, closed)
         nd = 1 if dur is None else dur.shape[1]
         ctok, cdi = np.divmod(np.where(col >= 0, col, 0), nd)
         at = np.zeros(n * b, dtype=np.int64)
@@ -81,7 +83,9 @@ def expand(net: Network, beams: Beams, lengths: np.ndarray, plan: Plan, prefixes
         if ids is not None:
             ctok = ids[at[cu * b + cs], ctok]
         label_lp = tok[at[cu * b + cs], ctok]  # a waiting hypothesis's (col -1) is not read
-    return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score, label_lp))
+        if closed is not None:  # each candidate's source row's (a waiting one's is not read)
+            closed = (closed[0][at[cu * b + cs]], closed[1][at[cu * b + cs]])
+    return moves(net, beams, plan, prefixes, aligns, (cu, cs, ctok, cdi, col, score, label_lp), closed)
 
 
 def token_cut(tok: np.ndarray, plan: Plan) -> np.ndarray | None:
@@ -105,25 +109,32 @@ def greedy_pick(tok: np.ndarray, dur: np.ndarray | None, net: Network,
     if dur is None:
         return best, np.zeros_like(best)
     d = np.argmax(dur, axis=1)
-    durations = net.durations
-    assert durations is not None
-    positive = np.where(durations > 0, durations, np.iinfo(np.int64).max)
-    fallback = int(np.argmin(positive))
-    forced = (durations[d] == 0) & ((best == net.blank) | ~stay_ok)
-    return best, np.where(forced, fallback, d)
+    assert net.durations is not None
+    forced = (net.durations[d] == 0) & ((best == net.blank) | ~stay_ok)
+    return best, np.where(forced, net.first_move, d)
 
 
-def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.ndarray, plan: Plan,
-                   blank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def top_candidates(beams: Beams, grow: np.ndarray, at: tuple[np.ndarray, np.ndarray, np.ndarray], grid: np.ndarray,
+                   plan: Plan, blank: int, closed: tuple[np.ndarray, np.ndarray] | None = None,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each utterance's best ``2 * width`` candidates (every finite one when fewer) by score plus
-    hotword bonus and LM terms: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as it is."""
+    hotword bonus and LM terms: ``(u, s, col, score)``; ``col`` -1 is a waiting hypothesis kept as
+    it is. ``at``: the expanding rows (flat ``[R]``, and their utterances and slots), ``grid``
+    their candidates' scores ``[R, w]``; ``closed``: their unfinished words scored (word LM)."""
     n, b = beams.score.shape
+    rows = at[0]
     w = grid.shape[1]
     acoustic = np.full((n * b, w + 1), NEG_INF)
     acoustic[rows, :w] = grid
     wait = (np.isfinite(beams.score) & ~grow).ravel()
     acoustic[wait, w] = beams.score.ravel()[wait]
-    rank = acoustic + bonus_grid(beams, plan, w, blank)
+    rank = acoustic
+    terms = bonus_grid(beams, plan, at[1:], w, blank, closed)
+    if terms is not None:  # the other rows' label columns are -inf: they stay so
+        per_col, own = terms
+        rank = acoustic.copy()
+        rank[rows, :w] += per_col
+        rank[:, w] += own
     flat = rank.reshape(n, b * (w + 1))
     k = min(2 * plan.width, flat.shape[1])
     part = np.argpartition(-flat, k - 1, axis=1)[:, :k] if k < flat.shape[1] else np.broadcast_to(
@@ -135,19 +146,21 @@ def top_candidates(beams: Beams, grow: np.ndarray, rows: np.ndarray, grid: np.nd
     return uu, s, np.where(col == w, -1, col), score
 
 
-def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | float:
-    """float64 ``[N * B, w + 1]``: the hotword bonus plus the LM terms of every candidate while
-    decoding, -inf for one that leaves the lexicon (0.0 without any of them): those of its
-    labels once stepped by the candidate's label (the blank steps nothing); the last column is
-    a waiting hypothesis's own."""
+def bonus_grid(beams: Beams, plan: Plan, at: tuple[np.ndarray, np.ndarray], w: int, blank: int,
+               closed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The hotword bonus plus the LM terms of the candidates while decoding, -inf for one that
+    leaves the lexicon (None without any of them): ``(per_col, own)``, float64 ``[R, w]`` of the
+    expanding rows' candidates (utterances and slots ``at``, int ``[R]`` each): those of its labels
+    once stepped by the candidate's label (the blank steps nothing), and ``[N * B]`` every
+    hypothesis's own (a waiting one's candidate). ``closed``: the rows' unfinished words scored."""
     hw, fusion, token, lex = plan.hotwords, plan.fusion, plan.token, plan.lexicon
     if hw is None and fusion is None and token is None and lex is None:
-        return 0.0
-    node, mask, done = (h.reshape(-1, 1) for h in beams.hot)
-    ctx, key, size, lm_lp, words = (h.reshape(-1, 1) for h in beams.lm)
-    hot, lm = (node, mask, done), (ctx, key, size, lm_lp, words)
-    own = plan.terms(hot, lm)  # --> [N * B, 1]
-    own = np.broadcast_to(own, (node.shape[0], 1))  # --> [N * B, 1] (0.0 with a lexicon alone)
+        return None
+    every = np.broadcast_to(plan.terms(beams.hot, beams.lm), beams.score.shape).ravel()  # 0.0: a lexicon alone
+    u, s = at
+    node, mask, done = (h[u, s][:, None] for h in beams.hot)
+    hot, lm = (node, mask, done), tuple(h[u, s][:, None] for h in beams.lm)
+    own = every[u * beams.score.shape[1] + s][:, None]  # --> [R, 1]
     if hw is not None:
         vocab = hw.vocab
     elif fusion is not None:
@@ -157,30 +170,31 @@ def bonus_grid(beams: Beams, plan: Plan, w: int, blank: int) -> np.ndarray | flo
     else:
         assert token is not None, "a hotword, LM or lexicon term is present (checked above)"
         vocab = token.vocab
-    per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [N * B, V]
+    per_label = np.broadcast_to(own, (own.shape[0], vocab))  # --> [R, V]
     labels = np.arange(vocab)[None, :]
     if hw is not None:  # what each label adds
         gain = hw.weight * (hw.count(*hw.step(*hot, labels)) - hw.count(*hot))
         per_label = per_label + np.where(labels == blank, 0.0, gain)
     if fusion is not None:
-        ends, logp, _ = fusion.close(*lm[:3])
+        assert closed is not None, "the expanding rows' words are closed once, in expand"
+        ends, logp = lm[2] > 0, closed[0][:, None]
         gain = np.where(ends, fusion.alpha * logp + fusion.beta, 0.0)  # the word a label ends, scored
         per_label = per_label + np.where(fusion.ends[None, :], gain, 0.0)
     if token is not None:  # each label's LM log-prob (the blank adds nothing)
-        next_lp = beams.carried[2][0]
+        next_lp = beams.carried[2][0][u * beams.score.shape[1] + s]
         per_label = per_label + token.alpha * np.where(labels == blank, 0.0, next_lp)
     if lex is not None:  # a label that leaves the lexicon is no candidate
-        inside = lex.step(beams.lex.reshape(-1, 1), np.where(labels == blank, -1, labels)) >= 0
+        inside = lex.step(beams.lex[u, s][:, None], np.where(labels == blank, -1, labels)) >= 0
         per_label = np.where(inside, per_label, NEG_INF)
-    per_col = np.repeat(per_label, w // vocab, axis=1)  # grid column = label * Dn + duration
-    return np.concatenate([per_col, own], axis=1)
+    return np.repeat(per_label, w // vocab, axis=1), every  # grid column = label * Dn + duration
 
 
 def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Alignments,
           picked: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray,
-                        np.ndarray]) -> Cands:
+                        np.ndarray], closed: tuple[np.ndarray, np.ndarray] | None = None) -> Cands:
     """Where each chosen candidate goes: its frame, labels at the frame, label sequence,
-    alignment node (with its label's log-prob, the last of ``picked``) and hotword state."""
+    alignment node (with its label's log-prob, the last of ``picked``) and hotword state;
+    ``closed``: each candidate's source row's unfinished word scored (None: scored here)."""
     u, s, tok, di, col, score, label_lp = picked
     b = beams.score.shape[1]
     t0, j0 = beams.t[u, s], beams.j[u, s]
@@ -205,7 +219,8 @@ def moves(net: Network, beams: Beams, plan: Plan, prefixes: Prefixes, aligns: Al
             for h, v in zip(hot, plan.hotwords.step(*hot_rows(hot, lab), tok[lab]), strict=True):
                 h[lab] = v
         if plan.fusion is not None:
-            for h, v in zip(lm, plan.fusion.step(*lm_rows(lm, lab), tok[lab]), strict=True):
+            done = None if closed is None else (closed[0][lab], closed[1][lab])
+            for h, v in zip(lm, plan.fusion.step(*lm_rows(lm, lab), tok[lab], done), strict=True):
                 h[lab] = v
         if plan.token is not None:  # the token LM's log-prob of the label, from its source row
             lm[3][lab] += beams.carried[2][0][(u * b + s)[lab], tok[lab]]
