@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     from beamsearch.zoo.speech.evaluate import evaluate
     from beamsearch.zoo.speech.recognizer import load
 
-    args = study_args(study_parser("python -m beamsearch.zoo.speech.flite", __doc__, 100), argv)
+    args = study_args(study_parser("python -m beamsearch.zoo.speech.flite", __doc__, 50), argv)
     audio, texts = flite_set(args.count, args.seed)
     table, _ = evaluate(load(), {"flite": (audio, texts)}, beam_size=args.beam_size)
     print(table, flush=True)
