@@ -78,6 +78,9 @@ def test_counts_of_a_stand_in_by_hand():
         "| tdt | beam 4 | 0/4 (0%) | 4/4 (100%) | 0/4 (0%) | 0/4 (0%) |",
         "| tdt | beam 4 + LM | 0/4 (0%) | 2/4 (50%) | 0/4 (0%) | 0/4 (0%) |"]
 
+    with pytest.raises(ValueError, match="rare, said and unsaid must be as long; got 3, 4, 4"):
+        hw.hotword_table(model, ["alice", "friday", "monday"], audio[:4], audio[4:], lm=lm)
+
 
 class Recorder:
     """The shipped model, its outputs kept by (head, with LM, with hotwords, the audio's ids)."""

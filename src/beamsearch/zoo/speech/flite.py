@@ -102,5 +102,6 @@ def main(argv: list[str] | None = None) -> None:
     table, _ = evaluate(load(), {"flite": (audio, texts)}, beam_size=args.beam_size)
     print(table, flush=True)
 
+
 if __name__ == "__main__":
     main()

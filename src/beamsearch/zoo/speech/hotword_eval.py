@@ -79,6 +79,8 @@ def hotword_table(model: Any, rare: Sequence[str], said: Sequence[np.ndarray], u
     ``rare``: per utterance of ``said`` (float32 ``[S]`` each), its rare word; ``unsaid``: the same
     sentences without it. The hotwords are :data:`RARE_WORDS`. The outputs are by ``(head, search,
     "said" | "unsaid" + " hotwords" when decoded with them)``: one text per utterance."""
+    if not len(rare) == len(said) == len(unsaid):
+        raise ValueError(f"rare, said and unsaid must be as long; got {len(rare)}, {len(said)}, {len(unsaid)}")
     lm = NgramLM.from_arpa(str(DOMAIN_LM)) if lm is None else lm
     outputs: dict[tuple[str, str, str], list[str]] = {}
     lines = ["| head | search | recognized | recognized with hotwords | false alarms | false alarms with hotwords |",
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     from beamsearch.zoo.speech.flite import study_args, study_parser
     from beamsearch.zoo.speech.recognizer import load
 
-    parser = study_parser("python -m beamsearch.zoo.speech.hotword_eval", __doc__, 60)
+    parser = study_parser("python -m beamsearch.zoo.speech.hotword_eval", __doc__, 40)
     parser.add_argument("--hotword-weight", type=float, default=10.0)
     args = study_args(parser, argv)
     if not args.hotword_weight >= 0:
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     table, _ = hotword_table(load(), [p.word for p in chosen], said, unsaid, beam_size=args.beam_size,
                              hotword_weight=args.hotword_weight)
     print(table, flush=True)
+
 
 if __name__ == "__main__":
     main()
