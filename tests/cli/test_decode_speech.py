@@ -151,3 +151,13 @@ def test_decode_ray_writes_what_the_single_process_command_writes(spoken, tmp_pa
         assert g.keys() == w.keys() and g.get("text") == w.get("text")
         if "nbest" in w:
             assert_same_nbest(g["nbest"], w["nbest"])
+
+
+def test_progress_counts_the_files_and_their_labels(stand_in, tmp_path, capsys):
+    src = jsonl(tmp_path / "in.jsonl", *({"audio": wav(tmp_path / f"{i}.wav", seed=i)} for i in range(2)))
+    assert main(["decode", "--model", "speech", "--jsonl", "--input", src, "--output", "-", "--progress",
+                 "--lm", "none"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["text"] for line in out.splitlines()] == ["s2 r0", "s2 r0"]
+    last = err.splitlines()[-1]  # the stand-in's hypotheses have 5 labels each
+    assert last.startswith("2/2 inputs") and float(last.split(", ")[2].split()[0]) > 0, last

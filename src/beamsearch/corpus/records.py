@@ -38,7 +38,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     """Decode ``lines`` with a registered search mode; one record per line, in the order lines finish.
 
     Args:
-        model: a :class:`CorpusModel`.
+        model: a :class:`CorpusModel`, or a model that decodes whole lines, whose ``line_search``
+            takes the keywords (the speech model: :class:`beamsearch.corpus.speech_lines.SpeechLines`).
         lines: :class:`Line` values (read lazily, as there is room in the batch).
         mode: a registered mode (:mod:`beamsearch.modes.registry`): ``"beam"``
             (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per line, what

@@ -138,7 +138,11 @@ class SpeechLines:
             raise ValueError(f"mode must be 'beam' or 'greedy' for the speech model; got {mode!r}")
         if max_tokens is not None:
             raise ValueError(f"max_tokens does not apply to the speech model; got max_tokens={max_tokens!r}")
+        if head not in ("ctc", "tdt"):
+            raise ValueError(f"head must be 'ctc' or 'tdt'; got {head!r}")
         max_rows, n_best = check.at_least("max_rows", max_rows, 1), check.at_least("n_best", n_best, 1)
+        if beam_size is not None and n_best > check.at_least("beam_size", beam_size, 1):
+            raise ValueError(f"n_best must be <= beam_size={beam_size}; got {n_best}")
         if not isinstance(max_chunk_seconds, (int, float)) or not max_chunk_seconds > SEARCH_SECONDS:
             raise ValueError(f"max_chunk_seconds must be > {SEARCH_SECONDS:g}; got {max_chunk_seconds!r}")
         keywords = {"head": head, "n_best": n_best, "beam_size": beam_size, "alpha": alpha, "beta": beta,
