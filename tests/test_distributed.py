@@ -215,8 +215,8 @@ def test_decode_ray_with_image_lines_writes_what_the_single_process_command_writ
     (dict(max_steps=13), ValueError, "max_steps must be an integer in [1, 12]"),
     (dict(beam_size=3, max_rows=2), ValueError, "max_rows=2"),
     (dict(bogus=1), TypeError, "bogus"),
-    (dict(model="nope"), ValueError, "model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
-                                     "got 'nope'"),
+    (dict(model="nope"), ValueError, "model must be one of seq2seq, transformer, speech, a checkpoint folder or "
+                                     "hf:DIR; got 'nope'"),
     (dict(model="hf:/no/such/folder"), ValueError, "model hf:/no/such/folder: '/no/such/folder' is not a folder"),
     (dict(model=None), TypeError, "model must be a string"),
     (dict(model="_toy:slow"), ValueError, "_toy:DELAY needs a number of seconds; got '_toy:slow'"),

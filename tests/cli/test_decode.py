@@ -111,7 +111,7 @@ def test_all_good_exits_0_and_stdout_is_in_input_order(tmp_path, capsysbinary):
      "--max-rows=3 is smaller than the rows one input may need (4, its beam size)"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1; got 0"),
     (["--max-steps", "13"], "--max-steps must be in [1, 12] (the model's limit); got 13"),
-    (["--model", "nonsense"], "--model must be one of seq2seq, transformer, a checkpoint folder or hf:DIR; "
+    (["--model", "nonsense"], "--model must be one of seq2seq, transformer, speech, a checkpoint folder or hf:DIR; "
                               "got 'nonsense'"),
     (["--model", "hf:somewhere"], "--model hf:somewhere: 'somewhere' is not a folder"),
     (["--model", "_toy:slow"], "--model _toy:DELAY needs a number of seconds; got '_toy:slow'"),

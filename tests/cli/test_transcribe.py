@@ -19,6 +19,7 @@ import pytest
 
 from beamsearch.cli import main
 from beamsearch.cli import transcribe as cli
+from beamsearch.corpus.speech_lines import join_chunks
 from beamsearch.speech import NgramLM, wer
 from beamsearch.speech.audio import read_audio
 
@@ -191,7 +192,7 @@ def test_n_best_joins_are_the_best_sums_over_every_join(seed):
         per_chunk.append([{"text": f"c{c}h{i}", "score": s, "acoustic_score": s, "lm_score": 0.0, "word_score": 0.0,
                            "hotword_bonus": 0.0, "labels": 1, "words": []} for i, s in enumerate(scores)])
     n = rng.randint(1, 6)
-    got = cli.join_chunks(per_chunk, n)
+    got = join_chunks(per_chunk, n)
     every = sorted(((sum(h["score"] for h in combo), " ".join(h["text"] for h in combo))
                     for combo in itertools.product(*per_chunk)), reverse=True)
     assert [h["text"] for h in got] == [text for _, text in every[:n]]  # random floats: no ties

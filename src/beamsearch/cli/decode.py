@@ -12,6 +12,7 @@ from typing import Any, BinaryIO, TextIO
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
 from beamsearch.cli.decode_files import check_decode_files, decode_identity, output_locked
+from beamsearch.cli.decode_speech import add_speech_flags, is_speech, speech_search, text_model_flags
 from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults, option_names
 from beamsearch.core.config import DecodingConfig, flag
 from beamsearch.corpus.load import HF_MAX_STEPS
@@ -33,6 +34,8 @@ def _decode_model(args: argparse.Namespace) -> Any:
         raise CliError(f"beamsearch: error: --{e}", 2) from None
     except OSError as e:
         raise CliError(f"beamsearch: error: --model {args.model}: {e}", 1) from None
+    except ValueError as e:  # the speech model's files (a message naming the file)
+        raise CliError(f"beamsearch: error: {e}", 1) from None
     except Exception as e:  # the zoo's CheckpointError (a message naming the file); torch is imported lazily
         if type(e).__name__ != "CheckpointError":
             raise
@@ -71,7 +74,11 @@ def _search(args: argparse.Namespace) -> dict[str, Any]:
 def _decode(args: argparse.Namespace) -> int:
     from beamsearch import corpus
 
-    search = _search(args)
+    if is_speech(args.model):
+        search = speech_search(args)
+    else:
+        text_model_flags(args)
+        search = _search(args)
     if isinstance(search.get("scorer"), str):
         _working_directory_first()
     args.max_steps = search.get("max_steps")
@@ -82,6 +89,9 @@ def _decode(args: argparse.Namespace) -> int:
         raise CliError("beamsearch: error: --resume needs an --output file", 2)
     if args.trace is not None and args.input == "-":
         raise CliError("beamsearch: error: --trace needs an --input file (the traced line is read again)", 2)
+    if args.trace is not None and is_speech(args.model):
+        raise CliError("beamsearch: error: --trace with --model speech: beamsearch transcribe --trace draws a "
+                       "file's search", 2)
     if args.trace is not None and args.mode != "beam":
         raise CliError(f"beamsearch: error: --trace draws a beam search; got --mode {args.mode}", 2)
     if args.trace_input < 0:
@@ -257,7 +267,8 @@ def add_command(sub: Any, fmt: type) -> None:
                         "hf:DIR, a local transformers folder (model and tokenizer, save_pretrained; causal LM "
                         f"or encoder-decoder, decoded with refill; the search flags not given come from its saved "
                         f"generation config, as generate reads it; at most {HF_MAX_STEPS} tokens unless "
-                        "max_new_tokens or --max-steps N)")
+                        "max_new_tokens or --max-steps N), or speech, the speech model (JSON lines {\"audio\": PATH}; "
+                        "see speech options)")
     p.add_argument("--input", required=True, metavar="FILE", help="input lines (UTF-8, LF or CRLF); - for stdin")
     p.add_argument("--output", required=True, metavar="FILE", help="JSON Lines output; - for stdout")
     p.add_argument("--jsonl", action="store_true",
@@ -296,6 +307,7 @@ def add_command(sub: Any, fmt: type) -> None:
                    help="progress on stderr (inputs/s, tokens/s, ETA): redrawn in place on a terminal (on by default "
                         "there), one line per update to a file or pipe")
     _add_ray_and_trace(p)
+    add_speech_flags(p)
 
 
 def _add_ray_and_trace(p: Any) -> None:

@@ -14,16 +14,15 @@ A file that cannot be transcribed (unreadable, empty, silent) prints one line on
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
 import pathlib
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from beamsearch.cli.common import CliError
-from beamsearch.speech.audio import SEARCH_SECONDS, AudioError, chunks, read_audio
+from beamsearch.corpus.speech_lines import MAX_CHUNK_SECONDS, speech_lm, transcribe_file
+from beamsearch.speech.audio import SEARCH_SECONDS, AudioError
 
 HOTWORD_SEPARATOR = ","
 """``--hotwords`` splits its phrases at commas (a phrase may hold spaces)."""
@@ -59,7 +58,7 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--json", action="store_true",
                    help="one JSON object per file: file, text and nbest (each with its text, scores and words "
                         "with start, end in seconds and confidence)")
-    p.add_argument("--max-chunk-seconds", type=float, default=20.0, metavar="S",
+    p.add_argument("--max-chunk-seconds", type=float, default=MAX_CHUNK_SECONDS, metavar="S",
                    help=f"longer files are cut into chunks of at most S seconds at their quietest point in the "
                         f"last {SEARCH_SECONDS:g} s before the limit")
     p.add_argument("--trace", default=None, metavar="PAGE.html",
@@ -160,56 +159,13 @@ def load_model(path: str | None) -> Any:
 
 def load_lm(lm: str | None) -> Any:
     """``--lm``'s word LM as a :class:`beamsearch.speech.NgramLM` (None for ``none``)."""
-    from beamsearch.speech import NgramLM
-    from beamsearch.zoo.speech.evaluate import DOMAIN_LM
-
-    if lm is not None and lm.lower() == "none":
-        return None
-    path = str(DOMAIN_LM) if lm is None else lm
+    path = "the shipped LM" if lm is None else lm
     try:
-        return NgramLM.from_arpa(path)
+        return speech_lm(lm)
     except OSError as e:
         raise CliError(f"beamsearch: error: cannot read --lm {path}: {e.strerror}", 1) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise CliError(f"beamsearch: error: --lm {path} is no ARPA file: {e}", 1) from None
-
-
-def as_record(h: Any, offset: float) -> dict[str, Any]:
-    """A chunk's hypothesis as a JSON-ready dict, its word times shifted by ``offset`` seconds."""
-    words = [{"word": w.text, "start": None if w.start is None else round(w.start + offset, 3),
-              "end": None if w.end is None else round(w.end + offset, 3),
-              "confidence": None if w.confidence is None else round(float(w.confidence), 4)} for w in h.words or []]
-    return {"text": h.text or "", "score": float(h.score), "acoustic_score": float(h.acoustic_score),
-            "lm_score": float(h.lm_score), "word_score": float(h.word_score), "hotword_bonus": float(h.hotword_bonus),
-            "labels": len(h.tokens), "words": words}
-
-
-def join_chunks(per_chunk: Sequence[Sequence[dict[str, Any]]], n_best: int) -> list[dict[str, Any]]:
-    """The ``n_best`` best joins of one hypothesis per chunk (each list best first), by the sum of
-    their scores, best first: pairwise, keeping the ``n_best`` best sums of the chunks so far, which
-    is exact since a join's score is the sum of its parts'."""
-    best: list[dict[str, Any]] = list(per_chunk[0][:n_best])
-    for hyps in per_chunk[1:]:
-        pairs = heapq.nlargest(n_best, ((a["score"] + b["score"], i, j) for i, a in enumerate(best)
-                                        for j, b in enumerate(hyps)))
-        best = [join(best[i], hyps[j]) for _, i, j in pairs]
-    return best
-
-
-def join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two consecutive chunks' hypotheses as one: texts joined by a space, scores summed."""
-    sums = {k: a[k] + b[k] for k in ("score", "acoustic_score", "lm_score", "word_score", "hotword_bonus", "labels")}
-    return {"text": " ".join(t for t in (a["text"], b["text"]) if t), **sums, "words": a["words"] + b["words"]}
-
-
-def transcribe_file(model: Any, path: str, options: dict[str, Any], max_seconds: float) -> list[dict]:
-    """One file's n-best records (see the module docstring). AudioError: the file cannot be used."""
-    rate = model.sample_rate
-    pieces = chunks(read_audio(path, rate), rate, max_seconds=max_seconds)
-    results = model.transcribe([c.audio for c in pieces], **options)
-    return join_chunks([[as_record(h, c.start_seconds(rate)) for h in hyps] for c, hyps in zip(pieces, results,
-                                                                                            strict=True)],
-                       options["n_best"])
 
 
 def write(path: str, nbest: list[dict], args: argparse.Namespace, several: bool) -> None:

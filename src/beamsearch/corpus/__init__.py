@@ -26,7 +26,8 @@ options by name), :mod:`~beamsearch.corpus.records` (the records), :mod:`~beamse
 (fixed batches, and the lines a failed batch or scorer call fails), :mod:`~beamsearch.corpus.files`
 (the output, side file and resume), :mod:`~beamsearch.corpus.sidefile` (their formats),
 :mod:`~beamsearch.corpus.output` (the output's lock and the files beside it, links never followed),
-:mod:`~beamsearch.corpus.progress`.
+:mod:`~beamsearch.corpus.progress`, :mod:`~beamsearch.corpus.speech_lines` (the speech model, which
+decodes whole lines: a :class:`LineSearch`).
 """
 
 from beamsearch.corpus.files import decode_corpus, load_partial, partial_path
@@ -40,6 +41,7 @@ from beamsearch.corpus.progress import Progress
 from beamsearch.corpus.records import (
                                       NO_OUTPUT,
                                       CorpusSearch,
+                                      LineSearch,
                                       RecordKeyWarning,
                                       corpus_search,
                                       decode_records,
@@ -48,7 +50,8 @@ from beamsearch.corpus.records import (
 from beamsearch.corpus.sidefile import Interrupted, line_name
 
 __all__ = ["HF_MAX_STEPS", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "NO_OUTPUT", "ZOO_MODELS", "CorpusModel",
-           "CorpusModelBase", "CorpusSearch", "Interrupted", "LengthRule", "Line", "ModelSpecError", "OutputError",
+           "CorpusModelBase", "CorpusSearch", "Interrupted", "LengthRule", "Line", "LineSearch", "ModelSpecError",
+           "OutputError",
            "Progress", "RecordKeyWarning", "TokenLabels", "check_output", "corpus_options", "corpus_search",
            "decode_corpus", "decode_records", "hf_model", "line_max_steps", "line_name", "load_model", "load_partial",
            "output_lock", "partial_path", "read_lines", "search_keywords", "sibling", "toy_model", "trace_line"]

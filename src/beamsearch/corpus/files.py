@@ -22,7 +22,7 @@ from beamsearch.corpus.models import CorpusModel
 from beamsearch.corpus.options import LengthRule, max_steps_of
 from beamsearch.corpus.output import OutputError, check_output, output_lock, sibling
 from beamsearch.corpus.progress import Progress
-from beamsearch.corpus.records import CorpusSearch, corpus_search, run_records
+from beamsearch.corpus.records import CorpusSearch, LineSearch, corpus_search, run_records
 from beamsearch.corpus.sidefile import (
     Fingerprint,
     Interrupted,
@@ -57,7 +57,7 @@ def load_partial(path: pathlib.Path) -> dict[int, dict]:
 
 def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.PathLike, *, resume: bool = False,
                   progress: Progress | None = None, identity: dict[str, Any] | None = None,
-                  run: CorpusSearch | None = None, **search: Any) -> tuple[int, int]:
+                  run: CorpusSearch | LineSearch | None = None, **search: Any) -> tuple[int, int]:
     """Decode ``lines`` into ``output`` (JSON Lines in input order, each index once).
 
     One writer at a time: the run holds an exclusive lock on ``OUTPUT.lock``, and another run on
@@ -105,13 +105,14 @@ def decode_corpus(model: CorpusModel, lines: Iterable[Line], output: str | os.Pa
     output = os.fspath(output)
     check_output(output)
     run = run or corpus_search(model, **search)  # the keywords, before any file is touched
-    options = _run_options(model, search, identity)
+    options = _run_options(model, search, identity) if isinstance(run, CorpusSearch) else \
+        _line_options(run, identity)
     with output_lock(output):
         return _decode_file(model, iter(lines), output, resume, progress, options, run)
 
 
 def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume: bool, progress: Progress | None,
-                 options: dict[str, Any], run: CorpusSearch) -> tuple[int, int]:
+                 options: dict[str, Any], run: CorpusSearch | LineSearch) -> tuple[int, int]:
     """:func:`decode_corpus` to a file, its lock held."""
     path = partial_path(output)
     fingerprint, order = Fingerprint(), array("q")  # order: the line indices in input order
@@ -121,7 +122,7 @@ def _decode_file(model: CorpusModel, lines: Iterator[Line], output: str, resume:
     if path.exists():
         side = SideFile.read(path)
         _same_options(side, options)
-        if options["mode"] == "stochastic" and options["seed"] is not None and len(side):
+        if options.get("mode") == "stochastic" and options["seed"] is not None and len(side):
             raise OutputError(f"resume: {path} is of mode 'stochastic' with a seed, which cannot be resumed "
                               "exactly: a line's noise is that of its position among the lines decoded, and "
                               "skipping the done lines moves it; decode without resume")
@@ -192,6 +193,14 @@ def _run_options(model: CorpusModel, search: dict[str, Any], identity: dict[str,
                                                                       f"{type(model).__qualname__}"})
     options.update(model_limit=model.max_steps, beamsearch=__version__)
     return json.loads(json.dumps(options))
+
+
+def _line_options(run: LineSearch, identity: dict[str, Any] | None) -> dict[str, Any]:
+    """What a record of a model that decodes whole lines depends on: its search's options, the
+    model (``identity``) and this beamsearch's version."""
+    from beamsearch import __version__
+
+    return json.loads(json.dumps({**run.options, **(identity or {}), "beamsearch": __version__}))
 
 
 def scorer_identity(scorer: Any) -> tuple[str, str | None]:
@@ -269,7 +278,7 @@ def _finished(output: str, lines: Iterator[Line]) -> tuple[int, int]:
 
 
 def _to_stdout(model: CorpusModel, lines: Iterable[Line], progress: Progress | None,
-               run: CorpusSearch) -> tuple[int, int]:
+               run: CorpusSearch | LineSearch) -> tuple[int, int]:
     ready: dict[int, dict] = {}  # records that finished before an earlier line's
     order: collections.deque[int] = collections.deque()  # line indices in input order, not yet written
     written, errors = 0, 0

@@ -6,14 +6,16 @@ or hf model is loaded."""
 from __future__ import annotations
 
 import pathlib
+from typing import cast
 
 from beamsearch.core import validate as check
 from beamsearch.corpus.hf_folder import hf_model
 from beamsearch.corpus.models import CorpusModel, toy_model
 
-__all__ = ["HF_MAX_STEPS", "ZOO_MODELS", "ModelSpecError", "load_model"]
+__all__ = ["HF_MAX_STEPS", "SPEECH", "ZOO_MODELS", "ModelSpecError", "load_model"]
 
 ZOO_MODELS = ("seq2seq", "transformer")  # beamsearch.zoo.translator.MODELS, without importing torch here
+SPEECH = "speech"  # the speech model (beamsearch.zoo.speech), decoding JSON lines {"audio": PATH}
 HF_MAX_STEPS = 64  # the limit of an hf: model without an integer max_steps (as beamsearch decode)
 
 
@@ -29,8 +31,10 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
     Args:
         spec: a zoo model name (``"seq2seq"``, ``"transformer"``), a checkpoint folder holding
             exactly one ``seq2seq.json`` / ``transformer.json`` (``beamsearch train --out DIR``),
-            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`), or
-            the numpy test model ``"_toy"`` / ``"_toy:DELAY"``.
+            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`),
+            ``"speech"`` or a folder holding ``speech.json`` (the speech model, which decodes whole
+            lines: :class:`beamsearch.corpus.speech_lines.SpeechLines`), or the numpy test model
+            ``"_toy"`` / ``"_toy:DELAY"``.
         calendar: constrain a zoo model to real calendar dates.
         threads: torch threads of a zoo or hf model (``torch.set_num_threads``), >= 1.
         hf_max_steps: the most tokens per output of an ``hf:`` model (its limit), >= 1.
@@ -56,6 +60,13 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
 
         torch.set_num_threads(threads)
         return hf_model(spec[3:], max_steps=hf_max_steps)
+    if spec == SPEECH or (pathlib.Path(spec) / f"{SPEECH}.json").is_file():
+        import torch
+
+        torch.set_num_threads(threads)
+        from beamsearch.corpus.speech_lines import speech_lines
+
+        return cast(CorpusModel, speech_lines(None if spec == SPEECH else spec))
     if spec in ZOO_MODELS:
         name, folder = spec, None
     elif pathlib.Path(spec).is_dir():
@@ -65,8 +76,8 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
                                  f"({', '.join(f'{m}.json' for m in ZOO_MODELS)}); it must hold exactly one")
         name, folder = found[0], spec
     else:
-        raise ModelSpecError(f"model must be one of {', '.join(ZOO_MODELS)}, a checkpoint folder or hf:DIR; "
-                             f"got {spec!r}")
+        raise ModelSpecError(f"model must be one of {', '.join((*ZOO_MODELS, SPEECH))}, a checkpoint folder or "
+                             f"hf:DIR; got {spec!r}")
     import torch
 
     torch.set_num_threads(threads)

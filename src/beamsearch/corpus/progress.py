@@ -27,9 +27,10 @@ class Progress:
         self.redraw = bool(isatty is not None and isatty())  # a terminal: each update overwrites the last
 
     def update(self, record: dict) -> None:
-        """Count one record (its best output's tokens) and redraw when due."""
+        """Count one record (its best output's tokens; a speech record's: its labels) and redraw when due."""
         self.inputs += 1
-        self.tokens += len(record["nbest"][0]["tokens"]) if record.get("nbest") else 0
+        best = record["nbest"][0] if record.get("nbest") else {}
+        self.tokens += len(best["tokens"]) if "tokens" in best else best.get("labels", 0)
         now = time.monotonic()
         if now - self.shown >= self.every:
             self.shown = now

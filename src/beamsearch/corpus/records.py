@@ -8,7 +8,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from beamsearch.core import validate as check
 from beamsearch.core.config import SearchConfig
@@ -23,8 +23,8 @@ from beamsearch.modes import registry
 from beamsearch.refill import Decoded
 from beamsearch.refill.stream import Stream, rows_within, stream_search
 
-__all__ = ["NO_OUTPUT", "RECORD_KEYS", "CorpusSearch", "RecordKeyWarning", "corpus_search", "decode_records", "record",
-           "run_records", "trace_line"]
+__all__ = ["NO_OUTPUT", "RECORD_KEYS", "CorpusSearch", "LineSearch", "RecordKeyWarning", "corpus_search",
+           "decode_records", "record", "run_records", "trace_line"]
 
 
 NO_OUTPUT = ("no output could be produced: every continuation has probability 0 under the model and the "
@@ -38,7 +38,8 @@ def decode_records(model: CorpusModel, lines: Iterable[Line], *, mode: str = "be
     """Decode ``lines`` with a registered search mode; one record per line, in the order lines finish.
 
     Args:
-        model: a :class:`CorpusModel`.
+        model: a :class:`CorpusModel`, or a model that decodes whole lines, whose ``line_search``
+            takes the keywords (the speech model: :class:`beamsearch.corpus.speech_lines.SpeechLines`).
         lines: :class:`Line` values (read lazily, as there is room in the batch).
         mode: a registered mode (:mod:`beamsearch.modes.registry`): ``"beam"``
             (:func:`~beamsearch.beam_search_batch`), ``"greedy"`` (one row per line, what
@@ -115,10 +116,31 @@ class CorpusSearch:
     stream: tuple[Mode, SearchConfig, dict[str, Any]] | None
 
 
+class LineSearch(Protocol):
+    """The search of a model that decodes whole lines itself, not by a step function (the speech
+    model, whose searches run over an utterance's frames): a model with ``line_search(**keywords)
+    -> LineSearch`` is decoded by it, and the corpus machinery writes, resumes and distributes its
+    records as a :class:`CorpusModel`'s.
+
+    Attributes:
+        options: JSON values of what a record depends on (the side file's header: a resume with
+            others is refused).
+    """
+
+    options: Mapping[str, Any]
+
+    def records(self, lines: Iterable[Line]) -> Iterator[dict]:
+        """One record per line (:func:`record`: ``index``, ``input``, the line's other keys, then
+        its outputs or ``error``), in any order."""
+
+
 def corpus_search(model: CorpusModel, *, mode: str = "beam", max_rows: int = 320, max_tokens: int | None = None,
-                  **options: Any) -> CorpusSearch:
+                  **options: Any) -> CorpusSearch | LineSearch:
     """The search of :func:`decode_records` (same keywords), checked at once: a bad keyword is a
-    ValueError / TypeError naming it, with its value; no line is read, no model call made."""
+    ValueError / TypeError naming it, with its value; no line is read, no model call made. A model
+    that decodes whole lines (its ``line_search``) gives its own :class:`LineSearch`."""
+    if hasattr(model, "line_search"):
+        return cast(LineSearch, model.line_search(mode=mode, max_rows=max_rows, max_tokens=max_tokens, **options))
     check_model(model)
     spec = registry.mode(mode)
     search = search_keywords(model, spec, options)
@@ -145,9 +167,12 @@ def corpus_search(model: CorpusModel, *, mode: str = "beam", max_rows: int = 320
     return CorpusSearch(spec, dict(options), search, max_steps, own, max_rows, max_tokens, rows, min_join, stream)
 
 
-def run_records(model: CorpusModel, lines: Iterable[Line], run: CorpusSearch,
+def run_records(model: CorpusModel, lines: Iterable[Line], run: CorpusSearch | LineSearch,
                 skip: Callable[[int], bool] = lambda index: False) -> Iterator[dict]:
     """:func:`decode_records` of a search already built (:func:`corpus_search`)."""
+    if not isinstance(run, CorpusSearch):
+        yield from run.records(line for line in lines if not skip(line.index))
+        return
     spec, search = run.spec, run.search
     feed = _Feed(model, spec, search["max_steps"], run.max_steps, dict(run.line_options))
     token_logprobs = bool(search.get("return_token_logprobs", False))
