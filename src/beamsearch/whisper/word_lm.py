@@ -71,6 +71,7 @@ class WordLM:
         self.fusion = WordFusion(lm, 0.0, 0.0, np.array([e for e, _ in parts], dtype=bool), h1, h2, m1, m2,
                                  np.array([len(text) for _, text in parts], np.int64), keys[order],
                                  order.astype(np.int64))
+        self.boundary = self.fusion.ends.astype(np.float32)  # [V]: 1.0 where a token ends a word
 
     @classmethod
     def from_openai(cls, lm: Any, tokenizer: Any, vocab_size: int, *, lowercase: bool = False) -> WordLM:
@@ -143,12 +144,12 @@ class WordLMFusion(RowCarrier):
         return WordLMRows(*self.lm.fusion.start((n,)), self.lm.fusion)
 
     def deltas(self, rows: WordLMRows) -> np.ndarray:
-        """float64 ``[k, V]``: each row's change of the fused term for each next token."""
+        """float32 ``[k, V]``: each row's change of the fused term for each next token."""
         f = self.lm.fusion
         ends, logp, ctx = f.close(rows.ctx, rows.key, rows.size)  # the word being spelled, completed
         gain = np.where(ends, self.alpha * logp + self.beta, 0.0)  # --> [k]
         last, _ = f.lm.score(ctx, np.full(ctx.shape, f.lm.end))  # then </s>, at eot
-        delta = np.where(f.ends[None, :], gain[:, None], 0.0)  # --> [k, V]
+        delta = gain.astype(np.float32)[:, None] * self.lm.boundary  # --> [k, V]: one pass
         delta[:, self.lm.eot] = gain + self.alpha * last
         return delta
 
