@@ -13,6 +13,8 @@ whole batches (docs/whisper.md).
   30-second windows, seeking by the last timestamp;
 - :mod:`~beamsearch.whisper.hotwords`: :class:`HotwordBias`, hotword biasing over the decoder's
   tokens (``WhisperOptions(logits_processors=...)``);
+- :mod:`~beamsearch.whisper.word_lm`: :class:`WordLM`, a word n-gram LM fused at word boundaries
+  (``WhisperOptions(lm=...)``);
 - :mod:`~beamsearch.whisper.openai_model`: an ``openai-whisper`` model as a step function.
 """
 
@@ -31,6 +33,7 @@ from beamsearch.whisper.openai_model import CrossCache, OpenAIWhisperState, Open
 from beamsearch.whisper.rules import TimestampRules, whisper_processors
 from beamsearch.whisper.sample import WhisperSample
 from beamsearch.whisper.tokens import WhisperTokens, initial_tokens, suppressed_ids
+from beamsearch.whisper.word_lm import WordLM, WordLMFusion
 
 __all__ = [
     "CrossCache",
@@ -47,6 +50,8 @@ __all__ = [
     "WhisperResult",
     "WhisperSample",
     "WhisperTokens",
+    "WordLM",
+    "WordLMFusion",
     "at_temperature",
     "compression_ratio",
     "decode_windows",

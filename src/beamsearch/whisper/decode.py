@@ -8,6 +8,7 @@ where it needs one.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from beamsearch.controls.shared import mode_options
+from beamsearch.core import validate as check
 from beamsearch.core.engine import StepFn
 from beamsearch.core.hypothesis import Hypothesis
 from beamsearch.core.plan import Plan, run_plan
@@ -23,6 +25,7 @@ from beamsearch.whisper.beam import WhisperBeam, finalize, rank
 from beamsearch.whisper.rules import whisper_processors
 from beamsearch.whisper.sample import WhisperSample
 from beamsearch.whisper.tokens import WhisperTokens
+from beamsearch.whisper.word_lm import WordLM, WordLMFusion
 
 __all__ = ["WhisperOptions", "WhisperResult", "compression_ratio", "decode_windows", "window_plan", "window_result"]
 
@@ -44,6 +47,10 @@ class WhisperOptions:
         n_best: candidates returned per input, best first (whisper returns one).
         logits_processors: more processors, applied after whisper's rules (a
             :class:`~beamsearch.whisper.hotwords.HotwordBias`, ...).
+        lm: None or a :class:`~beamsearch.whisper.word_lm.WordLM`: a word n-gram LM fused at
+            word boundaries (``lm_alpha`` x its natural-log probability + ``lm_beta`` per word).
+        lm_alpha: the LM's weight (>= 0).
+        lm_beta: the bonus per completed word (any finite number).
     """
 
     temperature: float = 0.0
@@ -58,9 +65,13 @@ class WhisperOptions:
     max_initial_timestamp: float | None = 1.0
     n_best: int = 1
     logits_processors: tuple[Any, ...] = ()
+    lm: WordLM | None = None
+    lm_alpha: float = 0.5
+    lm_beta: float = 1.0
 
     def __post_init__(self) -> None:
         _check_options(self)
+        _check_lm(self)
 
     @property
     def group(self) -> int:
@@ -92,18 +103,29 @@ def _check_options(o: WhisperOptions) -> None:
         raise ValueError(f"n_best must be <= the candidates per input ({o.group}); got n_best={o.n_best}")
 
 
+def _check_lm(o: WhisperOptions) -> None:
+    """``lm``, ``lm_alpha`` and ``lm_beta``, each message naming the option and its value."""
+    if o.lm is not None and not isinstance(o.lm, WordLM):
+        raise TypeError(f"lm must be None or a WordLM (beamsearch.whisper.WordLM); got {type(o.lm).__name__}")
+    check.real("lm_alpha", o.lm_alpha, finite=True)
+    check.finite("lm_beta", o.lm_beta)
+
+
 @dataclass(frozen=True)
 class WhisperResult:
     """One window's result (whisper's ``DecodingResult``, with the n-best beside it).
 
     Attributes:
         tokens: the text tokens (generated, eot not included).
-        sum_logprob: their log-probability, eot's included when it ended (float32 sums).
+        sum_logprob: their log-probability, eot's included when it ended (float32 sums); the
+            model's own, the LM term taken out (``n_best[0].logprob - lm_scores[0]``).
         avg_logprob: ``sum_logprob / (len(tokens) + 1)``, as whisper counts it.
         temperature: the temperature it was decoded at.
         n_best: the ``n_best`` best candidates, best first (this result's first).
         text: the text, when a ``detokenize`` was given ("" otherwise).
         compression_ratio: of ``text`` (nan without one).
+        lm_scores: per ``n_best`` candidate the word LM's term in its logprob (``lm_alpha`` x
+            ln P_LM of its words + ``lm_beta`` x words; 0.0 without ``lm``).
     """
 
     tokens: list[int]
@@ -113,6 +135,7 @@ class WhisperResult:
     n_best: list[Hypothesis] = field(default_factory=list)
     text: str = ""
     compression_ratio: float = float("nan")
+    lm_scores: list[float] = field(default_factory=list)
 
 
 def compression_ratio(text: str) -> float:
@@ -170,6 +193,10 @@ def window_plan(prompts: Sequence[Sequence[int]], tokens: WhisperTokens, o: Whis
     steps = [max(1, min(sample_len, n_text_ctx - len(p) + 1)) for p in prompts]  # whisper: tokens > n_ctx stops
     opts = mode_options("decode_windows", prompts, {"eos_token_id": tokens.eot, "max_steps": steps,
                                                     "logits_processors": processors})
+    if o.lm is not None:  # after log_softmax: the term adds to the logprob as it is
+        lm = WordLMFusion(o.lm, o.lm_alpha, o.lm_beta)
+        opts = dataclasses.replace(opts, controls=dataclasses.replace(opts.controls,
+                                                                      masks=(*opts.controls.masks, lm)))
     strategy: Any
     if o.temperature > 0:
         given = np.arange(len(prompts)) if seeds is None else np.asarray(seeds, dtype=np.int64)
@@ -187,8 +214,9 @@ def window_result(hyps: list[Hypothesis], o: WhisperOptions,
                for h in ranked]
     if not text_of:  # every extension was masked at the first step: nothing to rank
         return WhisperResult([], float("-inf"), float("-inf"), float(o.temperature))
-    best = text_of[0]
+    lm_scores = [0.0 if o.lm is None else o.lm.scores(h.tokens, o.lm_alpha, o.lm_beta) for h in ranked[: o.n_best]]
+    best, own = text_of[0], text_of[0].logprob - lm_scores[0]
     text = "" if detokenize is None else detokenize(best.tokens).strip()
     ratio = float("nan") if detokenize is None else compression_ratio(text)
-    return WhisperResult(best.tokens, best.logprob, best.logprob / (len(best.tokens) + 1), float(o.temperature),
-                         text_of[: o.n_best], text, ratio)
+    return WhisperResult(best.tokens, own, own / (len(best.tokens) + 1), float(o.temperature),
+                         text_of[: o.n_best], text, ratio, lm_scores)

@@ -230,7 +230,7 @@ class _Run:
         self.jobs[job] = (window, a)
         plan = self.plan([window], a)
         width = len(self.prompts[window]) + int(plan.opts.controls.max_steps[0])
-        return Input(job, {"prompt": list(self.prompts[window])}, window, plan, width)
+        return Input(job, {"prompt": list(self.prompts[window])}, window, plan.opts.controls.vocab_checks, width)
 
     def plan(self, windows: list[int], a: int) -> Any:
         options = at_temperature(self.options, self.fallback.temperatures[a], self.fallback.best_of)
