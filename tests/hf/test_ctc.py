@@ -117,13 +117,14 @@ def test_lengths_without_a_mask_are_all_frames_and_a_model_without_a_rule_is_ref
 @pytest.mark.parametrize("seed", range(25))
 def test_nothing_pruned_the_drop_in_equals_brute_force_with_the_lm(seed, tmp_path):
     """pyctcdecode's fields from the brute-force objective: text the words of the labels,
-    logit_score the summed CTC probability, lm_score the total (acoustic + LM + words)."""
+    logit_score the summed CTC probability, lm_score the total (acoustic + LM + words), each
+    unknown word paying pyctcdecode's default ``unk_score_offset`` -10 (log10, weighed by alpha)."""
     _, lp, text, alpha, beta = random_case(seed)
     (tmp_path / "lm.arpa").write_text(text)
     tok = char_tokenizer(tmp_path, {"<pad>": 0, "a": 1, "b": 2, "|": 3})
     out = CTCDecoder(tok, lm=tmp_path / "lm.arpa", alpha=alpha, beta=beta).batch_decode(
         torch.tensor(lp[None]), n_best=3, **NO_PRUNING)
-    ranked = lm_objective(lp, text, alpha, beta)
+    ranked = lm_objective(lp, text, alpha, beta, unk=-10.0 * math.log(10.0))
     acoustic = dict(brute_force(lp, 0))
     assert len(out.text[0]) == min(3, len(ranked))
     for text_i, logit, total in zip(out.text[0], out.logit_score[0], out.lm_score[0], strict=True):
@@ -132,8 +133,36 @@ def test_nothing_pruned_the_drop_in_equals_brute_force_with_the_lm(seed, tmp_pat
         assert any(np.isclose(acoustic[lab], logit) for lab in tied)
     np.testing.assert_allclose(out.lm_score[0], [s for _, s in ranked[:3]], rtol=1e-9, atol=1e-9)
     ours = ctc_beam_search(lp[None], blank=0, beam_size=4096, n_best=3, vocabulary=Vocabulary.from_tokenizer(tok),
-                           lm=NgramLM.from_arpa(str(tmp_path / "lm.arpa")), alpha=alpha, beta=beta)[0]
+                           lm=NgramLM.from_arpa(str(tmp_path / "lm.arpa")), alpha=alpha, beta=beta,
+                           unk_score_offset=-10.0 * math.log(10.0))[0]
     assert [h.text for h in ours] == out.text[0]
+
+
+@pytest.mark.parametrize("made, called, log10", [(-10.0, None, -10.0), (-3.0, None, -3.0), (-10.0, 0.0, 0.0),
+                                                 (0.0, -1.5, -1.5)])
+def test_the_drop_in_passes_unk_score_offset_on_as_pyctcdecode_weighs_it(made, called, log10, tmp_path):
+    """pyctcdecode's ``unk_score_offset`` (log10; the decoder's unless the call gives one) adds
+    alpha x offset x ln 10 per unknown word: the brute-force objective with that offset (on a
+    case whose 3-best scores differ for each of these offsets)."""
+    _, lp, text, alpha, beta = random_case(20, frames=5)
+    (tmp_path / "lm.arpa").write_text(text)
+    tok = char_tokenizer(tmp_path, {"<pad>": 0, "a": 1, "b": 2, "|": 3})
+    dec = CTCDecoder(tok, lm=tmp_path / "lm.arpa", alpha=alpha, beta=beta, unk_score_offset=made)
+    out = dec.batch_decode(lp[None], n_best=3, unk_score_offset=called, **NO_PRUNING)
+    ranked = lm_objective(lp, text, alpha, beta, unk=log10 * math.log(10.0))
+    np.testing.assert_allclose(out.lm_score[0], [s for _, s in ranked[:3]], rtol=1e-9, atol=1e-9)
+    one = dec.decode(lp, n_best=3, unk_score_offset=called, **NO_PRUNING)
+    np.testing.assert_allclose(one.lm_score, out.lm_score[0], rtol=1e-12)
+
+
+def test_the_drop_in_without_a_word_lm_leaves_unk_score_offset_unused(tmp_path):
+    """As pyctcdecode without a language model: the offset changes nothing."""
+    _, lp, _, _, _ = random_case(2, frames=5)
+    dec = CTCDecoder(char_tokenizer(tmp_path, {"<pad>": 0, "a": 1, "b": 2, "|": 3}))
+    a, b = dec.batch_decode(lp[None], n_best=3), dec.batch_decode(lp[None], n_best=3, unk_score_offset=-4.0)
+    assert a.text == b.text and a.lm_score == b.lm_score
+    with pytest.raises(ValueError, match="unk_score_offset must be finite; got nan"):
+        CTCDecoder(char_tokenizer(tmp_path, {"<pad>": 0, "a": 1, "b": 2, "|": 3}), unk_score_offset=math.nan)
 
 
 def test_fields_of_a_hand_made_case(tmp_path):
@@ -206,7 +235,9 @@ def test_pieces_and_text_hotwords(tmp_path):
 @pytest.mark.parametrize("kwargs, error, needle", [
     (dict(pool=object()), ValueError, "pool=.* is not supported: the batch is decoded as arrays in one process"),
     (dict(num_processes=4), ValueError, "num_processes=4 is not supported"),
-    (dict(unk_score_offset=-10.0), ValueError, "unk_score_offset=-10.0 is not supported: unknown words get"),
+    (dict(unk_score_offset=float("nan")), ValueError, "unk_score_offset must be finite; got nan"),
+    (dict(unk_score_offset=-math.inf), ValueError, "unk_score_offset must be finite; got -inf"),
+    (dict(unk_score_offset="x"), TypeError, "unk_score_offset must be a real number; got 'x'"),
     (dict(lm_score_boundary=False), ValueError, "lm_score_boundary=False is not supported"),
     (dict(beam_prune_logp=3.0), ValueError, "beam_prune_logp must be a log-probability difference"),
     (dict(beam_width=0), ValueError, "beam_size must be"),

@@ -29,19 +29,23 @@ def decoders(tmp_path, text, labels, **kw):
     return NgramLM.from_arpa(str(path)), theirs
 
 
-def test_best_text_agrees_where_the_objectives_coincide(tmp_path):
-    """One word per transcript (no delimiter label), no pruning, wide beams, no unknown-word offset
-    in pyctcdecode: the same best text on every case whose best text is not empty for either."""
+@pytest.mark.parametrize("offset", [0.0, None, -2.0])
+def test_best_text_agrees_where_the_objectives_coincide(tmp_path, offset):
+    """One word per transcript (no delimiter label), no pruning, wide beams, pyctcdecode's
+    unknown-word offset (0, its default -10, or -2; log10) given to ours times ln 10: the same
+    best text on every case whose best text is not empty for either."""
     labels = ["", "a", "b"]
     compared = 0
+    theirs_kw = {} if offset is None else dict(unk_score_offset=offset)
+    ours_unk = (-10.0 if offset is None else offset) * math.log(10.0)
     for seed in range(120):
         rng = np.random.default_rng(seed)
         text = random_arpa(rng, 2, ["a", "b", "ab", "ba", "aa"], 8)
-        lm, theirs = decoders(tmp_path, text, labels, unk_score_offset=0.0)
+        lm, theirs = decoders(tmp_path, text, labels, **theirs_kw)
         lp = log_softmax(rng.normal(size=(int(rng.integers(2, 7)), 3)) * 2)
         their_text = theirs.decode(lp, beam_width=256, **NO_PRUNING)
         ours = ctc_beam_search(lp[None], blank=0, beam_size=256, vocabulary=Vocabulary(labels), lm=lm,
-                               alpha=0.5, beta=1.0)[0][0]
+                               alpha=0.5, beta=1.0, unk_score_offset=ours_unk or None)[0][0]
         if ours.text and their_text:  # the empty transcript is scored differently (next test)
             assert ours.text == their_text, seed
             compared += 1
@@ -88,7 +92,8 @@ def test_difference_label_sequences_with_one_text_are_merged_in_pyctcdecode(tmp_
 def test_difference_partial_words_and_unknown_words_pay_pyctcdecode_s_offset(tmp_path):
     """pyctcdecode's default ``unk_score_offset=-10`` (log10) is added to an unknown word and, while
     decoding, to a partial word that starts no known word; ours scores a word only when it ends,
-    an unknown one with the ARPA's <unk> probability alone. At beam 1 the partial-word score
+    an unknown one with the ARPA's <unk> probability (plus ``unk_score_offset`` when given, here
+    not, and not to a partial word either way). At beam 1 the partial-word score
     changes the path: "a" (a prefix of no word) loses to "b" (a prefix of "ba") after frame 1.
     (pyctcdecode also takes as its known words only the 1-grams that list a back-off.)"""
     labels = ["", "a", "b", " "]

@@ -129,16 +129,18 @@ def words_of(labels, tokens=TOKENS) -> list[str]:
     return [w for w in "".join(tokens[t] for t in labels).split("|") if w]
 
 
-def lm_objective(lp, lm_text, alpha, beta, hot=None, weight=0.0):
-    """Every label sequence with acoustic + alpha * LM + beta * words (+ hotword bonus), best first."""
+def lm_objective(lp, lm_text, alpha, beta, hot=None, weight=0.0, unk=0.0):
+    """Every label sequence with acoustic + alpha * (LM + unk per word not among the ARPA's
+    1-grams) + beta * words (+ hotword bonus), best first."""
     from tests.speech.test_hotwords import final_positions
 
     plain = PlainLM(lm_text)
     out = []
     for labels, acoustic in brute_force(lp, 0):
         words = words_of(labels)
+        oov = sum((w,) not in plain.grams for w in words)
         bonus = 0.0 if hot is None else weight * final_positions(list(labels), hot)
-        out.append((labels, acoustic + alpha * plain.sentence(words) + beta * len(words) + bonus))
+        out.append((labels, acoustic + alpha * (plain.sentence(words) + unk * oov) + beta * len(words) + bonus))
     return sorted(out, key=lambda pair: -pair[1])
 
 
@@ -278,6 +280,99 @@ def test_bad_arguments_name_the_parameter_and_the_value(kwargs, error, words):
         ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, vocabulary=Vocabulary(TOKENS), **kwargs)
     for w in words:
         assert w in str(info.value)
+
+
+# ---- the unknown-word offset: alpha x offset per completed word not among the LM's 1-grams ----
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nothing_pruned_with_an_unknown_word_offset_the_n_best_equals_brute_force(seed):
+    rng, lp, text, alpha, beta = random_case(seed)
+    unk = float(rng.uniform(-8, 2))
+    hyps = decode(lp, text, alpha, beta, 5, unk_score_offset=unk)
+    ranked = lm_objective(lp, text, alpha, beta, unk=unk)
+    check_n_best(hyps, ranked, 5)
+    plain = PlainLM(text)
+    for h in hyps:  # the offset is inside lm_score
+        words = words_of(h.tokens)
+        oov = sum((w,) not in plain.grams for w in words)
+        assert np.isclose(h.lm_score, alpha * (plain.sentence(words) + unk * oov), rtol=1e-9, atol=1e-9)
+
+
+def test_an_unknown_word_offset_of_a_hand_made_case():
+    """The LM knows "ba" only: "ab" is <unk> (log10 -5, then </s> -0.1). At alpha 0.1, without an
+    offset: "ab" ln 0.36 + 0.1 x ln 10 x (-5.1) = -1.022 - 1.174 = -2.196 beats "ba"
+    ln 0.09 + 0.1 x ln 10 x (-0.1 - 0.1) = -2.408 - 0.046 = -2.454; an offset of -3 costs "ab"
+    0.1 x -3 = -0.3 more (-2.496), so "ba" wins; "ba" itself, a known word, pays nothing."""
+    lp = np.log(np.array([[0.05, 0.6, 0.3, 0.05], [0.05, 0.3, 0.6, 0.05]]))  # "ab" 0.36, "ba" 0.09
+    text = "\\data\\\nngram 1=4\n\n\\1-grams:\n-99\t<s>\n-0.1\tba\n-0.1\t</s>\n-5\t<unk>\n\\end\\\n"
+    kw = dict(blank=0, beam_size=16, n_best=16, vocabulary=Vocabulary(TOKENS),
+              lm=NgramLM.from_lines(text.splitlines()), alpha=0.1, beta=0.0)
+    without = ctc_beam_search(lp[None], **kw)[0]
+    assert without[0].text == "ab"
+    assert np.isclose(without[0].lm_score, 0.1 * math.log(10) * -5.1)
+    offset = ctc_beam_search(lp[None], unk_score_offset=-3.0, **kw)[0]
+    assert offset[0].text == "ba"
+    by_text = {h.text: h for h in offset}
+    assert np.isclose(by_text["ab"].lm_score, 0.1 * (math.log(10) * -5.1 - 3.0))
+    assert np.isclose(by_text["ba"].lm_score, 0.1 * math.log(10) * -0.2)  # a known word pays nothing
+    assert np.isclose(by_text["a"].lm_score, 0.1 * (math.log(10) * -5.1 - 3.0))
+    assert np.isclose(offset[0].score, math.log(0.09) + 0.1 * math.log(10) * -0.2)
+
+
+def test_an_unknown_word_offset_of_none_is_the_search_without_one():
+    _, lp, text, alpha, beta = random_case(5, frames=6)
+    today = decode(lp, text, alpha, beta, 8)
+    for kw in (dict(unk_score_offset=None), dict(unk_score_offset=0.0)):
+        again = decode(lp, text, alpha, beta, 8, **kw)
+        assert [h.tokens for h in again] == [h.tokens for h in today]
+        assert [h.score for h in again] == [h.score for h in today]
+        assert [h.lm_score for h in again] == [h.lm_score for h in today]
+
+
+def test_an_unknown_word_offset_keeps_batches_independent_numpy_equal_to_torch_and_streams_whole():
+    torch = pytest.importorskip("torch")
+    from beamsearch.speech import CTCStream
+
+    rng = np.random.default_rng(13)
+    text = random_arpa(rng, 3, ["a", "b", "ab"], 10)
+    lm = NgramLM.from_lines(text.splitlines())
+    x = rng.normal(size=(4, 10, 4)) * 2
+    lengths = np.array([10, 4, 0, 7])
+    kw = dict(blank=0, beam_size=8, n_best=3, vocabulary=Vocabulary(TOKENS), lm=lm, alpha=0.8, beta=0.5,
+              unk_score_offset=-4.0)
+    batch = ctc_beam_search(x, lengths, **kw)
+    on_torch = ctc_beam_search(torch.tensor(x), torch.tensor(lengths), **kw)
+    stream = CTCStream(4, 4, **kw)
+    stream.feed(x[:, :3], np.minimum(lengths, 3))
+    stream.feed(x[:, 3:], lengths - np.minimum(lengths, 3))
+    streamed = stream.finish()
+    assert batch != ctc_beam_search(x, lengths, **{**kw, "unk_score_offset": None})  # the offset matters here
+    for i in range(4):
+        alone = ctc_beam_search(x[i : i + 1, : lengths[i]], **kw)[0]
+        for a, b, c, d in zip(batch[i], alone, on_torch[i], streamed[i], strict=True):
+            assert a.tokens == b.tokens == c.tokens == d.tokens
+            for h in (b, c, d):
+                assert np.isclose(a.score, h.score, rtol=1e-9) and np.isclose(a.lm_score, h.lm_score, rtol=1e-9)
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (float("nan"), ValueError, "unk_score_offset must be finite; got nan"),
+    (float("inf"), ValueError, "unk_score_offset must be finite; got inf"),
+    (-math.inf, ValueError, "unk_score_offset must be finite; got -inf"),
+    ("x", TypeError, "unk_score_offset must be a real number; got 'x'"),
+    (True, TypeError, "unk_score_offset must be a real number; got True"),
+])
+def test_bad_unknown_word_offsets_name_the_parameter(value, error, match):
+    lm = NgramLM.from_lines(HAND.splitlines())
+    with pytest.raises(error, match=match):
+        ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, vocabulary=Vocabulary(TOKENS), lm=lm,
+                        unk_score_offset=value)
+
+
+def test_an_unknown_word_offset_without_a_word_lm_is_refused():
+    with pytest.raises(ValueError, match=r"unk_score_offset=-1.0 needs a word n-gram lm="):
+        ctc_beam_search(np.zeros((1, 2, 4)), blank=0, beam_size=2, vocabulary=Vocabulary(TOKENS),
+                        unk_score_offset=-1.0)
 
 
 def test_an_lm_without_a_vocabulary_is_refused():

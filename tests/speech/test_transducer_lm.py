@@ -26,8 +26,9 @@ def words_of(labels, tokens=TOKENS) -> list[str]:
     return [w for w in "".join(tokens[t] for t in labels).split("|") if w]
 
 
-def objective(model, u, frames, m, text, alpha, beta, hot=None, weight=0.0):
-    """Every label sequence with acoustic + alpha * LM + beta * words (+ bonus), best first."""
+def objective(model, u, frames, m, text, alpha, beta, hot=None, weight=0.0, unk=0.0):
+    """Every label sequence with acoustic + alpha * (LM + unk per word not among the ARPA's
+    1-grams) + beta * words (+ bonus), best first."""
     plain = PlainLM(text)
     out = []
     for labels, acoustic in brute_force(model, u, frames, m).items():
@@ -35,7 +36,8 @@ def objective(model, u, frames, m, text, alpha, beta, hot=None, weight=0.0):
             continue
         words = words_of(labels)
         bonus = 0.0 if hot is None else weight * final_positions(list(labels), hot)
-        out.append((labels, acoustic, acoustic + alpha * plain.sentence(words) + beta * len(words) + bonus))
+        lm = plain.sentence(words) + unk * sum((w,) not in plain.grams for w in words)
+        out.append((labels, acoustic, acoustic + alpha * lm + beta * len(words) + bonus))
     return sorted(out, key=lambda x: -x[2])
 
 
@@ -54,7 +56,7 @@ def decode(model, method, m, text, alpha, beta, beam=4000, n_best=None, lengths=
                                   alpha=alpha, beta=beta, **kw)
 
 
-def check(hyps, ranked, text, alpha, beta):
+def check(hyps, ranked, text, alpha, beta, unk=0.0):
     """The results are the ranking of the objective, with each term its plain value."""
     plain = PlainLM(text)
     assert len(hyps) == len(ranked)
@@ -65,7 +67,8 @@ def check(hyps, ranked, text, alpha, beta):
         words = words_of(h.tokens)
         assert h.score == pytest.approx(total, abs=1e-9)
         assert h.acoustic_score == pytest.approx(acoustic, abs=1e-9)
-        assert h.lm_score == pytest.approx(alpha * plain.sentence(words), abs=1e-9)
+        oov = sum((w,) not in plain.grams for w in words)
+        assert h.lm_score == pytest.approx(alpha * (plain.sentence(words) + unk * oov), abs=1e-9)
         assert h.word_score == pytest.approx(beta * len(words), abs=1e-12)
         assert h.score == pytest.approx(h.acoustic_score + h.lm_score + h.word_score + h.hotword_bonus, abs=1e-9)
         assert h.text == " ".join(words)
@@ -81,6 +84,20 @@ def test_nothing_pruned_the_results_are_brute_force_with_the_lm(durations, m, me
     res = decode(model, method, m, text, alpha, beta, lengths=lengths)
     for u in range(2):
         check(res[u], objective(model, u, int(lengths[u]), m, text, alpha, beta), text, alpha, beta)
+
+
+@pytest.mark.parametrize("durations,m", CASES)
+@pytest.mark.parametrize("method", ["modified", "alsd"])
+@pytest.mark.parametrize("seed", [0, 6])
+def test_nothing_pruned_an_unknown_word_offset_is_brute_force(durations, m, method, seed):
+    """Each completed word not among the ARPA's 1-grams adds alpha x the offset (in lm_score)."""
+    rng, text, alpha, beta = case(seed)
+    unk = float(rng.uniform(-6, -1))
+    model = TinyTransducer.make(seed, n=2, frames=3, vocab=4, durations=durations, scale=1.5)
+    lengths = np.array([3, 2])
+    res = decode(model, method, m, text, alpha, beta, lengths=lengths, unk_score_offset=unk)
+    for u in range(2):
+        check(res[u], objective(model, u, int(lengths[u]), m, text, alpha, beta, unk=unk), text, alpha, beta, unk)
 
 
 @pytest.mark.parametrize("durations,m", CASES)

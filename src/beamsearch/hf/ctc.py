@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from beamsearch.speech import NgramLM, Vocabulary, ctc_beam_search
+from beamsearch.core import validate
+from beamsearch.speech import NgramLM, TokenLM, Vocabulary, ctc_beam_search
 
 LENGTH_RULES = ("_get_feat_extract_output_lengths", "_get_subsampling_output_length")
 """The models' own input-to-output length functions: the wav2vec2 family's feature encoder
@@ -28,8 +29,6 @@ PADDING = -100.0
 REFUSED = {
     "pool": "the batch is decoded as arrays in one process; there is no pool to give",
     "num_processes": "the batch is decoded as arrays in one process; there are no processes to count",
-    "unk_score_offset": "unknown words get the LM's <unk> probability, as KenLM scores them; there is no "
-                        "separate offset",
     "prune_history": "prefixes are kept whole; there is no history to prune",
     "lm_start_state": "carry a decode across chunks with beamsearch.speech.CTCStream instead",
 }
@@ -92,13 +91,18 @@ class CTCDecoder:
             :class:`~beamsearch.speech.KenLMModel`) or a :class:`~beamsearch.speech.TokenLM`.
         alpha, beta: the LM weight and word bonus when a call gives none (pyctcdecode's
             defaults, 0.5 and 1.5).
+        unk_score_offset: when a call gives none, pyctcdecode's offset (log10 units, its
+            default -10.0) for a completed word not in a word n-gram LM's vocabulary: added to
+            that word's log10 LM probability before ``alpha`` weighs it, as pyctcdecode does
+            (``ctc_beam_search`` gets it times ln 10). Unused without a word n-gram LM.
         blank: the blank label's id; None: the tokenizer's pad token (transformers' CTC models
             train with ``blank = pad_token_id``).
         frame_duration: seconds per frame, for :meth:`hypotheses`' word times (optional).
     """
 
     def __init__(self, tokenizer: Any, lm: Any = None, *, alpha: float = 0.5, beta: float = 1.5,
-                 blank: int | None = None, frame_duration: float | None = None) -> None:
+                 blank: int | None = None, frame_duration: float | None = None,
+                 unk_score_offset: float = -10.0) -> None:
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.vocabulary = Vocabulary.from_tokenizer(self.tokenizer)
         if blank is None:
@@ -109,16 +113,20 @@ class CTCDecoder:
         if isinstance(lm, (str, os.PathLike)):
             lm = NgramLM.from_arpa(os.fspath(lm))  # read once, not per call
         self.lm, self.alpha, self.beta, self.frame_duration = lm, alpha, beta, frame_duration
+        self.unk_score_offset = validate.finite("unk_score_offset", unk_score_offset)
 
     def hypotheses(self, logits: Any, lengths: Any = None, *, beam_width: int | None = None,
                    beam_prune_logp: float | None = None, token_min_logp: float | None = None,
                    hotwords: Any = None, hotword_weight: float | None = None, alpha: float | None = None,
-                   beta: float | None = None, n_best: int = 1, **refused: Any) -> list[list[Any]]:
+                   beta: float | None = None, unk_score_offset: float | None = None, n_best: int = 1,
+                   **refused: Any) -> list[list[Any]]:
         """The search behind :meth:`batch_decode`: per utterance, its
         :class:`~beamsearch.speech.CTCHypothesis` list, best first. ``logits`` float ``[N, T, V]``
         (numpy or torch); ``lengths`` int ``[N]`` (None: each utterance ends before its trailing
         frames that are all -100, transformers' padding)."""
         check_refused(refused)
+        unk = self.unk_score_offset if unk_score_offset is None else validate.finite(
+            "unk_score_offset", unk_score_offset)
         logits = logits if hasattr(logits, "shape") else np.asarray(logits)
         if len(logits.shape) != 3:
             raise ValueError(f"logits must be [N, T, V]; got shape {tuple(logits.shape)}")
@@ -134,7 +142,8 @@ class CTCDecoder:
             beam_threshold=None if prune == -math.inf else -float(prune), vocabulary=self.vocabulary,
             frame_duration=self.frame_duration, hotwords=self.hotword_ids(hotwords),
             hotword_weight=10.0 if hotword_weight is None else hotword_weight, lm=self.lm,
-            alpha=self.alpha if alpha is None else alpha, beta=self.beta if beta is None else beta)
+            alpha=self.alpha if alpha is None else alpha, beta=self.beta if beta is None else beta,
+            unk_score_offset=None if self.lm is None or isinstance(self.lm, TokenLM) else unk * math.log(10.0))
 
     def batch_decode(self, logits: Any, pool: Any = None, num_processes: Any = None, beam_width: int | None = None,
                      beam_prune_logp: float | None = None, token_min_logp: float | None = None,
@@ -154,8 +163,8 @@ class CTCDecoder:
         boundary(lm_score_boundary)
         hyps = self.hypotheses(logits, lengths, beam_width=beam_width, beam_prune_logp=beam_prune_logp,
                                token_min_logp=token_min_logp, hotwords=hotwords, hotword_weight=hotword_weight,
-                               alpha=alpha, beta=beta, n_best=n_best, pool=pool, num_processes=num_processes,
-                               unk_score_offset=unk_score_offset, **refused)
+                               alpha=alpha, beta=beta, unk_score_offset=unk_score_offset, n_best=n_best,
+                               pool=pool, num_processes=num_processes, **refused)
         fields = [decoder_fields(h, output_word_offsets) for h in hyps]
         pick = (lambda xs: xs[0] if xs else None) if n_best == 1 else (lambda xs: xs)  # noqa: E731
         return decoder_output([pick(f[0]) for f in fields], [pick(f[1]) for f in fields],

@@ -35,7 +35,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                     beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                     vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                     hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
-                    beta: float = 1.0, lexicon: Any = None, trace: CTCTrace | None = None) -> list[list[CTCHypothesis]]:
+                    beta: float = 1.0, unk_score_offset: float | None = None, lexicon: Any = None,
+                    trace: CTCTrace | None = None) -> list[list[CTCHypothesis]]:
     """CTC prefix beam search: the most probable label sequences of each utterance.
 
     A label sequence's probability is summed over all its alignments (identical prefixes reached
@@ -68,6 +69,12 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
             (docs/speech.md, "Language models").
         alpha: the LM weight (>= 0): ``alpha`` x the natural-log LM probability adds to the score.
         beta: the word bonus: ``beta`` x the number of words adds to the score (word LMs only).
+        unk_score_offset: with a word n-gram LM, a finite number (natural log, usually < 0) added
+            to the LM log-probability of every completed word not in the LM's vocabulary, on top
+            of the LM's ``<unk>`` probability; so, as pyctcdecode's ``unk_score_offset``, it is
+            weighted by ``alpha`` and counted in ``lm_score`` (pyctcdecode's is in log10 units:
+            theirs x ln 10 is ours). None: no offset (a word LM alone; with no LM or a token LM,
+            giving one is a ValueError).
         lexicon: the words hypotheses may spell (strings without spaces, or a compiled
             :class:`~beamsearch.speech.Lexicon`; needs ``vocabulary``): every completed word must
             be one of them and the word being spelled a prefix of one; at the end, a hypothesis
@@ -85,7 +92,8 @@ def ctc_beam_search(emissions: Any, lengths: Any = None, *, blank: int, beam_siz
                        token_top_k=token_top_k, beam_threshold=beam_threshold,
                        blank_skip_threshold=blank_skip_threshold, vocabulary=vocabulary,
                        frame_duration=frame_duration, hotwords=hotwords, hotword_weight=hotword_weight, lm=lm,
-                       alpha=alpha, beta=beta, lexicon=lexicon, max_frames=frames, trace=trace)
+                       alpha=alpha, beta=beta, unk_score_offset=unk_score_offset, lexicon=lexicon,
+                       max_frames=frames, trace=trace)
     stream.feed(emissions, lengths, partial=False)
     return stream.finish()
 
@@ -114,7 +122,8 @@ class CTCStream:
                  beam_threshold: float | None = None, blank_skip_threshold: float | None = None,
                  vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                  hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5, beta: float = 1.0,
-                 lexicon: Any = None, max_frames: int | None = None, trace: CTCTrace | None = None) -> None:
+                 unk_score_offset: float | None = None, lexicon: Any = None, max_frames: int | None = None,
+                 trace: CTCTrace | None = None) -> None:
         n, vocab = validate.at_least("batch_size", batch_size, 0), validate.at_least("vocab_size", vocab_size, 1)
         opts = ctc_options(vocab, blank, beam_size, n_best, token_min_logp, token_top_k, beam_threshold,
                            blank_skip_threshold, vocabulary, frame_duration)
@@ -124,10 +133,11 @@ class CTCStream:
         self.lex = Lexicon.of(lexicon, opts.vocabulary, opts.blank)
         self.token = None
         if isinstance(lm, TokenLM):
-            self.fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank)  # checks alpha and beta
+            # checks alpha, beta and unk_score_offset
+            self.fusion = WordFusion.of(None, alpha, beta, opts.vocabulary, opts.blank, unk_score_offset)
             self.token = TokenFusion(lm, float(alpha), opts.blank, vocab)
         else:
-            self.fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank)
+            self.fusion = WordFusion.of(lm, alpha, beta, opts.vocabulary, opts.blank, unk_score_offset)
         width = opts.beam_size if self.max_frames is None else min(
             opts.beam_size, prefix_count(self.max_frames, vocab - 1, opts.beam_size))
         self.beams = Beams.start(n, width, None if self.hw is None else self.hw.starts, self.fusion, self.token)

@@ -11,7 +11,8 @@ labels, five numbers that depend only on its labels (two alignments of one prefi
   the text is hashed like the prefixes (two polynomial hashes modulo primes below 2**31), one
   character at a time, so a word spelled by any pieces has one hash; a finished word's hash is
   looked up in the sorted hashes of the LM's words (not found: ``<unk>``);
-- ``lm``: the natural-log LM probability of its completed words; ``words``: how many there are.
+- ``lm``: the natural-log LM probability of its completed words, plus ``unk`` for each of them
+  not in the LM's vocabulary (``unk_score_offset``; 0 when None); ``words``: how many there are.
 
 A hypothesis's fused term is ``alpha * lm + beta * words``; an extension by a label that ends a
 word adds ``alpha * log p(word | ctx) + beta``, any other label nothing, so within one slot the
@@ -74,15 +75,23 @@ class WordFusion:
     size: np.ndarray
     table: np.ndarray
     ids: np.ndarray
+    unk: float = 0.0
 
     @staticmethod
-    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int) -> WordFusion | None:
-        """``lm=`` checked (an :class:`NgramLM` or an ARPA file's path) and bound; None: no LM."""
+    def of(lm: Any, alpha: Any, beta: Any, vocabulary: Vocabulary | None, blank: int,
+           unk_score_offset: Any = None) -> WordFusion | None:
+        """``lm=`` checked (an :class:`NgramLM` or an ARPA file's path) and bound; None: no LM.
+        ``unk_score_offset`` (natural log, None: 0) is added to the LM log-probability of each
+        completed word not in the LM's vocabulary; given without a word LM it is a ValueError."""
         a = validate.real("alpha", alpha, finite=True)
         b = validate.finite("beta", beta)
         if a < 0:
             raise ValueError(f"alpha must be >= 0; got {alpha!r}")
+        unk = 0.0 if unk_score_offset is None else validate.finite("unk_score_offset", unk_score_offset)
         if lm is None:
+            if unk_score_offset is not None:
+                raise ValueError(f"unk_score_offset={unk_score_offset!r} needs a word n-gram lm= (an NgramLM "
+                                 "or an ARPA file's path)")
             return None
         if isinstance(lm, (str, os.PathLike)):
             lm = NgramLM.from_arpa(os.fspath(lm))
@@ -96,7 +105,7 @@ class WordFusion:
         keys = np.array([(h1 << 31) | h2 for h1, h2, _, _ in map(text_hash, lm.words)], dtype=np.int64)
         order = np.argsort(keys, kind="stable")
         h1, h2, m1, m2 = parts.T
-        return WordFusion(lm, a, b, ends, h1, h2, m1, m2, size, keys[order], order.astype(np.int64))
+        return WordFusion(lm, a, b, ends, h1, h2, m1, m2, size, keys[order], order.astype(np.int64), unk)
 
     def start(self, shape: tuple[int, ...]) -> LMState:
         """The state of the empty prefix: ``(ctx, key, size, lm, words)`` of this shape."""
@@ -110,11 +119,15 @@ class WordFusion:
 
     def close(self, ctx: np.ndarray, key: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where ``size > 0``, the unfinished word scored: ``(ends, logp, new ctx)`` (``logp``
-        0.0 and ``ctx`` unchanged elsewhere); all of the shape of ``ctx``."""
+        0.0 and ``ctx`` unchanged elsewhere; ``unk`` added where the word is not in the LM's
+        vocabulary); all of the shape of ``ctx``."""
         ends = size > 0
         logp, new = np.zeros(ctx.shape), ctx.copy()
         if ends.any():
-            logp[ends], new[ends] = self.lm.score(ctx[ends], self.word_of(key[ends]))
+            word = self.word_of(key[ends])
+            logp[ends], new[ends] = self.lm.score(ctx[ends], word)
+            if self.unk:
+                logp[ends] += np.where(word == self.lm.unk, self.unk, 0.0)
         return ends, logp, new
 
     def step(self, ctx: np.ndarray, key: np.ndarray, size: np.ndarray, lm: np.ndarray, words: np.ndarray,

@@ -104,7 +104,8 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
                            durations: Any = None, max_symbols_per_frame: int | None = None, n_best: int = 1,
                            vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                            hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
-                           beta: float = 1.0, lexicon: Any = None) -> list[list[TransducerHypothesis]]:
+                           beta: float = 1.0, unk_score_offset: float | None = None,
+                           lexicon: Any = None) -> list[list[TransducerHypothesis]]:
     """Transducer beam search, batched over utterances and hypotheses.
 
     Each step a hypothesis emits one symbol (blank or label; TDT: with a duration). Candidates
@@ -144,6 +145,10 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
             function over the joint's V labels): ``alpha`` x its log-probability of each label
             (and of its ``eos`` at the end). Hypotheses are ranked by acoustic score + LM terms
             + hotword bonus while decoding and in the results.
+        unk_score_offset: as for :func:`~beamsearch.speech.ctc_beam_search`: with a word
+            n-gram LM, added (natural log) to the LM log-probability of each completed word not
+            in the LM's vocabulary, so weighted by ``alpha`` and counted in ``lm_score``; None:
+            none.
         lexicon: the words hypotheses may spell, as for :func:`~beamsearch.speech.ctc_beam_search`
             (needs ``vocabulary``): a candidate whose labels leave the lexicon is never kept,
             and a finished one whose last word is not whole is not returned.
@@ -159,7 +164,7 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
     if max_symbols_per_frame is not None:
         m = validate.at_least("max_symbols_per_frame", max_symbols_per_frame, 1)
     hw, token = None, None
-    fusion = WordFusion.of(None if isinstance(lm, TokenLM) else lm, alpha, beta, opts[0], net.blank)
+    fusion = WordFusion.of(None if isinstance(lm, TokenLM) else lm, alpha, beta, opts[0], net.blank, unk_score_offset)
     lex = Lexicon.of(lexicon, opts[0], net.blank)
     if hotwords is not None or opts[0] is not None or isinstance(lm, TokenLM):
         vocab = vocabulary_size(net, state, opts[0], lm)
