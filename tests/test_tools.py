@@ -314,3 +314,22 @@ def test_docs_architecture_lists_the_layers_in_order():
     rows = [line for line in text.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
     assert [row.split("|")[2].strip() for row in rows] == [
         ", ".join(f"`{name}`" for name in names) for names in structure.LAYERS]
+
+
+def test_make_pictures_writes_every_picture_the_docs_show(tmp_path, monkeypatch, capsys):
+    """tools/make_pictures.py runs whole (the dates picture too, when the zoo extra is there) and
+    writes an SVG and an HTML page of each picture, each SVG with as many nodes and items as the one
+    docs/pictures holds (its text is not compared: scores are printed from floats)."""
+    pictures = load("make_pictures")
+    monkeypatch.setattr(pictures, "OUT", tmp_path)
+    pictures.main()
+    out = capsys.readouterr().out
+    assert "skipped" not in out or importlib.util.find_spec("torch") is None, out
+    names = ["hand_example", "ctc_example"] + (["dates"] if "skipped" not in out else [])
+    for name in names:
+        assert (tmp_path / f"{name}.svg").read_text().startswith("<svg")
+        assert "<html" in (tmp_path / f"{name}.html").read_text().lower()
+        shipped = (TOOLS.parent / "docs" / "pictures" / f"{name}.svg").read_text()
+        made = (tmp_path / f"{name}.svg").read_text()
+        for kind in ('<g class="node', '<g class="item'):
+            assert made.count(kind) == shipped.count(kind) > 0, (name, kind)

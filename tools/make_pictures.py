@@ -46,7 +46,7 @@ def dates(text: str = "march 3 '87") -> None:
     from beamsearch.zoo.translator import Translator
 
     translator = Translator.load("seq2seq")
-    trace, greedy, found = translator.trace(text, beam=5, n_best=3)
+    trace, greedy, found = translator.trace(text, beam_size=5, n_best=3)
     best, first = found[0], TARGET_VOCAB.decode(greedy.tokens(greedy.best(0)))
     print(f"{text!r}: beam 5 {best}, greedy {first}")
     write("dates", trace, greedy, TARGET_VOCAB.itos, f"{text!r}: beam 5 ({best}) against greedy ({first})")
