@@ -4,7 +4,10 @@ against a per-utterance loop of the same search (docs/transducer.md).
 Models: transformers' ``ParakeetForRNNT`` and ``ParakeetForTDT`` built from small configs with
 seeded random weights (decoder: 1 LSTM layer of 320, vocabulary 257 with the blank, TDT durations
 0 to 4; the joint's head scaled by 4 so that it is peaky), wrapped by ``beamsearch.hf.transducer``.
-The encoder runs once, outside the timings: the table times decoding from the encoder frames
+With ``--zoo``, also the speech model trained here (``beamsearch.zoo.speech``: its TDT head, an
+LSTM predictor of 96, 29 labels, durations 0 to 4, up to 4 labels a frame) on ``--n`` held-out
+recordings spoken by espeak-ng (``synth.make_set(n, 0, "heldout")``). The encoder runs once,
+outside the timings: the table times decoding from the encoder frames
 (32 utterances of ``--frames`` frames). One thread; each time is the best of ``--repeats`` runs.
 The per-utterance loop decodes the first ``--loop`` utterances one at a time (once) and its time
 is scaled to the batch's size (x 32 / 8 by default: it is slow). The ratios are measured in the
@@ -57,24 +60,50 @@ def best_of(repeats: int, fn) -> float:
     return min(times)
 
 
-def run(fns, search: dict, rows=None):
-    """One decode of the utterances ``rows`` (all: None) with the search's options."""
-    opts = fns.options()
+def run(options, search: dict, rows=None):
+    """One decode of the utterances ``rows`` (all: None) with the search's options; ``options()``
+    gives the search's keywords for all utterances (``max_symbols_per_frame`` among them)."""
+    opts = options()
     if rows is not None:
         opts.update(encoder_out=opts["encoder_out"][rows], lengths=opts["lengths"][rows],
                     state=tuple(s[rows] for s in opts["state"]))
     if search["beam"] == 1:
-        return transducer_greedy(**opts, max_symbols_per_frame=5)
-    return transducer_beam_search(**opts, beam_size=search["beam"], method=search["method"], max_symbols_per_frame=5)
+        return transducer_greedy(**opts)
+    return transducer_beam_search(**opts, beam_size=search["beam"], method=search["method"])
+
+
+def parakeet(kind: str, args):
+    """The keywords of a random-weight Parakeet model over random features."""
+    model = model_of(kind)
+    x = torch.randn(args.n, args.frames * 4, 16, generator=torch.Generator().manual_seed(1))
+    fns = transducer_functions(model, x)
+    return lambda: dict(fns.options(), max_symbols_per_frame=5)
+
+
+def zoo(args):
+    """The keywords of the speech model trained here over held-out espeak-ng recordings."""
+    from beamsearch.zoo.speech import load
+    from beamsearch.zoo.speech.model import BLANK
+    from beamsearch.zoo.speech.recognizer import MAX_SYMBOLS
+    from beamsearch.zoo.speech.synth import make_set
+
+    model = load()
+    enc, lengths = model.encode([u.audio for u in make_set(args.n, 0, "heldout")])
+    predictor, joint = model.net.transducer_functions()
+    durations = list(model.net.cfg.durations)
+    return lambda: dict(encoder_out=enc, lengths=lengths, predictor=predictor, joint=joint, blank=BLANK,
+                        state=model.net.initial_state(len(enc)), durations=durations,
+                        max_symbols_per_frame=MAX_SYMBOLS)
 
 
 def table(args) -> None:
     print(f"| model | search | batch {args.n}: s | x greedy | per-utterance loop: s | loop / batch |")
     print("|---|---|---|---|---|---|")
-    for kind in ("RNN-T", "TDT"):
-        model = model_of(kind)
-        x = torch.randn(args.n, args.frames * 4, 16, generator=torch.Generator().manual_seed(1))
-        fns = transducer_functions(model, x)
+    models = [("RNN-T", lambda: parakeet("RNN-T", args)), ("TDT", lambda: parakeet("TDT", args))]
+    if args.zoo:
+        models.append(("speech model (TDT, trained here)", lambda: zoo(args)))
+    for kind, make in models:
+        fns = make()
         greedy = None
         for name, search in [("greedy", dict(beam=1)), ("modified, beam 4", dict(beam=4, method="modified")),
                              ("modified, beam 8", dict(beam=8, method="modified")),
@@ -96,6 +125,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--loop", type=int, default=8, help="utterances the per-utterance loop decodes")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--zoo", action="store_true", help="also the speech model trained here (needs espeak-ng)")
     args = p.parse_args()
     if args.quick:
         args.n, args.frames, args.repeats = 8, 20, 1
