@@ -74,11 +74,8 @@ class Beams:
     @staticmethod
     def empty(n: int, b: int, plan: Plan) -> Beams:
         """``[N, B]`` empty slots (no carried rows)."""
-        def ints() -> np.ndarray:
-            return np.zeros((n, b), np.int64)
-
-        return Beams(np.full((n, b), NEG_INF), ints(), ints(), ints(), ints(), (ints(), ints(), ints()),
-                     plan.lm_start((n, b)), None, ints())
+        return Beams(np.full((n, b), NEG_INF), zeros(n, b), zeros(n, b), zeros(n, b), zeros(n, b),
+                     (zeros(n, b), zeros(n, b), zeros(n, b)), plan.lm_start((n, b)), None, zeros(n, b))
 
 
 @dataclass
@@ -119,15 +116,17 @@ class Pool:
 
     @staticmethod
     def empty(n: int, p: int) -> Pool:
-        def ints() -> np.ndarray:
-            return np.zeros((n, p), np.int64)
-
-        return Pool(np.full((n, p), NEG_INF), ints(), ints(), ints(), np.zeros((n, p)), ints())
+        return Pool(np.full((n, p), NEG_INF), zeros(n, p), zeros(n, p), zeros(n, p), np.zeros((n, p)), zeros(n, p))
 
     def rank(self, plan: Plan) -> np.ndarray:
         """float64 ``[N, P]``: the score results are ranked by: acoustic + bonus + LM terms."""
         weight = 0.0 if plan.hotwords is None else plan.hotwords.weight
         return self.score + weight * self.done + plan.fused(self.lm, self.words)
+
+
+def zeros(n: int, k: int) -> np.ndarray:
+    """int64 ``[n, k]`` zeros: an empty field of beams or of the finished pool."""
+    return np.zeros((n, k), np.int64)
 
 
 def admit(net: Network, beams: Beams, pool: Pool, cands: Cands, lengths: np.ndarray, plan: Plan,
