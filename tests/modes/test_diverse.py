@@ -307,10 +307,18 @@ def test_errors_name_the_parameter_and_the_mode():
 
 
 def tied_table(seed):
-    """Logits of two levels only, chosen per prefix by a hash: ties everywhere (V = 7)."""
+    """Logits of two levels, 0 for four tokens chosen per prefix by a hash and -1000 for the other
+    three: ties everywhere (V = 7), exact by construction. exp(-1000) is 0 in float32 and float64,
+    so every row's sum of exponentials is exactly 4 in any summation order and every row's
+    log-probabilities are the same two values, -log 4 and -1000 - log 4: hypotheses of one length
+    and one shape have bit-equal logprobs on every backend and CPU. (Levels 0 and 1 at positions
+    that vary per row gave sums of exponentials whose rounding depends on where the ones sit in
+    the vectorized reduction: one ulp apart on some CPUs, so no longer ties there.)"""
     def table(prefix):
         rng = np.random.default_rng(abs(hash((seed,) + tuple(prefix))) % (2**32))
-        return rng.integers(0, 2, 7).astype(np.float64)
+        logits = np.full(7, -1000.0)
+        logits[rng.permutation(7)[:4]] = 0.0
+        return logits
     return table
 
 
