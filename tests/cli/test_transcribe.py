@@ -328,7 +328,7 @@ def test_trace_writes_the_page_of_the_files_search(tmp_path, capsys, monkeypatch
     assert [" ".join(g.get("data-text").split()) for g in ranked] == [text] and text  # its labels, spaces as words
     long = tmp_path / "long.wav"  # two chunks: two utterances on the page, each headed by its place
     sf.write(long, np.random.default_rng(2).uniform(-0.3, 0.3, 30 * RATE).astype(np.float32), RATE, subtype="FLOAT")
-    assert main(["transcribe", str(long), "--trace", str(page), "--greedy"]) == 0
+    assert main(["transcribe", str(long), "--trace", str(page), "--beam-size", "1", "--lm", "none"]) == 0
     html = page.read_text(encoding="utf-8")
     assert f"{long}, chunk 1 of 2" in html and f"{long}, chunk 2 of 2" in html
     assert stand_in.calls[-1][1]["trace"].n_utterances == 2
@@ -339,6 +339,9 @@ def test_trace_takes_one_file_and_no_folder_for_its_page(tmp_path, capsys, monke
     a, b = wav(tmp_path / "a.wav"), wav(tmp_path / "b.wav")
     assert main(["transcribe", a, b, "--trace", str(tmp_path / "p.html")]) == 2
     assert capsys.readouterr().err == "beamsearch: error: --trace draws one file's search; got 2 files\n"
+    assert main(["transcribe", a, "--trace", str(tmp_path / "p.html"), "--greedy"]) == 2
+    assert capsys.readouterr().err == ("beamsearch: error: --trace draws a beam search; got --greedy (give "
+                                       "--beam-size 1 for a beam of one)\n")
     (tmp_path / "locked").mkdir()
     (tmp_path / "locked" / "p.html").mkdir()  # a folder where the page would go
     assert main(["transcribe", a, "--trace", str(tmp_path / "locked" / "p.html"), "--lm", "none"]) == 2

@@ -41,8 +41,9 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--beam-size", type=int, default=None, metavar="N",
                    help="hypotheses kept per frame (default: the model's, 8)")
     p.add_argument("--greedy", action="store_true",
-                   help="greedy decoding instead of beam search: one hypothesis (CTC: the prefix search with one "
-                        "prefix; TDT: the most probable token per step); it takes no LM, hotwords or n-best")
+                   help="greedy decoding instead of beam search: one hypothesis (CTC: the best path, the most "
+                        "probable label per frame; TDT: the most probable token per step); it takes no LM, hotwords, "
+                        "n-best or --trace")
     p.add_argument("--lm", default=None, metavar="ARPA|none",
                    help="a word n-gram LM (ARPA file) fused into the beam search, or none (default: the shipped "
                         "3-gram of spoken dates, times and numbers)")
@@ -117,6 +118,9 @@ def trace_options(args: argparse.Namespace) -> None:
         raise CliError(f"beamsearch: error: --trace draws one file's search; got {len(args.files)} files", 2)
     if args.head != "ctc":
         raise CliError(f"beamsearch: error: --trace draws the CTC head's search; got --head {args.head}", 2)
+    if args.greedy:
+        raise CliError("beamsearch: error: --trace draws a beam search; got --greedy (give --beam-size 1 for a "
+                       "beam of one)", 2)
     folder = pathlib.Path(args.trace).parent
     if not args.trace or not folder.is_dir() or pathlib.Path(args.trace).is_dir():
         raise CliError(f"beamsearch: error: --trace must be a file in an existing folder; got {args.trace!r}", 2)
