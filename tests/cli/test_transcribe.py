@@ -112,7 +112,6 @@ def test_the_flags_reach_the_model_as_its_keywords(model, tmp_path, capsys):
     (["--hotword-weight", "2"], "--hotword-weight weighs --hotwords: give them too"),
     (["--hotwords", "a,,b"], "--hotwords has an empty phrase: 'a,,b' (phrases are separated by ',')"),
     (["--head", "rnnt"], "argument --head: invalid choice: 'rnnt'"),
-    (["--trace", "p.html", "--head", "tdt"], "--trace draws the CTC head's search; got --head tdt"),
     (["--trace", "/no/such/p.html"], "--trace must be a file in an existing folder; got '/no/such/p.html'"),
     (["--trace", ""], "--trace must be a file in an existing folder; got ''"),
     (["--trace", "/"], "--trace must be a file in an existing folder; got '/'"),
@@ -355,3 +354,26 @@ def test_trace_from_a_model_that_records_no_search_is_one_line_exit_1(model, tmp
     assert capsys.readouterr().err == ("beamsearch: error: --trace: the model recorded no search (its transcribe "
                                        "takes no trace=)\n")
     assert not page.exists()
+
+
+@needs_model
+def test_trace_of_the_tdt_head_is_the_page_of_its_transducer_search(tmp_path, capsys):
+    """--head tdt --trace: the page holds the transducer search's steps; its returned hypotheses are
+    the printed n-best (texts and scores, rounded as printed), each drawn from the start node."""
+    import xml.etree.ElementTree as ET
+
+    f = espeak(tmp_path / "a.wav", *SAID[0])
+    page = tmp_path / "tdt.html"
+    assert main(["transcribe", f, "--head", "tdt", "--beam-size", "4", "--n-best", "2", "--lm", "none",
+                 "--trace", str(page)]) == 0
+    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and f"beamsearch transcribe {f}" in html and "bs-transducer" in html
+    svg = ET.fromstring(html[html.index("<svg"): html.index("</svg>") + 6])
+    nodes = [g for g in svg.iter("{http://www.w3.org/2000/svg}g") if g.get("data-rank")]
+    ranked = sorted(nodes, key=lambda g: int(g.get("data-rank")))
+    assert [g.get("data-rank") for g in ranked] == ["1", "2"] and len(printed) == 2
+    for g, (rank, score, text) in zip(ranked, printed, strict=True):
+        assert g.get("data-rank") == rank and " ".join(g.get("data-text").split()) == text
+        assert f"ranked   {float(score):.4f}" in g.get("data-tip").replace("&#10;", "\n")
+    assert len([g for g in svg.iter("{http://www.w3.org/2000/svg}g") if "item" in g.get("class", "")]) > 20

@@ -188,5 +188,22 @@ def test_a_trace_records_the_ctc_search_that_gave_the_result(model, heldout, bea
     assert trace.text(best[-1].labels) == traced[0].text
     with pytest.raises(ValueError, match=r"trace records a beam search; beam_size=None \(greedy\) has none"):
         model.transcribe(audio, beam_size=None, trace=CTCTrace())
-    with pytest.raises(ValueError, match="trace records the CTC search; got head='tdt'"):
+    with pytest.raises(TypeError, match="trace must be a TransducerTrace or None; got <"):
         model.transcribe(audio, head="tdt", beam_size=4, trace=CTCTrace())
+
+
+@espeak
+def test_a_trace_records_the_tdt_search_that_gave_the_result(model, heldout):
+    from beamsearch.speech.transducer_trace import TransducerTrace
+
+    trace = TransducerTrace()
+    audio = [heldout[2].audio, heldout[3].audio]
+    traced = model.transcribe(audio, head="tdt", beam_size=4, n_best=2, trace=trace)
+    plain = model.transcribe(audio, head="tdt", beam_size=4, n_best=2)
+    assert [[(h.text, h.score) for h in hyps] for hyps in traced] == [[(h.text, h.score) for h in hyps]
+                                                                      for hyps in plain]
+    for u, hyps in enumerate(traced):
+        ends = sorted((n for n in trace.nodes if n.utterance == u and n.rank >= 0), key=lambda n: n.rank)
+        assert [" ".join(trace.text(n.labels).split()) for n in ends] == [h.text for h in hyps]
+        assert [n.total for n in ends] == pytest.approx([h.score for h in hyps])
+        assert trace.path(trace.best(u))[0].kind == "start"
