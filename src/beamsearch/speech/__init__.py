@@ -5,11 +5,14 @@ utterance, the best label sequences with their text, scores and timestamps (docs
 ``ctc_greedy`` the best path (the most probable label per frame, repeats merged, blanks dropped).
 This package uses only :mod:`beamsearch.core` and :mod:`beamsearch.backends`; numpy alone is
 enough, torch emissions are taken as they are. ``transducer_greedy`` and ``transducer_beam_search``
-decode RNN-T and TDT models given as functions (docs/transducer.md).
+decode RNN-T and TDT models given as functions (docs/transducer.md). ``to_mono`` and ``resample``
+(:mod:`beamsearch.speech.audio`) mix samples to one channel and change their rate (soxr, imported
+when called).
 """
 
+from beamsearch.speech.audio import resample, to_mono
+from beamsearch.speech.best_path import ctc_greedy
 from beamsearch.speech.ctc import CTCStream, ctc_beam_search
-from beamsearch.speech.ctc_greedy import ctc_greedy
 from beamsearch.speech.error_rate import WordErrors, wer, word_errors
 from beamsearch.speech.kenlm_model import KenLMModel
 from beamsearch.speech.lexicon import Lexicon
@@ -20,5 +23,5 @@ from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_s
 from beamsearch.speech.vocabulary import Vocabulary
 
 __all__ = ["CTCHypothesis", "CTCStream", "KenLMModel", "Lexicon", "NgramLM", "TokenLM", "TransducerHypothesis",
-           "Vocabulary", "Word", "WordErrors", "ctc_beam_search", "ctc_greedy", "transducer_beam_search", "transducer_greedy", "wer",
-           "word_errors"]
+           "Vocabulary", "Word", "WordErrors", "ctc_beam_search", "ctc_greedy", "resample", "to_mono",
+           "transducer_beam_search", "transducer_greedy", "wer", "word_errors"]

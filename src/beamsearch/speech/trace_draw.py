@@ -190,7 +190,8 @@ class _Dot:
 
 
 def _ctc_dot(trace: CTCTrace, v: CTCNode, last: int) -> _Dot:
-    edges = () if v.parent < 0 else ((v.parent, "pruned" if v.status == "pruned" else v.kind),)
+    edges: tuple[tuple[int, str], ...] = () if v.parent < 0 else (
+        (v.parent, "pruned" if v.status == "pruned" else v.kind),)
     if v.merged_from >= 0:
         edges += ((v.merged_from, "merge"),)
     kind = "root" if v.kind == "start" else "finished" if v.rank >= 0 else v.status
@@ -267,15 +268,14 @@ def _draw(nodes: list[_Dot], top: float, label: str) -> str:
 
 
 LEGEND_H = 30
-_LEGEND: tuple[tuple[str, str], ...] = (("node kept", "kept"), ("node pruned", "pruned (left the beam, or not kept)"), ("node finished", "returned"),
-           ("edge stay", "stay (blank or repeat)"), ("edge label", "label added"), ("edge merge", "merged (log-add)"),
-           ("edge best", "best result (#1)"))
-
-
-_TRANSDUCER_LEGEND: tuple[tuple[str, str], ...] = (("node kept", "kept"), ("node ended", "reached the end"), ("node pruned", "cut from the beam"),
-                      ("node finished", "returned"), ("edge blank", "blank"), ("edge label", "label"),
-                      ("edge wait", "waited"), ("edge merge", "merged (log-add)"), ("edge finish", "pooled"),
-                      ("edge best", "best result (#1)"))
+_LEGEND: tuple[tuple[str, str], ...] = (
+    ("node kept", "kept"), ("node pruned", "pruned (left the beam, or not kept)"), ("node finished", "returned"),
+    ("edge stay", "stay (blank or repeat)"), ("edge label", "label added"), ("edge merge", "merged (log-add)"),
+    ("edge best", "best result (#1)"))
+_TRANSDUCER_LEGEND: tuple[tuple[str, str], ...] = (
+    ("node kept", "kept"), ("node ended", "reached the end"), ("node pruned", "cut from the beam"),
+    ("node finished", "returned"), ("edge blank", "blank"), ("edge label", "label"), ("edge wait", "waited"),
+    ("edge merge", "merged (log-add)"), ("edge finish", "pooled"), ("edge best", "best result (#1)"))
 
 
 def _legend(y: float, entries: tuple[tuple[str, str], ...]) -> tuple[str, int]:

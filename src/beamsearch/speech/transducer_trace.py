@@ -154,7 +154,7 @@ class TransducerTrace:
         for k in range(cands.u.size):
             u, node, t = int(cands.u[k]), int(cands.node[k]), int(cands.t[k])
             finished = t >= self.lengths[u]
-            key = (u, node) if finished else (u, node, t, int(cands.j[k]))
+            key: tuple[int, ...] = (u, node) if finished else (u, node, t, int(cands.j[k]))
             group = (done if finished else live).setdefault(key, _Group())
             group.members.append(k)
             if first:
@@ -168,8 +168,9 @@ class TransducerTrace:
             group.inflows.append(float(cands.score[k]))
             group.moves.append(move)
             group.advances.append(t - parent.frame)
-        kept = {(int(u), int(after.node[u, s]), int(after.t[u, s]), int(after.j[u, s])): int(s)
-                for u, s in zip(*np.nonzero(np.isfinite(after.score)), strict=True)}
+        kept: dict[tuple[int, ...], int] = {  # (u, labels, frame, labels at it) -> its slot in the beam
+            (int(u), int(after.node[u, s]), int(after.t[u, s]), int(after.j[u, s])): int(s)
+            for u, s in zip(*np.nonzero(np.isfinite(after.score)), strict=True)}
         slots: list[dict[int, int]] = [{} for _ in range(self.n_utterances)]
         made: dict[int, list[int]] = {}
         for key, group in sorted(live.items(), key=lambda kv: kept.get(kv[0], b)):

@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from beamsearch.speech.audio import resample, to_mono
+from beamsearch.speech import resample, to_mono
 from beamsearch.zoo.speech.synth import SAMPLE_RATE
 from beamsearch.zoo.speech.text import spoken_sentences
 

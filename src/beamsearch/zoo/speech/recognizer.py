@@ -81,9 +81,9 @@ class SpeechModel:
             if head == "ctc":
                 emissions = self.net.ctc_log_probs(enc)
                 if beam_size is None:
-                    found = ctc_greedy(emissions, lengths, blank=BLANK, vocabulary=self.vocabulary,
-                                       frame_duration=self.frame_duration)
-                    return [[h] for h in found]
+                    best = ctc_greedy(emissions, lengths, blank=BLANK, vocabulary=self.vocabulary,
+                                      frame_duration=self.frame_duration)
+                    return [[h] for h in best]
                 return ctc_beam_search(emissions, lengths, blank=BLANK, beam_size=beam_size, n_best=n_best,
                                        vocabulary=self.vocabulary, frame_duration=self.frame_duration,
                                        hotwords=hotwords, hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta,

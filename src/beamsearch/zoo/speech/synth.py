@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from beamsearch.speech.audio import resample, to_mono
+from beamsearch.speech import resample, to_mono
 from beamsearch.zoo.speech.text import spoken_sentences
 
 __all__ = ["HELDOUT_VARIANTS", "HELDOUT_VOICES", "SAMPLE_RATE", "SPLITS", "TRAIN_VARIANTS", "TRAIN_VOICES",
