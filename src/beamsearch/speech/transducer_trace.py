@@ -11,7 +11,8 @@ merged by (labels, frame, labels at the frame) with log-add, and cut to the beam
 the utterance's last frame go to the finished pool, merged by labels. The trace holds, after each
 step, one :class:`TransducerNode` per merged candidate: ``kept`` (in the beam after the step),
 ``pruned`` (cut from the beam) or ``finished`` (reached the end: into the pool; ``pruned`` instead
-when the pool did not keep it). Each node names every candidate merged into it (its ``parents``,
+when the pool did not keep it; one that a later step's better hypotheses push out of the pool keeps
+its status, and no ``end`` node counts it). Each node names every candidate merged into it (its ``parents``,
 hypotheses of the step before, with what each brought: the parent's score plus its move's
 log-probability, or, for a hypothesis that waited at its frame while others expanded, its score as
 it was). After the last step, one ``end`` node per hypothesis of the finished pool, whose parents are
