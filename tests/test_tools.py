@@ -325,7 +325,7 @@ def test_make_pictures_writes_every_picture_the_docs_show(tmp_path, monkeypatch,
     pictures.main()
     out = capsys.readouterr().out
     assert "skipped" not in out or importlib.util.find_spec("torch") is None, out
-    names = ["hand_example", "ctc_example"] + (["dates"] if "skipped" not in out else [])
+    names = ["hand_example", "ctc_example", "transducer_example"] + (["dates"] if "skipped" not in out else [])
     for name in names:
         assert (tmp_path / f"{name}.svg").read_text().startswith("<svg")
         assert "<html" in (tmp_path / f"{name}.html").read_text().lower()

@@ -11,6 +11,8 @@
    beam finds the likelier '2087-03-03'.
 3. ``ctc_example``: docs/speech.md's CTC prefix beam search over four frames, beam 2: "a" and
    "ab" each take in their parent's extension (log-add), the empty prefix leaves the beam.
+4. ``transducer_example``: docs/transducer.md's TDT beam search (a random RNN predictor and joint,
+   five frames, durations 0-2, beam 3): candidates merged, cut, finished, the pool's n-best.
 """
 
 from __future__ import annotations
@@ -67,10 +69,37 @@ def ctc_example() -> None:
     print(f"wrote {OUT / 'ctc_example'}.svg and .html ({len(trace.nodes)} nodes)")
 
 
+def transducer_example() -> None:
+    from beamsearch.speech import transducer_beam_search
+    from beamsearch.speech.trace_draw import transducer_html, transducer_svg
+    from beamsearch.speech.transducer_trace import TransducerTrace
+
+    rng = np.random.default_rng(0)  # the model of docs/transducer.md's search picture
+    frames, dim, vocab = 5, 8, 3
+    enc = rng.normal(size=(1, frames, dim))
+    w, e = rng.normal(size=(dim, dim)) * 0.5, rng.normal(size=(vocab, dim))
+    a, b = rng.normal(size=(dim, vocab + 3)), rng.normal(size=(dim, vocab + 3))
+
+    def predictor(h: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h = np.tanh(h @ w + e[y])
+        return h, h
+
+    trace = TransducerTrace()
+    best = transducer_beam_search(enc, predictor=predictor, joint=lambda x, p: x @ a + p @ b, blank=0,
+                                  state=np.zeros((1, dim)), durations=[0, 1, 2], max_symbols_per_frame=2,
+                                  beam_size=3, n_best=2, vocabulary=["-", "a", "b"], trace=trace)[0][0]
+    label = [f"five frames, beam 3: {best.text!r}"]
+    (OUT / "transducer_example.svg").write_text(transducer_svg(trace, labels=label))
+    (OUT / "transducer_example.html").write_text(transducer_html(trace, labels=label,
+                                                                 title="A TDT beam search over five frames, beam 3"))
+    print(f"wrote {OUT / 'transducer_example'}.svg and .html ({len(trace.nodes)} nodes)")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     hand_example()
     ctc_example()
+    transducer_example()
     try:
         dates()
     except ImportError as e:

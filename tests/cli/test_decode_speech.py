@@ -118,6 +118,31 @@ def test_usage_errors_are_one_line_exit_2(flags, message, stand_in, tmp_path, ca
     assert message in err and len(err.splitlines()) == 1 and not stand_in.calls
 
 
+def test_greedy_with_one_beam_and_one_output_is_greedy_as_for_text_models(stand_in, tmp_path, capsys):
+    """``--mode greedy --beam-size 1 --n-best 1`` is greedy's one row and one output, as given: the
+    text models accept it (the toy model here), and so does the speech model, whose search then gets
+    what ``--mode greedy`` alone gives it; a wider beam is still refused by both."""
+    text = tmp_path / "in.txt"
+    text.write_text("hello\n")
+    toy = ["decode", "--model", "_toy", "--input", str(text), "--output", "-", "--max-steps", "3", "--mode", "greedy"]
+    assert main([*toy, "--beam-size", "1", "--n-best", "1"]) == 0
+    assert main(toy) == 0
+    one, alone = capsys.readouterr().out.splitlines()
+    assert one == alone
+    src = jsonl(tmp_path / "in.jsonl", {"audio": wav(tmp_path / "a.wav")})
+    args = ["decode", "--model", "speech", "--jsonl", "--input", src, "--mode", "greedy"]
+    outs = [tmp_path / "one.jsonl", tmp_path / "alone.jsonl"]
+    assert main([*args, "--output", str(outs[0]), "--beam-size", "1", "--n-best", "1"]) == 0
+    assert main([*args, "--output", str(outs[1])]) == 0
+    assert stand_in.calls[0] == stand_in.calls[1] and stand_in.calls[0][1]["beam_size"] is None
+    assert read(outs[0]) == read(outs[1])
+    assert main([*toy, "--beam-size", "2"]) == 2
+    assert "--mode greedy does not take --beam-size" in capsys.readouterr().err
+    assert main([*args, "--output", str(outs[0]), "--beam-size", "2"]) == 2
+    assert capsys.readouterr().err == ("beamsearch: error: --mode greedy takes no --beam-size (greedy decoding keeps "
+                                       "one hypothesis, without LM or hotwords)\n")
+
+
 def test_speech_flags_are_refused_for_a_text_model(tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")

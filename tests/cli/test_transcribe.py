@@ -112,7 +112,6 @@ def test_the_flags_reach_the_model_as_its_keywords(model, tmp_path, capsys):
     (["--hotword-weight", "2"], "--hotword-weight weighs --hotwords: give them too"),
     (["--hotwords", "a,,b"], "--hotwords has an empty phrase: 'a,,b' (phrases are separated by ',')"),
     (["--head", "rnnt"], "argument --head: invalid choice: 'rnnt'"),
-    (["--trace", "p.html", "--head", "tdt"], "--trace draws the CTC head's search; got --head tdt"),
     (["--trace", "/no/such/p.html"], "--trace must be a file in an existing folder; got '/no/such/p.html'"),
     (["--trace", ""], "--trace must be a file in an existing folder; got ''"),
     (["--trace", "/"], "--trace must be a file in an existing folder; got '/'"),
@@ -328,7 +327,7 @@ def test_trace_writes_the_page_of_the_files_search(tmp_path, capsys, monkeypatch
     assert [" ".join(g.get("data-text").split()) for g in ranked] == [text] and text  # its labels, spaces as words
     long = tmp_path / "long.wav"  # two chunks: two utterances on the page, each headed by its place
     sf.write(long, np.random.default_rng(2).uniform(-0.3, 0.3, 30 * RATE).astype(np.float32), RATE, subtype="FLOAT")
-    assert main(["transcribe", str(long), "--trace", str(page), "--greedy"]) == 0
+    assert main(["transcribe", str(long), "--trace", str(page), "--beam-size", "1", "--lm", "none"]) == 0
     html = page.read_text(encoding="utf-8")
     assert f"{long}, chunk 1 of 2" in html and f"{long}, chunk 2 of 2" in html
     assert stand_in.calls[-1][1]["trace"].n_utterances == 2
@@ -339,6 +338,9 @@ def test_trace_takes_one_file_and_no_folder_for_its_page(tmp_path, capsys, monke
     a, b = wav(tmp_path / "a.wav"), wav(tmp_path / "b.wav")
     assert main(["transcribe", a, b, "--trace", str(tmp_path / "p.html")]) == 2
     assert capsys.readouterr().err == "beamsearch: error: --trace draws one file's search; got 2 files\n"
+    assert main(["transcribe", a, "--trace", str(tmp_path / "p.html"), "--greedy"]) == 2
+    assert capsys.readouterr().err == ("beamsearch: error: --trace draws a beam search; got --greedy (give "
+                                       "--beam-size 1 for a beam of one)\n")
     (tmp_path / "locked").mkdir()
     (tmp_path / "locked" / "p.html").mkdir()  # a folder where the page would go
     assert main(["transcribe", a, "--trace", str(tmp_path / "locked" / "p.html"), "--lm", "none"]) == 2
@@ -352,3 +354,26 @@ def test_trace_from_a_model_that_records_no_search_is_one_line_exit_1(model, tmp
     assert capsys.readouterr().err == ("beamsearch: error: --trace: the model recorded no search (its transcribe "
                                        "takes no trace=)\n")
     assert not page.exists()
+
+
+@needs_model
+def test_trace_of_the_tdt_head_is_the_page_of_its_transducer_search(tmp_path, capsys):
+    """--head tdt --trace: the page holds the transducer search's steps; its returned hypotheses are
+    the printed n-best (texts and scores, rounded as printed), each drawn from the start node."""
+    import xml.etree.ElementTree as ET
+
+    f = espeak(tmp_path / "a.wav", *SAID[0])
+    page = tmp_path / "tdt.html"
+    assert main(["transcribe", f, "--head", "tdt", "--beam-size", "4", "--n-best", "2", "--lm", "none",
+                 "--trace", str(page)]) == 0
+    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and f"beamsearch transcribe {f}" in html and "bs-transducer" in html
+    svg = ET.fromstring(html[html.index("<svg"): html.index("</svg>") + 6])
+    nodes = [g for g in svg.iter("{http://www.w3.org/2000/svg}g") if g.get("data-rank")]
+    ranked = sorted(nodes, key=lambda g: int(g.get("data-rank")))
+    assert [g.get("data-rank") for g in ranked] == ["1", "2"] and len(printed) == 2
+    for g, (rank, score, text) in zip(ranked, printed, strict=True):
+        assert g.get("data-rank") == rank and " ".join(g.get("data-text").split()) == text
+        assert f"ranked   {float(score):.4f}" in g.get("data-tip").replace("&#10;", "\n")
+    assert len([g for g in svg.iter("{http://www.w3.org/2000/svg}g") if "item" in g.get("class", "")]) > 20

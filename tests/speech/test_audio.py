@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from beamsearch.speech.audio import AudioError, chunks, quietest, read_audio
+from beamsearch.speech.audio import AudioError, chunks, quietest, read_audio, resample, to_mono
 
 sf = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")
@@ -39,6 +39,30 @@ def test_channels_are_averaged_and_flac_and_16bit_pcm_read(tmp_path):
     sf.write(flac, np.stack([a, b], axis=1), 16000, subtype="PCM_16")
     assert np.abs(read_audio(flac) - (a + b) / 2).max() < 2 / 32768  # 16-bit quantization, per channel
     assert read_audio(wav, sample_rate=8000).shape == (4000,)
+
+
+def test_to_mono_and_resample_are_the_mean_of_the_channels_and_the_sine_at_the_new_rate():
+    left, right = sine(440, 1.0, 22050), sine(440, 1.0, 22050, amplitude=0.3)
+    stereo = np.stack([left, right], axis=1).astype(np.float64)
+    mono = to_mono(stereo)
+    assert mono.dtype == np.float32 and np.allclose(mono, (left + right) / 2, atol=1e-7)
+    assert to_mono(left.astype(np.float64)).dtype == np.float32 and np.array_equal(to_mono(left), left)
+    got = resample(mono, 22050, 16000)  # espeak-ng's rate to the model's
+    want = sine(440, 1.0, 16000, amplitude=0.4)
+    assert got.dtype == np.float32 and got.shape == (16000,)
+    assert np.abs(got[400:-400] - want[400:-400]).max() < 2e-3  # away from the resampler's edges
+    assert np.array_equal(resample(left, 16000, 16000), left)  # equal rates: the samples as they are
+
+
+def test_to_mono_and_resample_name_the_bad_argument():
+    with pytest.raises(ValueError, match=r"samples must be \[S\] or \[S, channels\]; got shape \(2, 3, 4\)"):
+        to_mono(np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"mono must be one channel, shape \[S\]; got shape \(4, 2\)"):
+        resample(np.zeros((4, 2)), 16000, 8000)
+    with pytest.raises(ValueError, match="^rate must be an int >= 1; got 0$"):
+        resample(np.zeros(4), 0, 8000)
+    with pytest.raises(ValueError, match="^sample_rate must be an int >= 1; got 8000.0$"):
+        resample(np.zeros(4), 16000, 8000.0)
 
 
 def test_unreadable_empty_non_finite_and_silent_files_are_one_line_errors(tmp_path):

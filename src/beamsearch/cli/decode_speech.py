@@ -64,9 +64,12 @@ def speech_search(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_tokens is not None:
         raise CliError("beamsearch: error: --max-tokens does not apply to --model speech (see --max-rows)", 2)
     seconds = args.max_chunk_seconds if args.max_chunk_seconds is not None else transcribe.MAX_CHUNK_SECONDS
+    beam_size = args.beam_size
+    if args.mode == "greedy" and beam_size == 1:
+        beam_size = None  # greedy's one hypothesis, as given: accepted as text models accept it
     as_transcribe = argparse.Namespace(
         files=[], trace=None, head=args.head or "ctc", greedy=args.mode == "greedy", n_best=args.n_best or 1,
-        beam_size=args.beam_size, lm=args.lm, alpha=args.alpha, beta=args.beta, hotwords=args.hotwords,
+        beam_size=beam_size, lm=args.lm, alpha=args.alpha, beta=args.beta, hotwords=args.hotwords,
         hotword_weight=args.hotword_weight, max_chunk_seconds=seconds)
     try:
         options = transcribe.search_options(as_transcribe)
@@ -76,7 +79,7 @@ def speech_search(args: argparse.Namespace) -> dict[str, Any]:
         transcribe.load_lm(args.lm)  # a file that cannot be read: one line, exit 1, before any line is read
     if options.pop("beam_size", 0) is None:
         options["mode"] = "greedy"
-    elif args.beam_size is not None:
-        options["beam_size"] = args.beam_size
+    elif beam_size is not None:
+        options["beam_size"] = beam_size
     args.mode = options.setdefault("mode", "beam")
     return {**options, "lm": args.lm, "max_chunk_seconds": seconds, "max_rows": args.max_rows}

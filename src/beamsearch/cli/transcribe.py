@@ -41,8 +41,9 @@ def add_command(sub: Any, fmt: type) -> None:
     p.add_argument("--beam-size", type=int, default=None, metavar="N",
                    help="hypotheses kept per frame (default: the model's, 8)")
     p.add_argument("--greedy", action="store_true",
-                   help="greedy decoding instead of beam search: one hypothesis (CTC: the prefix search with one "
-                        "prefix; TDT: the most probable token per step); it takes no LM, hotwords or n-best")
+                   help="greedy decoding instead of beam search: one hypothesis (CTC: the best path, the most "
+                        "probable label per frame; TDT: the most probable token per step); it takes no LM, hotwords, "
+                        "n-best or --trace")
     p.add_argument("--lm", default=None, metavar="ARPA|none",
                    help="a word n-gram LM (ARPA file) fused into the beam search, or none (default: the shipped "
                         "3-gram of spoken dates, times and numbers)")
@@ -62,8 +63,9 @@ def add_command(sub: Any, fmt: type) -> None:
                    help=f"longer files are cut into chunks of at most S seconds at their quietest point in the "
                         f"last {SEARCH_SECONDS:g} s before the limit")
     p.add_argument("--trace", default=None, metavar="PAGE.html",
-                   help="draw the CTC beam search over frames (the prefixes after each frame, merges, pruned ones, "
-                        "the n-best) as one interactive HTML page: one FILE, --head ctc")
+                   help="draw the beam search as one interactive HTML page: CTC over frames (the prefixes after "
+                        "each frame), TDT over its steps (the hypotheses after each step); merges, pruned ones, "
+                        "the n-best; one FILE")
     p.add_argument("--progress", action="store_true",
                    help="progress on stderr (files as inputs/s, characters as tokens/s, ETA): on by default on a "
                         "terminal for several files")
@@ -115,8 +117,9 @@ def trace_options(args: argparse.Namespace) -> None:
         return
     if len(args.files) != 1:
         raise CliError(f"beamsearch: error: --trace draws one file's search; got {len(args.files)} files", 2)
-    if args.head != "ctc":
-        raise CliError(f"beamsearch: error: --trace draws the CTC head's search; got --head {args.head}", 2)
+    if args.greedy:
+        raise CliError("beamsearch: error: --trace draws a beam search; got --greedy (give --beam-size 1 for a "
+                       "beam of one)", 2)
     folder = pathlib.Path(args.trace).parent
     if not args.trace or not folder.is_dir() or pathlib.Path(args.trace).is_dir():
         raise CliError(f"beamsearch: error: --trace must be a file in an existing folder; got {args.trace!r}", 2)
@@ -125,14 +128,16 @@ def trace_options(args: argparse.Namespace) -> None:
 def write_trace(page: str, trace: Any, path: str) -> None:
     """The page of the file's search (each chunk an utterance) written to ``page``; exit 1 if the
     model did not record it or the page cannot be written."""
-    from beamsearch.speech.trace_draw import ctc_html
+    from beamsearch.speech.trace import CTCTrace
+    from beamsearch.speech.trace_draw import ctc_html, transducer_html
 
     if not trace.finished:
         raise CliError("beamsearch: error: --trace: the model recorded no search (its transcribe takes no trace=)", 1)
     n = trace.n_utterances
     labels = [path if n == 1 else f"{path}, chunk {i + 1} of {n}" for i in range(n)]
+    draw = ctc_html if isinstance(trace, CTCTrace) else transducer_html
     try:
-        pathlib.Path(page).write_text(ctc_html(trace, labels=labels, title=f"beamsearch transcribe {path}"),
+        pathlib.Path(page).write_text(draw(trace, labels=labels, title=f"beamsearch transcribe {path}"),
                                       encoding="utf-8")
     except OSError as e:
         raise CliError(f"beamsearch: error: cannot write --trace {page}: {e.strerror}", 1) from None
@@ -191,8 +196,9 @@ def transcribe_command(args: argparse.Namespace) -> int:
         options["lm"] = load_lm(args.lm)
     if args.trace is not None:
         from beamsearch.speech.trace import CTCTrace
+        from beamsearch.speech.transducer_trace import TransducerTrace
 
-        options["trace"] = CTCTrace()
+        options["trace"] = CTCTrace() if args.head == "ctc" else TransducerTrace()
     several = len(args.files) > 1
     progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
         else None

@@ -5,7 +5,9 @@ resampled, and long recordings cut into chunks at their quietest points.
 soxr (its default "HQ" quality) to ``sample_rate``; the result is float32 ``[S]`` in [-1, 1].
 A file that cannot be read, holds no samples, holds NaN or infinite samples, or is silent (its
 peak below :data:`SILENCE_DBFS` dB full scale after mixing) is an :class:`AudioError`, one line
-naming the file.
+naming the file. Its two steps are public for samples got otherwise (a synthesizer's output):
+``to_mono(samples)`` averages the channels, ``resample(mono, rate, sample_rate)`` converts the
+rate with soxr; ``resample(to_mono(x), rate, 16000)`` is what ``read_audio`` does to a file's samples.
 
 ``chunks(audio, sample_rate, max_seconds=20)`` cuts a long recording into pieces of at most
 ``max_seconds``: each cut lies at the quietest ``frame_seconds`` window (the lowest mean square,
@@ -56,7 +58,6 @@ def read_audio(path: str | os.PathLike, sample_rate: int = 16000) -> np.ndarray:
     """
     check_rate(sample_rate)
     import soundfile
-    import soxr
 
     name = os.fspath(path)
     if not os.path.isfile(name):
@@ -68,16 +69,46 @@ def read_audio(path: str | os.PathLike, sample_rate: int = 16000) -> np.ndarray:
         raise AudioError(f"{name}: cannot read audio: {reason}") from None
     if samples.shape[0] == 0:
         raise AudioError(f"{name}: the file has no audio samples")
-    mono = samples.mean(axis=1, dtype=np.float32)  # [S]
+    mono = to_mono(samples)  # [S]
     if not np.isfinite(mono).all():
         raise AudioError(f"{name}: the audio has NaN or infinite samples")
     peak = float(np.abs(mono).max())
     if peak < 10.0 ** (SILENCE_DBFS / 20.0):
         level = "all zero" if peak == 0.0 else f"peak {20.0 * np.log10(peak):.1f} dBFS"
         raise AudioError(f"{name}: the audio is silent ({level}; below {SILENCE_DBFS:g} dBFS)")
-    if rate != sample_rate:
-        mono = np.asarray(soxr.resample(mono, rate, sample_rate), dtype=np.float32)
-    return mono
+    return resample(mono, rate, sample_rate)
+
+
+def to_mono(samples: np.ndarray) -> np.ndarray:
+    """float32 ``[S]``: ``samples`` float ``[S]`` (one channel, returned as float32) or ``[S, C]``
+    (C channels, averaged)."""
+    samples = np.asarray(samples)
+    if samples.ndim == 1:
+        return samples.astype(np.float32, copy=False)
+    if samples.ndim != 2:
+        raise ValueError(f"samples must be [S] or [S, channels]; got shape {samples.shape}")
+    return samples.mean(axis=1, dtype=np.float32)
+
+
+def resample(mono: np.ndarray, rate: int, sample_rate: int) -> np.ndarray:
+    """float32 ``[S']``: one channel ``mono`` float ``[S]`` at ``rate`` Hz resampled to
+    ``sample_rate`` Hz with soxr (its default "HQ" quality); the samples as float32 when the rates
+    are equal. soxr is imported here.
+
+    Raises:
+        ValueError: a rate is not an int >= 1, or ``mono`` is not one channel.
+        ImportError: soxr is not installed.
+    """
+    check_rate(rate, "rate")
+    check_rate(sample_rate)
+    mono = np.asarray(mono)
+    if mono.ndim != 1:
+        raise ValueError(f"mono must be one channel, shape [S]; got shape {mono.shape}")
+    if rate == sample_rate:
+        return mono.astype(np.float32, copy=False)
+    import soxr
+
+    return np.asarray(soxr.resample(mono, rate, sample_rate), dtype=np.float32)
 
 
 def chunks(audio: np.ndarray, sample_rate: int, *, max_seconds: float = MAX_SECONDS,
@@ -112,6 +143,6 @@ def quietest(segment: np.ndarray, frame: int) -> int:
     return lowest + frame // 2
 
 
-def check_rate(sample_rate: int) -> None:
+def check_rate(sample_rate: int, name: str = "sample_rate") -> None:
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1:
-        raise ValueError(f"sample_rate must be an int >= 1; got {sample_rate!r}")
+        raise ValueError(f"{name} must be an int >= 1; got {sample_rate!r}")

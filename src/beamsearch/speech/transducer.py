@@ -29,6 +29,7 @@ from beamsearch.speech.tokenlm import TokenFusion, TokenLM
 from beamsearch.speech.transducer_merge import Plan, Pool
 from beamsearch.speech.transducer_model import Network, start
 from beamsearch.speech.transducer_search import search
+from beamsearch.speech.transducer_trace import TransducerTrace
 
 METHODS = ("modified", "alsd")
 
@@ -105,7 +106,8 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
                            vocabulary: Any = None, frame_duration: float | None = None, hotwords: Any = None,
                            hotword_weight: float = 10.0, lm: Any = None, alpha: float = 0.5,
                            beta: float = 1.0, unk_score_offset: float | None = None,
-                           lexicon: Any = None) -> list[list[TransducerHypothesis]]:
+                           lexicon: Any = None, trace: TransducerTrace | None = None,
+                           ) -> list[list[TransducerHypothesis]]:
     """Transducer beam search, batched over utterances and hypotheses.
 
     Each step a hypothesis emits one symbol (blank or label; TDT: with a duration). Candidates
@@ -152,6 +154,9 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
         lexicon: the words hypotheses may spell, as for :func:`~beamsearch.speech.ctc_beam_search`
             (needs ``vocabulary``): a candidate whose labels leave the lexicon is never kept,
             and a finished one whose last word is not whole is not returned.
+        trace: a new :class:`~beamsearch.speech.transducer_trace.TransducerTrace`, filled with the
+            hypotheses after each step, merged, pruned and finished (docs/transducer.md, "The search
+            picture"); None: nothing is recorded.
 
     Returns:
         per utterance, up to ``n_best`` :class:`TransducerHypothesis`, best first.
@@ -173,8 +178,15 @@ def transducer_beam_search(encoder_out: Any, lengths: Any = None, *, predictor: 
             token = TokenFusion(lm, float(alpha), net.blank, vocab)
             net = replace(net, token=token)
     plan = Plan(beam, beam, m, "frame" if method == "modified" else "alignment", hw, fusion, token, lex)
-    pool, aligns = search(net, lens, state, plan)
-    return [hyps[:best] for hyps in results(pool, aligns, opts, plan)]
+    if trace is not None and not isinstance(trace, TransducerTrace):
+        raise TypeError(f"trace must be a TransducerTrace or None; got {trace!r:.80}")
+    if trace is not None:
+        trace.begin(lens.size, net.blank, lens, opts[0])
+    pool, aligns = search(net, lens, state, plan, trace)
+    out = [hyps[:best] for hyps in results(pool, aligns, opts, plan)]
+    if trace is not None:
+        trace.finish(pool, plan, out)
+    return out
 
 
 def vocabulary_size(net: Network, state: Any, voc: Any, lm: Any = None) -> int:

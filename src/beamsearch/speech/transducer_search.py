@@ -24,11 +24,15 @@ from beamsearch.speech.fusion import lm_rows
 from beamsearch.speech.hotwords import hot_rows
 from beamsearch.speech.transducer_merge import Beams, Cands, Plan, Pool, admit
 from beamsearch.speech.transducer_model import Network, carry, grid_scores, start
+from beamsearch.speech.transducer_trace import TransducerTrace
 from beamsearch.speech.transducer_trie import Alignments, Prefixes
 
 
-def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan) -> tuple[Pool, Alignments]:
-    """Run the steps until no hypothesis is left unfinished; the finished pool and the alignments."""
+def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan,
+           recorder: TransducerTrace | None = None) -> tuple[Pool, Alignments]:
+    """Run the steps until no hypothesis is left unfinished; the finished pool and the alignments.
+    ``recorder``: a :class:`~beamsearch.speech.transducer_trace.TransducerTrace` told each step's
+    candidates, beams and pool (None: none)."""
     n, b = lengths.size, plan.width
     prefixes, aligns = Prefixes(), Alignments()
     hw = plan.hotwords
@@ -41,9 +45,13 @@ def search(net: Network, lengths: np.ndarray, state: Any, plan: Plan) -> tuple[P
     carried = carry(net, carried, np.repeat(np.arange(n), b), np.full(n * b, -1), np.zeros(n * b, np.int64))
     blank_rows = Beams.empty(n, b, plan)
     beams, pool = admit(net, replace(blank_rows, carried=carried), pool, first, lengths, plan, prefixes)
+    if recorder is not None:
+        recorder.step(first, beams, pool, plan)
     while np.isfinite(beams.score).any():
         cands = expand(net, beams, lengths, plan, prefixes, aligns)
         beams, pool = admit(net, beams, pool, cands, lengths, plan, prefixes)
+        if recorder is not None:
+            recorder.step(cands, beams, pool, plan)
     return pool, aligns
 
 

@@ -156,7 +156,27 @@ def test_n_best_are_ranked_and_distinct(model, heldout):
 
 
 @espeak
-@pytest.mark.parametrize("beam_size", [None, 8])
+def test_ctc_greedy_is_the_best_path_of_a_plain_loop_over_the_models_frames(model, heldout):
+    """Greedy on the CTC head: per frame the most probable character (a plain loop here over the
+    model's own log-probs), repeats merged, blanks dropped, spaces between words."""
+    audio = [u.audio for u in heldout[:6]]
+    got = [hyps[0] for hyps in model.transcribe(audio, beam_size=None)]
+    for a, h in zip(audio, got, strict=True):  # one at a time: no padding
+        enc, lengths = model.encode([a])
+        lp = model.net.ctc_log_probs(enc)[0, : int(lengths[0])].detach().numpy()
+        chars, prev = [], None
+        for frame in lp:
+            best = max(range(len(frame)), key=lambda v: (frame[v], -v))  # the first of equals
+            if best != 0 and best != prev:  # 0: the blank
+                chars.append(model.vocabulary.tokens[best])
+            prev = best
+        assert h.text == " ".join("".join(chars).split())
+        assert h.acoustic_score == pytest.approx(float(lp.max(axis=1).sum()), rel=1e-5)
+    assert [h.text for h in got] != [""] * len(got)
+
+
+@espeak
+@pytest.mark.parametrize("beam_size", [1, 8])
 def test_a_trace_records_the_ctc_search_that_gave_the_result(model, heldout, beam_size):
     from beamsearch.speech.trace import CTCTrace
 
@@ -166,5 +186,24 @@ def test_a_trace_records_the_ctc_search_that_gave_the_result(model, heldout, bea
     assert [h.text for h in traced] == [h.text for h in model.transcribe(audio, beam_size=beam_size)[0]]
     best = trace.path(trace.best(0))  # the start node, then one node per frame
     assert trace.text(best[-1].labels) == traced[0].text
-    with pytest.raises(ValueError, match="trace records the CTC search; got head='tdt'"):
+    with pytest.raises(ValueError, match=r"trace records a beam search; beam_size=None \(greedy\) has none"):
+        model.transcribe(audio, beam_size=None, trace=CTCTrace())
+    with pytest.raises(TypeError, match="trace must be a TransducerTrace or None; got <"):
         model.transcribe(audio, head="tdt", beam_size=4, trace=CTCTrace())
+
+
+@espeak
+def test_a_trace_records_the_tdt_search_that_gave_the_result(model, heldout):
+    from beamsearch.speech.transducer_trace import TransducerTrace
+
+    trace = TransducerTrace()
+    audio = [heldout[2].audio, heldout[3].audio]
+    traced = model.transcribe(audio, head="tdt", beam_size=4, n_best=2, trace=trace)
+    plain = model.transcribe(audio, head="tdt", beam_size=4, n_best=2)
+    assert [[(h.text, h.score) for h in hyps] for hyps in traced] == [[(h.text, h.score) for h in hyps]
+                                                                      for hyps in plain]
+    for u, hyps in enumerate(traced):
+        ends = sorted((n for n in trace.nodes if n.utterance == u and n.rank >= 0), key=lambda n: n.rank)
+        assert [" ".join(trace.text(n.labels).split()) for n in ends] == [h.text for h in hyps]
+        assert [n.total for n in ends] == pytest.approx([h.score for h in hyps])
+        assert trace.path(trace.best(u))[0].kind == "start"

@@ -18,6 +18,7 @@ import tempfile
 
 import numpy as np
 
+from beamsearch.speech import resample, to_mono
 from beamsearch.zoo.speech.synth import SAMPLE_RATE
 from beamsearch.zoo.speech.text import spoken_sentences
 
@@ -35,7 +36,6 @@ def speak_flite(text: str, voice: str) -> np.ndarray:
         RuntimeError: flite is not installed or fails (its message).
     """
     import soundfile as sf
-    import soxr
 
     if voice not in VOICES:
         raise ValueError(f"voice must be one of {', '.join(VOICES)}; got {voice!r}")
@@ -48,9 +48,7 @@ def speak_flite(text: str, voice: str) -> np.ndarray:
         if run.returncode != 0 or not os.path.exists(path):
             raise RuntimeError(f"flite failed for voice {voice!r}: {run.stderr.decode(errors='replace').strip()}")
         wave, rate = sf.read(path, dtype="float32")
-    if wave.ndim > 1:
-        wave = wave.mean(axis=1)
-    return np.asarray(soxr.resample(wave, rate, SAMPLE_RATE), dtype=np.float32)
+    return resample(to_mono(wave), rate, SAMPLE_RATE)
 
 
 def flite_set(count: int, seed: int) -> tuple[list[np.ndarray], list[str]]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from beamsearch.speech import Vocabulary, ctc_beam_search, transducer_beam_search, transducer_greedy
+from beamsearch.speech import Vocabulary, ctc_beam_search, ctc_greedy, transducer_beam_search, transducer_greedy
 from beamsearch.zoo.checkpoint import weights_problem
 from beamsearch.zoo.speech.features import log_mel
 from beamsearch.zoo.speech.model import BLANK, TOKENS, SpeechConfig, SpeechNet
@@ -61,25 +61,29 @@ class SpeechModel:
 
         ``head``: ``"ctc"`` (:func:`~beamsearch.speech.ctc_beam_search`) or ``"tdt"``
         (:func:`~beamsearch.speech.transducer_beam_search`, frame-synchronous, up to 4 labels a
-        frame). ``beam_size`` None is greedy: the CTC prefix search with one prefix, or
-        :func:`~beamsearch.speech.transducer_greedy`; greedy takes no ``lm``, ``hotwords`` or
-        ``n_best > 1``. ``lm``: an ``NgramLM``, an ARPA file's path, or None, fused with ``alpha``,
-        ``beta``; ``hotwords``/``hotword_weight`` as the searches take them. ``trace``: a
-        :class:`~beamsearch.speech.trace.CTCTrace` that records the CTC search (``head="ctc"`` only).
+        frame). ``beam_size`` None is greedy: :func:`~beamsearch.speech.ctc_greedy` (the best path:
+        the most probable label per frame, repeats merged, blanks dropped) or
+        :func:`~beamsearch.speech.transducer_greedy`; greedy takes no ``lm``, ``hotwords``,
+        ``n_best > 1`` or ``trace``. ``lm``: an ``NgramLM``, an ARPA file's path, or None, fused with ``alpha``,
+        ``beta``; ``hotwords``/``hotword_weight`` as the searches take them. ``trace``: a new
+        :class:`~beamsearch.speech.trace.CTCTrace` (``head="ctc"``) or
+        :class:`~beamsearch.speech.transducer_trace.TransducerTrace` (``head="tdt"``) that records
+        the beam search (each utterance of ``audio`` one of its utterances).
         """
         if head not in HEADS:
             raise ValueError(f"head must be one of {', '.join(HEADS)}; got {head!r}")
         if beam_size is None and (lm is not None or hotwords is not None or n_best != 1):
             raise ValueError("beam_size=None (greedy) takes no lm, hotwords or n_best > 1; give a beam_size")
-        if trace is not None and head != "ctc":
-            raise ValueError(f"trace records the CTC search; got head={head!r}")
+        if trace is not None and beam_size is None:
+            raise ValueError("trace records a beam search; beam_size=None (greedy) has none: give a beam_size")
         enc, lengths = self.encode(audio)
         with torch.no_grad():
             if head == "ctc":
                 emissions = self.net.ctc_log_probs(enc)
                 if beam_size is None:
-                    return ctc_beam_search(emissions, lengths, blank=BLANK, beam_size=1, vocabulary=self.vocabulary,
-                                           frame_duration=self.frame_duration, trace=trace)
+                    best = ctc_greedy(emissions, lengths, blank=BLANK, vocabulary=self.vocabulary,
+                                      frame_duration=self.frame_duration)
+                    return [[h] for h in best]
                 return ctc_beam_search(emissions, lengths, blank=BLANK, beam_size=beam_size, n_best=n_best,
                                        vocabulary=self.vocabulary, frame_duration=self.frame_duration,
                                        hotwords=hotwords, hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta,
@@ -95,7 +99,7 @@ class SpeechModel:
                                           durations=durations, max_symbols_per_frame=MAX_SYMBOLS, beam_size=beam_size,
                                           n_best=n_best, vocabulary=self.vocabulary,
                                           frame_duration=self.frame_duration, hotwords=hotwords,
-                                          hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta)
+                                          hotword_weight=hotword_weight, lm=lm, alpha=alpha, beta=beta, trace=trace)
 
 
 def _check_audio(audio: Sequence[np.ndarray]) -> list[np.ndarray]:

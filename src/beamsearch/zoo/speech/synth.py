@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from beamsearch.speech import resample, to_mono
 from beamsearch.zoo.speech.text import spoken_sentences
 
 __all__ = ["HELDOUT_VARIANTS", "HELDOUT_VOICES", "SAMPLE_RATE", "SPLITS", "TRAIN_VARIANTS", "TRAIN_VOICES",
@@ -69,7 +70,6 @@ def speak(text: str, voice: str, speed: int = 175, pitch: int = 50, gap: int = 0
         RuntimeError: espeak-ng is not installed or fails (its message).
     """
     import soundfile as sf
-    import soxr
 
     exe = shutil.which("espeak-ng")
     if exe is None:
@@ -79,9 +79,7 @@ def speak(text: str, voice: str, speed: int = 175, pitch: int = 50, gap: int = 0
     if run.returncode != 0 or not run.stdout:
         raise RuntimeError(f"espeak-ng failed for voice {voice!r}: {run.stderr.decode(errors='replace').strip()}")
     wave, rate = sf.read(io.BytesIO(run.stdout), dtype="float32")
-    if wave.ndim > 1:
-        wave = wave.mean(axis=1)
-    return np.asarray(soxr.resample(wave, rate, SAMPLE_RATE), dtype=np.float32)
+    return resample(to_mono(wave), rate, SAMPLE_RATE)
 
 
 def noise(kind: str, length: int, rng: np.random.Generator) -> np.ndarray:
