@@ -36,7 +36,7 @@ from beamsearch.core.state import concat_state, select_state, take_state  # noqa
 from beamsearch.hf import causal_lm, generate  # noqa: E402
 from beamsearch.hf.caches import reorder_in_place  # noqa: E402
 from beamsearch.hf.recurrent import joined_layer  # noqa: E402
-from tests.hf.test_recurrent import _BASE, EOS, PROMPTS, build, inkling2, refilled, rescore, theirs  # noqa: E402
+from tests.hf.test_recurrent import _BASE, CONFIGS, EOS, PROMPTS, build, inkling2, refilled, rescore, theirs  # noqa: E402
 from tests.hf.test_reward import Recompute  # noqa: E402
 
 
@@ -129,8 +129,12 @@ def test_the_transformers_rule_gives_generates_static_beam_search(name):
 
 @pytest.mark.parametrize("longer", [None, 40])
 def test_the_static_cache_is_sized_as_generate_sizes_it(longer):
-    """The padded prompt plus the new tokens but one, or the config's ``max_cache_len`` when longer."""
-    model = model_of("qwen3_5")
+    """The padded prompt plus the new tokens but one, or the config's ``max_cache_len`` when longer.
+
+    A model of its own per case: ``generate`` keeps the static cache it built on the model and
+    reuses it at the next call when it is long enough, so after the case of 40 the shared model
+    would size the next ``generate`` at 40 (the result then depends on the order of the tests)."""
+    model = build(f"qwen3_5_cache_{longer}", make=CONFIGS["qwen3_5"])
     lengths = []
 
     def hook(module, args, kwargs):
