@@ -160,8 +160,7 @@ def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.nda
     member (the first on ties) and the log-add of its members' scores."""
     if score.size == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    _, inv = np.unique(np.stack(keys, 1), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
+    inv = group_ids(keys)
     order = np.lexsort((np.arange(score.size), -score, inv))
     head = np.r_[True, inv[order][1:] != inv[order][:-1]]
     rep = order[head]  # --> [G], group by group
@@ -169,6 +168,21 @@ def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.nda
     acc = np.zeros(rep.size)
     np.add.at(acc, inv, np.exp(score - top[inv]))
     return rep, top + np.log(acc)
+
+
+def group_ids(keys: list[np.ndarray]) -> np.ndarray:
+    """int64 ``[K]``: each row's rank among the distinct rows of the columns ``keys`` (int
+    ``[K]`` each, >= 0), in the lexicographic order of the rows: the inverse of ``np.unique(...,
+    axis=0)``. The columns are packed into one int64 code (mixed radix, the first column most
+    significant, so the codes sort as the rows do) when it fits, else compared as rows."""
+    code, bound = np.zeros(keys[0].size, np.int64), 1
+    for k in keys:
+        span = int(k.max()) + 1
+        bound *= span
+        if bound >= 1 << 62 or int(k.min()) < 0:
+            return np.unique(np.stack(keys, 1), axis=0, return_inverse=True)[1].reshape(-1)
+        code = code * span + k
+    return np.unique(code, return_inverse=True)[1].reshape(-1)
 
 
 def top_per_utterance(u: np.ndarray, rank: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
