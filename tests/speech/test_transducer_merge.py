@@ -34,3 +34,29 @@ def test_merge_log_adds_equal_keys():
     rep, total = merge([u, node], score)
     assert rep.tolist() == [3, 2, 1]  # groups (0, 3), (0, 4), (1, 2); (1, 2)'s tie: the first
     np.testing.assert_allclose(np.exp(total), [0.1, 0.4, 0.4])
+
+
+def test_the_pool_is_kept_best_first_with_ties_by_label_sequence():
+    """keep_finished's pool holds distinct label sequences per utterance, best first, equal
+    scores by label-sequence id, the empty slots last: the order a merge of the pool with no new
+    candidates gives (so a step where nothing finished leaves the pool as it is). Scores are
+    drawn from a few values so that ties and repeated label sequences occur."""
+    from beamsearch.speech.transducer_merge import Cands, Plan, Pool, keep_finished
+
+    rng = np.random.default_rng(0)
+    plan = Plan(2, 3, 1, "frame", None)
+    pool = Pool.empty(4, 3)
+    for _ in range(6):
+        k = int(rng.integers(0, 6))
+        z = np.zeros(k, np.int64)
+        u = rng.integers(0, 4, k)
+        fin = Cands(u, u * 2, z - 1, np.log(rng.choice([0.1, 0.2, 0.4], k)), rng.integers(0, 5, k), z, z, z,
+                    (z, z, z), plan.lm_start((k,)), z)
+        pool = keep_finished(pool, fin, plan)
+        for score, node in zip(pool.score, pool.node, strict=True):
+            live = np.isfinite(score)
+            assert (np.diff(live.astype(int)) <= 0).all()  # the empty slots last
+            pairs = list(zip((-score[live]).tolist(), node[live].tolist(), strict=True))
+            assert pairs == sorted(pairs) and len(set(node[live].tolist())) == live.sum()
+        again = keep_finished(pool, fin.take(np.zeros(0, np.int64)), plan)
+        assert again is pool

@@ -218,7 +218,11 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
 def keep_finished(pool: Pool, fin: Cands, plan: Plan) -> Pool:
     """The pool and the newly finished candidates merged by labels (log-add over every way and
     step they finished at) and cut to the pool's size by score plus final hotword bonus and LM
-    terms (the last word and ``</s>`` scored as they finish)."""
+    terms (the last word and ``</s>`` scored as they finish). Without new ones the pool is
+    returned as it is (it is already merged and in this order: best first per utterance, equal
+    ranks by label-sequence id)."""
+    if fin.u.size == 0:
+        return pool
     n, p = pool.score.shape
     pu, ps = np.nonzero(np.isfinite(pool.score))
     lm, words = fin.lm[3], fin.lm[4]  # a token LM's eos is in (admit)
