@@ -176,6 +176,8 @@ def group_ids(keys: list[np.ndarray]) -> np.ndarray:
     axis=0)``. The columns are packed into one int64 code (mixed radix, the first column most
     significant, so the codes sort as the rows do) when it fits, else compared as rows."""
     code, bound = np.zeros(keys[0].size, np.int64), 1
+    if code.size == 0:
+        return code
     for k in keys:
         span = int(k.max()) + 1
         bound *= span
