@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is not i
 if not hasattr(transformers, "ParakeetForTDT"):
     pytest.skip("this transformers has no Parakeet transducers", allow_module_level=True)
 
-from beamsearch.hf.transducer import transducer_functions, transducer_generate  # noqa: E402
+from beamsearch.hf.transducer import lstm_call, lstm_step, transducer_functions, transducer_generate  # noqa: E402
 
 BLANK, VOCAB, M = 10, 11, 3
 ENCODER = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
@@ -80,6 +80,33 @@ def test_greedy_equals_generate(kind):
             assert got[0].token_frames.tolist() == frames
             compared += 1
     assert compared >= 6
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections")
+@pytest.mark.parametrize("layers", [1, 2])
+def test_lstm_step_is_the_lstm(layers):
+    """The step with looked-up first-layer input gates equals torch's LSTM run on one time step
+    (the reference: nn.LSTM itself), on rows whose labels repeat within and across calls (the
+    looked-up gates reused), on a non-contiguous state, to float rounding; an LSTM it does not
+    cover (projections) is run as the LSTM itself."""
+    torch.manual_seed(layers)
+    emb, lstm = torch.nn.Embedding(VOCAB, 12), torch.nn.LSTM(12, 16, layers, batch_first=True).eval()
+    step = lstm_step(emb, lstm)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for rows in (1, 5, 9, 5):
+            y = torch.randint(0, VOCAB, (rows,), generator=g)
+            h, c = (torch.randn(layers, rows, 16, generator=g).transpose(0, 1) for _ in range(2))
+            out, (h2, c2) = lstm(emb(y)[:, None, :], (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
+            got = step(y, h, c)
+            for a, b in zip(got, (out[:, 0], h2.transpose(0, 1), c2.transpose(0, 1)), strict=True):
+                assert a.shape == b.shape
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        proj = torch.nn.LSTM(12, 16, layers, batch_first=True, proj_size=8).eval()
+        assert lstm_step(emb, proj).func is lstm_call
+        y, h, c = torch.tensor([1, 2]), torch.randn(2, layers, 8), torch.randn(2, layers, 16)
+        out = lstm_step(emb, proj)(y, h, c)
+        assert out[0].shape == (2, 8) and out[1].shape == (2, layers, 8) and out[2].shape == (2, layers, 16)
 
 
 @pytest.mark.parametrize("kind", ["rnnt", "tdt"])

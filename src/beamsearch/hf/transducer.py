@@ -6,14 +6,17 @@ The encoder's projected frames (``get_audio_features(...).pooler_output``, ``[N,
 encoder output; the prediction network is the model's LSTM decoder run one label at a time with
 its ``(h, c)`` carried rows first (``[K, layers, H]``); the joint is the model's joint network.
 The first predictor call is on the blank from a zero state, as the model's own greedy decoding.
+The LSTM step is :func:`lstm_step`: the first layer's input gates are looked up per label.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from beamsearch.speech.transducer import TransducerHypothesis, transducer_beam_search, transducer_greedy
 
@@ -65,12 +68,12 @@ def transducer_functions(model: Any, input_features: Any, attention_mask: Any = 
     layers, hidden = dec.lstm.num_layers, dec.lstm.hidden_size
     zeros = enc.new_zeros((n, layers, hidden))
 
+    step = lstm_step(dec.embedding, dec.lstm)
+
     @torch.no_grad()
     def predictor(state: Any, y: Any) -> tuple[Any, Any]:
-        h, c = state
-        emb = dec.embedding(y)[:, None, :]
-        out, (h2, c2) = dec.lstm(emb, (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
-        return dec.decoder_projector(out)[:, 0], (h2.transpose(0, 1), c2.transpose(0, 1))
+        out, h, c = step(y, *state)
+        return dec.decoder_projector(out), (h, c)
 
     @torch.no_grad()
     def joint(enc_frames: Any, pred_out: Any) -> Any:
@@ -79,6 +82,52 @@ def transducer_functions(model: Any, input_features: Any, attention_mask: Any = 
     durations = getattr(cfg, "durations", None)
     return TransducerFunctions(enc, lengths, predictor, joint, int(cfg.blank_token_id),
                                None if durations is None else [int(d) for d in durations], (zeros, zeros.clone()))
+
+
+def lstm_step(embedding: Any, lstm: Any) -> Any:
+    """One step of ``lstm`` (a ``torch.nn.LSTM``) on embedded labels, as a function
+    ``(y [K], h [K, layers, H], c [K, layers, H]) -> (out [K, H], h', c')`` (rows first).
+
+    The first layer's input gates, ``W_ih0 embedding(y) + b_ih0 + b_hh0``, depend on the label
+    alone: they are computed once per label id, when it is first seen, and looked up after, so
+    a step costs one matrix product per layer on the hidden state (and, above the first layer,
+    one on the layer below's output) instead of two; the same function as ``lstm`` up to float
+    rounding (tests/hf/test_transducer.py). The looked-up gates are those of the weights when a
+    label is first seen: rewrap the model after changing its weights. An LSTM with projections,
+    two directions, no biases, or dropout in training mode is run as ``lstm`` itself."""
+    if lstm.bidirectional or lstm.proj_size or not lstm.bias or (lstm.training and lstm.dropout > 0):
+        return partial(lstm_call, embedding, lstm)
+    weight = lstm.weight_ih_l0
+    table = weight.new_zeros((embedding.num_embeddings, weight.shape[0]))
+    known = torch.zeros(embedding.num_embeddings, dtype=torch.bool, device=weight.device)
+
+    def step(y: Any, h: Any, c: Any) -> tuple[Any, Any, Any]:
+        new = y[~known[y]]
+        if new.numel():
+            ids = torch.unique(new)
+            table[ids] = F.linear(embedding(ids), weight, lstm.bias_ih_l0) + lstm.bias_hh_l0
+            known[ids] = True
+        x, hs, cs = None, [], []
+        for layer in range(lstm.num_layers):
+            w_hh = getattr(lstm, f"weight_hh_l{layer}")
+            if x is None:
+                gates = torch.addmm(table[y], h[:, 0], w_hh.t())
+            else:
+                gates = F.linear(x, getattr(lstm, f"weight_ih_l{layer}"), getattr(lstm, f"bias_ih_l{layer}")) \
+                    + F.linear(h[:, layer], w_hh, getattr(lstm, f"bias_hh_l{layer}"))
+            i, f, g, o = gates.chunk(4, 1)  # torch's gate order
+            cs.append(torch.sigmoid(f) * c[:, layer] + torch.sigmoid(i) * torch.tanh(g))
+            x = torch.sigmoid(o) * torch.tanh(cs[-1])
+            hs.append(x)
+        return x, torch.stack(hs, 1), torch.stack(cs, 1)
+
+    return step
+
+
+def lstm_call(embedding: Any, lstm: Any, y: Any, h: Any, c: Any) -> tuple[Any, Any, Any]:
+    """:func:`lstm_step`'s function by calling ``lstm`` on one time step."""
+    out, (h2, c2) = lstm(embedding(y)[:, None, :], (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
+    return out[:, 0], h2.transpose(0, 1), c2.transpose(0, 1)
 
 
 def transducer_generate(model: Any, input_features: Any, attention_mask: Any = None, *, num_beams: int = 1,

@@ -160,8 +160,7 @@ def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.nda
     member (the first on ties) and the log-add of its members' scores."""
     if score.size == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    _, inv = np.unique(np.stack(keys, 1), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
+    inv = group_ids(keys)
     order = np.lexsort((np.arange(score.size), -score, inv))
     head = np.r_[True, inv[order][1:] != inv[order][:-1]]
     rep = order[head]  # --> [G], group by group
@@ -169,6 +168,23 @@ def merge(keys: list[np.ndarray], score: np.ndarray) -> tuple[np.ndarray, np.nda
     acc = np.zeros(rep.size)
     np.add.at(acc, inv, np.exp(score - top[inv]))
     return rep, top + np.log(acc)
+
+
+def group_ids(keys: list[np.ndarray]) -> np.ndarray:
+    """int64 ``[K]``: each row's rank among the distinct rows of the columns ``keys`` (int
+    ``[K]`` each, >= 0), in the lexicographic order of the rows: the inverse of ``np.unique(...,
+    axis=0)``. The columns are packed into one int64 code (mixed radix, the first column most
+    significant, so the codes sort as the rows do) when it fits, else compared as rows."""
+    code, bound = np.zeros(keys[0].size, np.int64), 1
+    if code.size == 0:
+        return code
+    for k in keys:
+        span = int(k.max()) + 1
+        bound *= span
+        if bound >= 1 << 62 or int(k.min()) < 0:
+            return np.unique(np.stack(keys, 1), axis=0, return_inverse=True)[1].reshape(-1)
+        code = code * span + k
+    return np.unique(code, return_inverse=True)[1].reshape(-1)
 
 
 def top_per_utterance(u: np.ndarray, rank: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +220,11 @@ def keep_live(net: Network, beams: Beams, live: Cands, plan: Plan, prefixes: Any
 def keep_finished(pool: Pool, fin: Cands, plan: Plan) -> Pool:
     """The pool and the newly finished candidates merged by labels (log-add over every way and
     step they finished at) and cut to the pool's size by score plus final hotword bonus and LM
-    terms (the last word and ``</s>`` scored as they finish)."""
+    terms (the last word and ``</s>`` scored as they finish). Without new ones the pool is
+    returned as it is (it is already merged and in this order: best first per utterance, equal
+    ranks by label-sequence id)."""
+    if fin.u.size == 0:
+        return pool
     n, p = pool.score.shape
     pu, ps = np.nonzero(np.isfinite(pool.score))
     lm, words = fin.lm[3], fin.lm[4]  # a token LM's eos is in (admit)
