@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -332,6 +333,7 @@ def test_decode_mode_step_equals_step_search_on_each_line_alone(tmp_path, monkey
 
     (tmp_path / "line_scorer.py").write_text(SCORER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "line_scorer", raising=False)  # another test's, from its own folder
     texts = ["hello", "beam search", "x"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
     out = tmp_path / "out.jsonl"
@@ -558,6 +560,7 @@ def test_decode_mode_step_with_a_regex_holds_across_rounds(tmp_path, monkeypatch
 
     (tmp_path / "line_scorer.py").write_text(SCORER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "line_scorer", raising=False)  # another test's, from its own folder
     pattern, prefixes = r"(ab|c)+d?", r"(ab|c)*a?|(ab|c)+d"
     (tmp_path / "in.txt").write_text("hello\nbeam search\nx\nabc\n")
     seen = set()
