@@ -59,8 +59,9 @@ def whisper_model(seed: int = 0, eot_boost: float = 0.0, n_text_ctx: int = 64, t
     return model
 
 
-def save_whisper(folder: pathlib.Path, seed: int = 0, eot_boost: float = 2.0) -> pathlib.Path:
-    whisper_model(seed, eot_boost).save_pretrained(folder)
+def save_whisper(folder: pathlib.Path, seed: int = 0, eot_boost: float = 0.5, n_text_ctx: int = 64) -> pathlib.Path:
+    """:func:`whisper_model` and :func:`whisper_processor` saved in ``folder``."""
+    whisper_model(seed, eot_boost, n_text_ctx).save_pretrained(folder)
     whisper_processor().save_pretrained(folder)
     return folder
 
