@@ -105,7 +105,8 @@ class HFSpeech:
 
         options = WhisperOptions(beam_size=beam_size, n_best=n_best)
         fallback = FallbackOptions(best_of=max(WHISPER_BEAM, n_best)) if self.whisper else None
-        found = transcribe(self.model, self.processor, audio, options, fallback, max_rows=max_rows)
+        seeds = [0] * len(audio) if self.whisper else None  # a file's samples: the same alone or in a batch
+        found = transcribe(self.model, self.processor, audio, options, fallback, max_rows=max_rows, seeds=seeds)
         out = []
         for t in found:
             per_window = [[_candidate(h, text) for h, text in zip(w.candidates, w.texts, strict=True)]

@@ -105,7 +105,7 @@ def is_whisper(model: Any) -> bool:
 def transcribe(model: Any, processor: Any, audio: Sequence[np.ndarray], options: WhisperOptions | None = None,
                fallback: FallbackOptions | None = None, *, language: str | None = None, task: str = "transcribe",
                condition_on_previous_text: bool = True, initial_prompt: str = "",
-               max_rows: int = 64) -> list[Transcription]:
+               max_rows: int = 64, seeds: Sequence[int] | None = None) -> list[Transcription]:
     """Transcribe recordings with a speech encoder-decoder (see the module docstring).
 
     Args:
@@ -122,6 +122,8 @@ def transcribe(model: Any, processor: Any, audio: Sequence[np.ndarray], options:
         condition_on_previous_text: each window's prompt is the text before it (Whisper only).
         initial_prompt: text before the first window's (Whisper only).
         max_rows: the most decoder rows per model call (>= a window's rows: its beam or ``best_of``).
+        seeds: per recording (>= 0) the seed of its samples (Whisper's fallback; default: its
+            position): a recording decoded with the same seed gets the same result in any batch.
 
     Returns:
         Per recording its :class:`Transcription`.
@@ -131,8 +133,8 @@ def transcribe(model: Any, processor: Any, audio: Sequence[np.ndarray], options:
     clips = [_samples(a, i) for i, a in enumerate(audio)]
     if is_whisper(model):
         return _whisper(model, processor, clips, options, fallback, (language, task),
-                        condition_on_previous_text, initial_prompt, max_rows)
-    given = {"fallback": fallback, "language": language, "initial_prompt": initial_prompt or None}
+                        condition_on_previous_text, initial_prompt, max_rows, seeds)
+    given = {"fallback": fallback, "language": language, "initial_prompt": initial_prompt or None, "seeds": seeds}
     given.update({"task": None if task == "transcribe" else task,
                   "condition_on_previous_text": None if condition_on_previous_text else False})
     for name, value in given.items():
@@ -161,7 +163,7 @@ def whisper_features(processor: Any, audio: np.ndarray) -> torch.Tensor:
 
 def _whisper(model: Any, processor: Any, clips: list[np.ndarray], options: WhisperOptions,
              fallback: FallbackOptions | None, start: tuple[str | None, str], condition: bool, initial_prompt: str,
-             max_rows: int) -> list[Transcription]:
+             max_rows: int, seeds: Sequence[int] | None) -> list[Transcription]:
     """:func:`transcribe` for Whisper: openai/whisper's ``transcribe`` loop on the model's steps."""
     cfg, tokenizer = model.config, processor.tokenizer
     if 2 * cfg.max_source_positions != _WINDOW_FRAMES:
@@ -176,7 +178,7 @@ def _whisper(model: Any, processor: Any, clips: list[np.ndarray], options: Whisp
     found = transcribe_long(steps, steps.make_state, mels, tokens, options, fallback, max_rows=max_rows,
                             detokenize=text_of, no_speech_probs=steps.no_speech_probs,
                             condition_on_previous_text=condition, initial_prompt=prompt,
-                            n_audio_ctx=cfg.max_source_positions, n_text_ctx=cfg.max_target_positions)
+                            n_audio_ctx=cfg.max_source_positions, n_text_ctx=cfg.max_target_positions, seeds=seeds)
     return [_transcription(segments, text_of) for segments in found]
 
 
