@@ -44,8 +44,8 @@ def whisper_search(args: argparse.Namespace) -> dict[str, Any]:
         raise CliError(f"beamsearch: error: {flag(other[0])} does not apply to a Whisper folder (--model "
                        f"{args.model}: --beam-size, --n-best, --mode beam|greedy, --max-rows)", 2)
     if args.mode not in (None, "beam", "greedy"):
-        raise CliError(f"beamsearch: error: a Whisper folder decodes with --mode beam or greedy; got --mode {args.mode}",
-                       2)
+        raise CliError("beamsearch: error: a Whisper folder decodes with --mode beam or greedy; got --mode "
+                       f"{args.mode}", 2)
     if args.max_tokens is not None:
         raise CliError("beamsearch: error: --max-tokens does not apply to a Whisper folder (see --max-rows)", 2)
     args.mode = args.mode or "beam"

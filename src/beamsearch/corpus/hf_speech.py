@@ -76,8 +76,9 @@ class HFSpeech:
     def __init__(self, directory: str | os.PathLike) -> None:
         kind = speech_model_type(directory)
         if kind not in SPEECH_MODEL_TYPES:
-            raise ValueError(f"{os.fspath(directory)!r} holds no speech encoder-decoder ({', '.join(SPEECH_MODEL_TYPES)}): "
-                             f"its config.json's model_type is {kind!r}")
+            kinds = ", ".join(SPEECH_MODEL_TYPES)
+            raise ValueError(f"{os.fspath(directory)!r} holds no speech encoder-decoder ({kinds}): its config.json's "
+                             f"model_type is {kind!r}")
         import transformers
         from transformers.utils import logging as hf_logging
 

@@ -242,9 +242,8 @@ def encoded(model: Any, ids: torch.Tensor | None, mask: torch.Tensor | None, inp
     # generate's own encoding step (a transformers method, the one entry point of every encoder-decoder)
     out = model._maybe_prepare_encoder_kwargs_for_generation(main, dict(kwargs), name, model.generation_config)
     hidden = out["encoder_outputs"].last_hidden_state
-    carrier = type(out["encoder_outputs"])
-    if "attention_mask" not in getattr(carrier, "__dataclass_fields__", {}):
-        carrier = None
+    kind = type(out["encoder_outputs"])
+    carrier = kind if "attention_mask" in getattr(kind, "__dataclass_fields__", {}) else None
     if given is None:
         return hidden, torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device), False, carrier
     if carrier is not None:  # the encoder's own mask of its outputs (audio frames downsampled)

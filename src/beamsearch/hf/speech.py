@@ -134,7 +134,8 @@ def transcribe(model: Any, processor: Any, audio: Sequence[np.ndarray], options:
     if is_whisper(model):
         return _whisper(model, processor, clips, options, fallback, (language, task),
                         condition_on_previous_text, initial_prompt, max_rows, seeds)
-    given = {"fallback": fallback, "language": language, "initial_prompt": initial_prompt or None, "seeds": seeds}
+    given: dict[str, Any] = {"fallback": fallback, "language": language, "initial_prompt": initial_prompt or None,
+                             "seeds": seeds}
     given.update({"task": None if task == "transcribe" else task,
                   "condition_on_previous_text": None if condition_on_previous_text else False})
     for name, value in given.items():

@@ -100,7 +100,8 @@ def non_speech_ids(encode: Callable[[str], list[int]]) -> tuple[int, ...]:
     each symbol alone or after a space where it is one token (the first token of the musical
     signs, whatever their length), and the first token of ``" -"`` and ``" '"``."""
     symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
-    symbols += "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split()
+    symbols += ["<<", ">>", "<<<", ">>>", "--", "---", "-(", "-[", "('", '("', "((", "))", "(((", ")))", "[[", "]]",
+                "{{", "}}", "♪♪", "♪♪♪"]
     miscellaneous = set("♩♪♫♬♭♮♯")
     result = {encode(" -")[0], encode(" '")[0]}
     for symbol in symbols + sorted(miscellaneous):
