@@ -111,7 +111,7 @@ class HFSpeech:
         out = []
         for t in found:
             per_window = [[_candidate(h, text) for h, text in zip(w.candidates, w.texts, strict=True)]
-                          for w in t.windows]
+                          for w in t.windows if w.candidates]  # (none: every token of its first step masked)
             nbest = join_chunks(per_window, n_best) if per_window else [_candidate(None, "")]
             segments = [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text} for s in t.segments]
             out.append({"text": t.text, "segments": segments, "nbest": nbest})
