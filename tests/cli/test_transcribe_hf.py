@@ -65,7 +65,7 @@ def test_json_is_the_library_calls(folder: pathlib.Path, capsys: Any, name: str,
     assert got["nbest"][0]["acoustic_score"] == pytest.approx(best, rel=1e-6)
     assert got["nbest"][0]["text"] == " ".join(w.texts[0] for w in want.windows if w.texts[0])
     if name == "long.wav":
-        assert len(want.windows) == 2 and got["segments"][-1]["start"] >= 30
+        assert len(want.windows) == 2 and want.windows[1].start > 0  # the second window seeks into the file
 
 
 def test_text_lines_with_timestamps(folder: pathlib.Path, capsys: Any) -> None:
