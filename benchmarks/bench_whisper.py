@@ -2,8 +2,9 @@
 openai/whisper's per-window loop and transformers' ``generate``, CPU, one thread.
 
 One random-weight model (seeded; openai/whisper's ``Whisper(ModelDimensions(...))`` of the
-"tiny" shape, or "small" with ``--shape small``, its decoder's positional embedding drawn), its weights copied into a transformers
-``WhisperForConditionalGeneration`` of the same shape, so that the three decode the same model.
+"tiny" shape, or "small" with ``--shape small``, its decoder's positional embedding drawn), its
+weights copied into a transformers ``WhisperForConditionalGeneration`` of the same shape, so that
+the three decode the same model.
 16 windows of 30 s (random log-mel features, 3000 frames), beam 5 at temperature 0, then the
 temperatures (0.2, 0.4, ..., 1.0) with ``best_of`` 5 for the windows whose ``avg_logprob`` falls
 below ``logprob_threshold``, set to the median of the windows' first decodes (so that about half
