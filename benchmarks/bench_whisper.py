@@ -2,8 +2,9 @@
 openai/whisper's per-window loop and transformers' ``generate``, CPU, one thread.
 
 One random-weight model (seeded; openai/whisper's ``Whisper(ModelDimensions(...))`` of the
-"tiny" shape, its decoder's positional embedding drawn), its weights copied into a transformers
-``WhisperForConditionalGeneration`` of the same shape, so that the three decode the same model.
+"tiny" shape, or "small" with ``--shape small``, its decoder's positional embedding drawn), its
+weights copied into a transformers ``WhisperForConditionalGeneration`` of the same shape, so that
+the three decode the same model.
 16 windows of 30 s (random log-mel features, 3000 frames), beam 5 at temperature 0, then the
 temperatures (0.2, 0.4, ..., 1.0) with ``best_of`` 5 for the windows whose ``avg_logprob`` falls
 below ``logprob_threshold``, set to the median of the windows' first decodes (so that about half
@@ -22,6 +23,7 @@ Each time is the best of ``--repeats`` runs, in one process; the ratios are over
 
     python benchmarks/bench_whisper.py
     python benchmarks/bench_whisper.py --windows 4 --repeats 1     # quick
+    python benchmarks/bench_whisper.py --shape small --repeats 1   # openai/whisper's "small" shape
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ import torch  # noqa: E402
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TINY = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=384, n_audio_head=6, n_audio_layer=4, n_vocab=51865,
             n_text_ctx=448, n_text_state=384, n_text_head=6, n_text_layer=4)
+SMALL = dict(TINY, n_audio_state=768, n_audio_head=12, n_audio_layer=12, n_text_state=768, n_text_head=12,
+             n_text_layer=12)  # openai/whisper's "small" (244M parameters)
+SHAPES = {"tiny": TINY, "small": SMALL}
 
 
 def openai_model(dims: dict) -> Any:
@@ -164,9 +169,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--sample-len", type=int, default=32)
     parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="openai/whisper's model shape")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model = openai_model(TINY)
+    model = openai_model(SHAPES[args.shape])
     mel = torch.randn(args.windows, 80, 3000, generator=torch.Generator().manual_seed(1))
     from whisper.decoding import DecodingOptions, decode
 
@@ -175,7 +181,7 @@ def main() -> None:
                                            beam_size=5)).avg_logprob for m in mel]
     threshold = statistics.median(lp)
     assert first.avg_logprob == lp[0]
-    print(f"tiny shape, {args.windows} windows, beam 5 then best_of 5, logprob_threshold {threshold:.4f} "
+    print(f"{args.shape} shape, {args.windows} windows, beam 5 then best_of 5, logprob_threshold {threshold:.4f} "
           f"(median of the first decodes: {sum(x < threshold for x in lp)} windows fall back)\n")
     rows = [("ours (transcribe_windows, batched)", *best_of(ours, args.repeats, model, mel, threshold,
                                                              args.sample_len))]

@@ -12,7 +12,14 @@ from typing import Any, BinaryIO, TextIO
 
 from beamsearch.cli.common import FASTEST_THREADS, CliError, count_lines, positive, write_page
 from beamsearch.cli.decode_files import check_decode_files, decode_identity, output_locked
-from beamsearch.cli.decode_speech import add_speech_flags, is_speech, speech_search, text_model_flags
+from beamsearch.cli.decode_speech import (
+    add_speech_flags,
+    is_hf_whisper,
+    is_speech,
+    speech_search,
+    text_model_flags,
+    whisper_search,
+)
 from beamsearch.cli.options import add_search_flags, flag_names, given, hf_defaults, option_names
 from beamsearch.core.config import DecodingConfig, flag
 from beamsearch.corpus.load import HF_MAX_STEPS
@@ -76,6 +83,8 @@ def _decode(args: argparse.Namespace) -> int:
 
     if is_speech(args.model):
         search = speech_search(args)
+    elif is_hf_whisper(args.model):
+        search = whisper_search(args)
     else:
         text_model_flags(args)
         search = _search(args)
@@ -92,6 +101,8 @@ def _decode(args: argparse.Namespace) -> int:
     if args.trace is not None and is_speech(args.model):
         raise CliError("beamsearch: error: --trace with --model speech: beamsearch transcribe --trace draws a "
                        "file's search", 2)
+    if args.trace is not None and is_hf_whisper(args.model):
+        raise CliError("beamsearch: error: --trace does not apply to a Whisper folder", 2)
     if args.trace is not None and args.mode != "beam":
         raise CliError(f"beamsearch: error: --trace draws a beam search; got --mode {args.mode}", 2)
     if args.trace_input < 0:

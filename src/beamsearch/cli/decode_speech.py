@@ -12,7 +12,7 @@ from beamsearch.cli.common import CliError
 from beamsearch.cli.options import flag, given
 from beamsearch.corpus.load import SPEECH
 
-__all__ = ["SPEECH_FLAGS", "add_speech_flags", "is_speech", "speech_search"]
+__all__ = ["SPEECH_FLAGS", "add_speech_flags", "is_hf_whisper", "is_speech", "speech_search", "whisper_search"]
 
 SPEECH_FLAGS = ("head", "lm", "beta", "hotwords", "hotword_weight", "max_chunk_seconds")
 """decode's flags for the speech model alone (their destinations)."""
@@ -23,6 +23,36 @@ _SHARED = ("beam_size", "n_best", "alpha")  # search flags the speech model read
 def is_speech(spec: str) -> bool:
     """Whether ``--model`` names the speech model (``speech``, or a folder holding ``speech.json``)."""
     return spec == SPEECH or (pathlib.Path(spec) / f"{SPEECH}.json").is_file()
+
+
+def is_hf_whisper(spec: str) -> bool:
+    """Whether ``--model`` is ``hf:DIR`` of a Whisper folder with its Whisper tokenizer (decoded by
+    whisper's rules over JSON lines ``{"audio": PATH}``: :mod:`beamsearch.corpus.hf_speech`)."""
+    from beamsearch.corpus.hf_speech import is_whisper_folder
+
+    return spec.startswith("hf:") and is_whisper_folder(spec[3:])
+
+
+def whisper_search(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``HFSpeech.line_search`` the flags give for a Whisper folder: ``--beam-size``,
+    ``--n-best``, ``--mode beam|greedy`` and ``--max-rows``; any other search or speech flag exits 2."""
+    for name in SPEECH_FLAGS:
+        if getattr(args, name) is not None:
+            raise CliError(f"beamsearch: error: {flag(name)} applies to --model speech; got --model {args.model}", 2)
+    other = [name for name in given(args) if name not in ("beam_size", "n_best")]
+    if other:
+        raise CliError(f"beamsearch: error: {flag(other[0])} does not apply to a Whisper folder (--model "
+                       f"{args.model}: --beam-size, --n-best, --mode beam|greedy, --max-rows)", 2)
+    if args.mode not in (None, "beam", "greedy"):
+        raise CliError("beamsearch: error: a Whisper folder decodes with --mode beam or greedy; got --mode "
+                       f"{args.mode}", 2)
+    if args.max_tokens is not None:
+        raise CliError("beamsearch: error: --max-tokens does not apply to a Whisper folder (see --max-rows)", 2)
+    args.mode = args.mode or "beam"
+    search = {"mode": args.mode, "max_rows": args.max_rows, "n_best": args.n_best or 1}
+    if args.beam_size is not None:
+        search["beam_size"] = args.beam_size
+    return search
 
 
 def add_speech_flags(p: argparse.ArgumentParser) -> None:

@@ -36,7 +36,11 @@ def add_command(sub: Any, fmt: type) -> None:
                                    "and numbers. Exit status: 0 done; 1 some file could not be transcribed, or the "
                                    "model or LM cannot be loaded; 2 usage error.")
     p.add_argument("files", nargs="+", metavar="FILE", help="audio files")
-    p.add_argument("--model", default=None, metavar="DIR", help="a speech model folder (default: the shipped one)")
+    p.add_argument("--model", default=None, metavar="DIR|hf:DIR",
+                   help="a speech model folder (default: the shipped one), or hf:DIR, a saved transformers speech "
+                        "encoder-decoder with its processor (Whisper: whisper's rules, 30-second windows, "
+                        "temperature fallback; Moonshine, Speech2Text): --beam-size (default 5), --greedy, "
+                        "--n-best, --json, --timestamps (segment times) apply")
     p.add_argument("--head", choices=("ctc", "tdt"), default="ctc", help="which of the model's heads decodes")
     p.add_argument("--beam-size", type=int, default=None, metavar="N",
                    help="hypotheses kept per frame (default: the model's, 8)")
@@ -190,6 +194,10 @@ def transcribe_command(args: argparse.Namespace) -> int:
     """``beamsearch transcribe``: each file's transcript; exit 1 when some file could not be read."""
     from beamsearch import corpus
 
+    if args.model is not None and args.model.startswith("hf:"):
+        from beamsearch.cli.transcribe_hf import hf_transcribe
+
+        return hf_transcribe(args)
     options = search_options(args)
     model = load_model(args.model)
     if not args.greedy:  # greedy decoding takes no LM

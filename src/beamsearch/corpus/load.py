@@ -10,6 +10,7 @@ from typing import cast
 
 from beamsearch.core import validate as check
 from beamsearch.corpus.hf_folder import hf_model
+from beamsearch.corpus.hf_speech import is_whisper_folder
 from beamsearch.corpus.models import CorpusModel, toy_model
 
 __all__ = ["HF_MAX_STEPS", "SPEECH", "ZOO_MODELS", "ModelSpecError", "load_model"]
@@ -31,7 +32,9 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
     Args:
         spec: a zoo model name (``"seq2seq"``, ``"transformer"``), a checkpoint folder holding
             exactly one ``seq2seq.json`` / ``transformer.json`` (``beamsearch train --out DIR``),
-            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`),
+            ``"hf:DIR"``, a local ``transformers`` folder (:func:`beamsearch.corpus.hf_model`; a
+            Whisper folder with its Whisper tokenizer decodes JSON lines ``{"audio": PATH}`` by
+            whisper's rules: :class:`beamsearch.corpus.hf_speech.HFSpeech`),
             ``"speech"`` or a folder holding ``speech.json`` (the speech model, which decodes whole
             lines: :class:`beamsearch.corpus.speech_lines.SpeechLines`), or the numpy test model
             ``"_toy"`` / ``"_toy:DELAY"``.
@@ -59,6 +62,10 @@ def load_model(spec: str, *, calendar: bool = True, threads: int = 1,
         import torch
 
         torch.set_num_threads(threads)
+        if is_whisper_folder(spec[3:]):  # whisper's rules, over JSON lines {"audio": PATH}
+            from beamsearch.corpus.hf_speech import HFSpeech
+
+            return cast(CorpusModel, HFSpeech(spec[3:]))
         return hf_model(spec[3:], max_steps=hf_max_steps)
     if spec == SPEECH or (pathlib.Path(spec) / f"{SPEECH}.json").is_file():
         import torch

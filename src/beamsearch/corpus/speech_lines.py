@@ -189,7 +189,7 @@ class SpeechSearch:
             if isinstance(audio, str):
                 yield record(line, {"error": audio})
                 continue
-            found = self._rows(audio[1])
+            found = self.rows_of(audio[1])
             if batch and rows + found > self.max_rows:
                 yield from self._decoded(batch)
                 batch, rows = [], 0
@@ -214,20 +214,26 @@ class SpeechSearch:
         except AudioError as e:
             return str(e)
 
-    def _rows(self, audio: np.ndarray) -> int:
+    def rows_of(self, audio: np.ndarray) -> int:
+        """The rows one recording (float32 ``[S]``) takes of ``max_rows``: its chunks."""
         return len(chunks(audio, self.model.sample_rate, max_seconds=self.max_seconds))
+
+    def decode_batch(self, audio: list[np.ndarray]) -> list[dict[str, Any]]:
+        """Each recording's outputs, ``{"text", "nbest"}``, decoded together (a ValueError: the
+        model refuses the batch)."""
+        found = transcribe_audio(self.model, audio, self.keywords, self.max_seconds)
+        return [{"text": nbest[0]["text"], "nbest": nbest} for nbest in found]
 
     def _decoded(self, batch: list[tuple[Line, str, np.ndarray]]) -> list[dict]:
         """The records of a batch decoded together; a batch the model refuses (ValueError) is
         decoded line by line, so that only the lines that fail alone get the error."""
         try:
-            found = transcribe_audio(self.model, [a for _, _, a in batch], self.keywords, self.max_seconds)
+            found = self.decode_batch([a for _, _, a in batch])
         except ValueError as e:
             if len(batch) == 1:
                 return [record(batch[0][0], {"error": f"the model cannot transcribe it: {e}"})]
             return [r for item in batch for r in self._decoded([item])]
-        return [record(line, {"audio": path, "text": nbest[0]["text"], "nbest": nbest})
-                for (line, path, _), nbest in zip(batch, found, strict=True)]
+        return [record(line, {"audio": path, **out}) for (line, path, _), out in zip(batch, found, strict=True)]
 
 
 def speech_lines(folder: str | os.PathLike | None = None) -> SpeechLines:

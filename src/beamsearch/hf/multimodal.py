@@ -82,7 +82,7 @@ class ModelInputs:
 
     def count(self) -> int | None:
         """The number of inputs the features give (their main tensor's first axis), or None."""
-        for name in ("input_features", "flattened_patches", "pixel_values"):
+        for name in ("input_features", "input_values", "flattened_patches", "pixel_values"):
             value = self.tensors.get(name)
             if isinstance(value, torch.Tensor) and "image_grid_thw" not in self.tensors:
                 return int(value.shape[0])
@@ -212,7 +212,7 @@ def prefill_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, inputs:
 
 
 def encoded(model: Any, ids: torch.Tensor | None, mask: torch.Tensor | None, inputs: dict[str, Any]
-            ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+            ) -> tuple[torch.Tensor, torch.Tensor, bool, type | None]:
     """An encoder-decoder's encoder output for a batch, as ``generate`` computes it (the model's
     own preparation: Florence-2 merges its image features into the text, Whisper reads
     ``input_features``), once per input.
@@ -224,7 +224,8 @@ def encoded(model: Any, ids: torch.Tensor | None, mask: torch.Tensor | None, inp
     Returns:
         (hidden float ``[N, S', d]``, the encoder mask the decoder steps pass as
         ``attention_mask`` ``[N, M]``, whether to pass it: False where none was given for
-        features, as ``generate`` passes none).
+        features, as ``generate`` passes none; the encoder output's class when it carries its own
+        ``attention_mask`` ``[N, S']`` for the decoder (Moonshine's, then the mask returned), else None).
     """
     kwargs = dict(inputs)
     name = model.main_input_name
@@ -241,9 +242,13 @@ def encoded(model: Any, ids: torch.Tensor | None, mask: torch.Tensor | None, inp
     # generate's own encoding step (a transformers method, the one entry point of every encoder-decoder)
     out = model._maybe_prepare_encoder_kwargs_for_generation(main, dict(kwargs), name, model.generation_config)
     hidden = out["encoder_outputs"].last_hidden_state
+    kind = type(out["encoder_outputs"])
+    carrier = kind if "attention_mask" in getattr(kind, "__dataclass_fields__", {}) else None
     if given is None:
-        return hidden, torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device), False
-    return hidden, torch.as_tensor(given, device=hidden.device).long(), True
+        return hidden, torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device), False, carrier
+    if carrier is not None:  # the encoder's own mask of its outputs (audio frames downsampled)
+        given = out["encoder_outputs"].attention_mask
+    return hidden, torch.as_tensor(given, device=hidden.device).long(), True, carrier
 
 
 def call_model_inputs(model: Any, inputs: Any, input_ids: Any, attention_mask: Any,

@@ -70,18 +70,18 @@ def seq2seq_lm(model: Any, sources: Any, *, attention_mask: Any = None, tokenize
     t0 = time.perf_counter()
     # no sources (ids None), or the model's own encoding (Florence-2 merges its image into the text)
     if model_inputs or ids is None or mask is None:
-        hidden, encoder_mask, passed = encoded(model, ids, mask, model_inputs)
+        hidden, encoder_mask, passed, output_class = encoded(model, ids, mask, model_inputs)
     else:
         # (transformers types every output field Optional; an encoder's last_hidden_state is always set)
         hidden = cast(torch.Tensor, model.get_encoder()(input_ids=ids, attention_mask=mask,
                                                         return_dict=True).last_hidden_state)
-        encoder_mask, passed = mask, True
+        encoder_mask, passed, output_class = mask, True, None
     prepared.forward_seconds += time.perf_counter() - t0
     prepared.forward_calls += 1
     cache = EncoderDecoderCache(adapter_cache(model, DeferredLayer), DynamicCache(config=model.config))
     prepared.init_state = Seq2SeqState(cache, hidden, encoder_mask, 0, torch.arange(n, device=device))
     prepared.step = Seq2SeqStep(prepared, model, extra, mask_ready(model, cache.self_attention_cache))
-    prepared.step.pass_mask = passed
+    prepared.step.pass_mask, prepared.step.output_class = passed, output_class
     if len(prompts[0]) > 1:  # the decoder prompt but its last token, fed at once (the first step feeds that)
         prepared.init_state = prepared.step.prefill(prepared.init_state, torch.tensor(prompts, device=device)[:, :-1])
     return prepared
@@ -104,21 +104,30 @@ class Seq2SeqStep(AdapterStep):
         self.every = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=next(model.parameters()).device)
         self._wrapped: BaseModelOutput | None = None
         self.pass_mask = True  # False: the encoder's features came without a mask, and generate passes none
+        self.output_class: type | None = None  # an encoder output class holding the decoder's mask (Moonshine's)
 
     @inference
     def prefill(self, state: Seq2SeqState, prefix: torch.Tensor) -> Seq2SeqState:
         """``state`` with the decoder prompts' tokens ``prefix`` (int64 ``[k, D-1]``, the same
         length in every row) fed in one call."""
-        out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+        encoded = self.encoded(state.encoder_hidden, state.encoder_mask)
+        out = timed(self.prepared, self.model, encoder_outputs=encoded,
                      attention_mask=state.encoder_mask if self.pass_mask else None, decoder_input_ids=prefix,
                      **{self.cache_kw: state.cache})
         return state._replace(cache=cache_of(out), fed=state.fed + prefix.shape[1])
 
-    def encoded(self, hidden: torch.Tensor) -> BaseModelOutput:
+    def encoded(self, hidden: torch.Tensor, mask: torch.Tensor) -> BaseModelOutput:
         """The encoder output ``hidden`` ``[k, S, d]`` as the model's forward takes it, made once per
-        tensor (the model would wrap a bare tensor at every step)."""
-        if self._wrapped is None or self._wrapped.last_hidden_state is not hidden:
-            self._wrapped = BaseModelOutput(last_hidden_state=hidden)
+        tensor (the model would wrap a bare tensor at every step); a model whose decoder reads the
+        mask ``[k, S]`` from that output (Moonshine) finds it there (None where none was given)."""
+        if self.output_class is None:
+            if self._wrapped is None or self._wrapped.last_hidden_state is not hidden:
+                self._wrapped = BaseModelOutput(last_hidden_state=hidden)
+            return self._wrapped
+        own = mask if self.pass_mask else None
+        if self._wrapped is None or self._wrapped.last_hidden_state is not hidden or \
+                getattr(self._wrapped, "attention_mask", None) is not own:
+            self._wrapped = self.output_class(last_hidden_state=hidden, attention_mask=own)
         return self._wrapped
 
     @inference
@@ -146,11 +155,12 @@ class Seq2SeqStep(AdapterStep):
             raise ValueError(f"the search asks for a decoder token at position {at}, beyond the model's "
                              f"{limit} positions: lower max_steps")
         encoder_mask = (as_4d(state.encoder_mask) if ready else state.encoder_mask) if self.pass_mask else None
+        encoded = self.encoded(state.encoder_hidden, state.encoder_mask)
         if state.fed == 0:
             unconsumed(state.cache, 0)
         if state.mask is None or state.positions is None:  # every row has fed the same tokens
             own = {"decoder_attention_mask": self.every.expand(len(y_prev), 1, 1, state.fed + 1)} if ready else {}
-            out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+            out = timed(self.prepared, self.model, encoder_outputs=encoded,
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None], **own,
                          **{self.cache_kw: state.cache})
             return last_logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=state.fed + 1)
@@ -162,7 +172,7 @@ class Seq2SeqStep(AdapterStep):
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], CAPACITY)], dim=1)
         with RowPositions(self.table, state.positions):
             attend = as_4d(mask[:, : t + 1]) if ready else mask[:, : t + 1]
-            out = timed(self.prepared, self.model, encoder_outputs=self.encoded(state.encoder_hidden),
+            out = timed(self.prepared, self.model, encoder_outputs=encoded,
                          attention_mask=encoder_mask, decoder_input_ids=y_prev[:, None],
                          decoder_attention_mask=attend, **{self.cache_kw: state.cache})
         return last_logits(out, self.extra_column), state._replace(cache=cache_of(out), fed=t + 1, mask=mask,

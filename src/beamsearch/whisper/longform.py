@@ -72,7 +72,8 @@ def transcribe_long(step_fn: StepFn, make_state: Callable[[list[Any], list[list[
                     detokenize: Callable[[list[int]], str],
                     no_speech_probs: Callable[[list[Any], list[list[int]]], list[float]] | None = None,
                     condition_on_previous_text: bool = True, initial_prompt: Sequence[int] = (),
-                    n_audio_ctx: int = 1500, n_text_ctx: int = 448) -> list[list[Segment]]:
+                    n_audio_ctx: int = 1500, n_text_ctx: int = 448,
+                    seeds: Sequence[int] | None = None) -> list[list[Segment]]:
     """Transcribe recordings of any length, their windows decoded together round by round.
 
     Args:
@@ -88,6 +89,9 @@ def transcribe_long(step_fn: StepFn, make_state: Callable[[list[Any], list[list[
         condition_on_previous_text: each window's prompt is the text before it (since a reset).
         initial_prompt: ids that come before the first window's text.
         n_audio_ctx, n_text_ctx: the model's contexts.
+        seeds: per recording (>= 0) the seed of its samples above temperature 0 (default: its
+            position); a window's draws are keyed by it and the window's first frame, so that a
+            recording given the same seed gets the same result whatever recordings share its calls.
 
     Returns:
         Per recording its segments, in order.
@@ -95,6 +99,10 @@ def transcribe_long(step_fn: StepFn, make_state: Callable[[list[Any], list[list[
     fallback = FallbackOptions() if fallback is None else fallback
     stride = N_FRAMES // n_audio_ctx  # mel frames per timestamp step
     recordings = [_Recording(m, int(m.shape[-1]) - N_FRAMES, tokens=list(initial_prompt)) for m in mels]
+    own = list(range(len(mels))) if seeds is None else [int(s) for s in seeds]
+    if len(own) != len(mels) or any(s < 0 for s in own):
+        raise ValueError(f"seeds must hold one int >= 0 per recording ({len(mels)}); got {own!r:.80}")
+    seed_of = {id(r): s for r, s in zip(recordings, own, strict=True)}
     while active := [r for r in recordings if r.seek < r.content_frames]:
         segments = [_window(r.mel, r.seek, min(N_FRAMES, r.content_frames - r.seek)) for r in active]
         prompts = [initial_tokens(tokens, timestamps=(options or WhisperOptions()).timestamps,
@@ -103,7 +111,7 @@ def transcribe_long(step_fn: StepFn, make_state: Callable[[list[Any], list[list[
         done = transcribe_windows(step_fn, _rows_of(make_state, segments, prompts),
                                   prompts, tokens, options, fallback, max_rows=max_rows, no_speech_probs=nsp,
                                   detokenize=detokenize, n_audio_ctx=n_audio_ctx, n_text_ctx=n_text_ctx,
-                                  refill=False)
+                                  refill=False, seeds=[seed_of[id(r)] * 1_000_003 + r.seek for r in active])
         for r, d in zip(active, done, strict=True):
             size = min(N_FRAMES, r.content_frames - r.seek)
             if _silent(d.result, d.no_speech_prob, fallback):

@@ -12,11 +12,11 @@ and the generated tokens start right after it (``sample_begin``): the rules of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WhisperTokens", "initial_tokens", "suppressed_ids"]
+__all__ = ["WhisperTokens", "initial_tokens", "non_speech_ids", "suppressed_ids"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,57 @@ class WhisperTokens:
                    timestamp_begin=tokenizer.timestamp_begin, transcribe=tokenizer.transcribe,
                    translate=tokenizer.translate, blank=tuple(tokenizer.encode(" ")),
                    non_speech=tuple(tokenizer.non_speech_tokens), sot_sequence=tuple(tokenizer.sot_sequence))
+
+    @classmethod
+    def from_transformers(cls, tokenizer: Any, language: str | None = None,
+                          task: str = "transcribe") -> WhisperTokens:
+        """The ids of a ``transformers`` Whisper tokenizer (``WhisperTokenizer``, a
+        ``WhisperProcessor``'s ``tokenizer``), by the special tokens' names.
+
+        Args:
+            language: the language code of the start sequence (``"en"``); None: ``"en"`` where the
+                tokenizer has ``<|en|>``, else an English-only start sequence ``(sot,)``.
+            task: ``"transcribe"`` or ``"translate"`` (read only with a language).
+
+        Raises:
+            ValueError: a special token, the language or the task missing from its vocabulary.
+        """
+        vocab = tokenizer.get_vocab()
+
+        def ids(name: str) -> int:
+            if name not in vocab:
+                raise ValueError(f"the tokenizer has no {name}: it is not a Whisper tokenizer")
+            return int(vocab[name])
+
+        if task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate'; got {task!r}")
+        if language is None and "<|en|>" in vocab:
+            language = "en"
+        sot = ids("<|startoftranscript|>")
+        start = (sot,) if language is None else (sot, ids(f"<|{language}|>"), ids(f"<|{task}|>"))
+        encode = lambda text: list(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        return cls(eot=ids("<|endoftext|>"), sot=sot, sot_prev=ids("<|startofprev|>"), sot_lm=ids("<|startoflm|>"),
+                   no_speech=vocab.get("<|nospeech|>", vocab.get("<|nocaptions|>")),
+                   no_timestamps=ids("<|notimestamps|>"), timestamp_begin=ids("<|0.00|>"),
+                   transcribe=ids("<|transcribe|>"), translate=ids("<|translate|>"), blank=tuple(encode(" ")),
+                   non_speech=non_speech_ids(encode), sot_sequence=start)
+
+
+def non_speech_ids(encode: Callable[[str], list[int]]) -> tuple[int, ...]:
+    """The ids of the symbols that are not speech (openai/whisper's ``Tokenizer.non_speech_tokens``,
+    what ``suppress_tokens=-1`` bans), by a tokenizer's ``encode(text) -> ids`` (no special tokens):
+    each symbol alone or after a space where it is one token (the first token of the musical
+    signs, whatever their length), and the first token of ``" -"`` and ``" '"``."""
+    symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
+    symbols += ["<<", ">>", "<<<", ">>>", "--", "---", "-(", "-[", "('", '("', "((", "))", "(((", ")))", "[[", "]]",
+                "{{", "}}", "♪♪", "♪♪♪"]
+    miscellaneous = set("♩♪♫♬♭♮♯")
+    result = {encode(" -")[0], encode(" '")[0]}
+    for symbol in symbols + sorted(miscellaneous):
+        for ids in (encode(symbol), encode(" " + symbol)):
+            if len(ids) == 1 or symbol in miscellaneous:
+                result.add(ids[0])
+    return tuple(sorted(result))
 
 
 def initial_tokens(tokens: WhisperTokens, *, timestamps: bool = True, prompt: Sequence[int] = (),
