@@ -4,8 +4,13 @@ one line, argument checks and file helpers."""
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
+import sys
+from collections.abc import Callable
 from typing import NoReturn
+
+from beamsearch.speech.audio import AudioError
 
 FASTEST_THREADS = 1  # torch threads: 1 was the fastest for translate and evaluate on a 2-core machine (README)
 
@@ -54,3 +59,34 @@ def count_lines(path: str) -> int:
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
+
+
+def each_file(args: argparse.Namespace, transcribe_one: Callable[[str], int]) -> int:
+    """Run ``transcribe_one(path)`` (it writes the file's result and returns its best hypothesis's
+    number of labels, for the progress bar) over ``args.files`` in order. A file that cannot be
+    read is one line on stderr (and a JSON error record with ``--json``) and the next goes on;
+    with several files, a count of the failed at the end. Returns the exit status: 1 when some
+    file failed, else 0."""
+    from beamsearch import corpus
+
+    several = len(args.files) > 1
+    progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
+        else None
+    failed = 0
+    for path in args.files:
+        try:
+            labels = transcribe_one(path)
+        except AudioError as e:
+            failed += 1
+            print(f"beamsearch: error: {e}", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"file": path, "error": str(e)}, ensure_ascii=False))
+            continue
+        sys.stdout.flush()
+        if progress is not None:
+            progress.update({"nbest": [{"tokens": range(labels)}]})
+    if progress is not None:
+        progress.close()
+    if failed and several:
+        print(f"beamsearch: {failed} of {len(args.files)} files failed", file=sys.stderr)
+    return 1 if failed else 0

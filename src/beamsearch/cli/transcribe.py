@@ -17,12 +17,11 @@ import argparse
 import json
 import math
 import pathlib
-import sys
 from typing import Any
 
-from beamsearch.cli.common import CliError
+from beamsearch.cli.common import CliError, each_file
 from beamsearch.corpus.speech_lines import MAX_CHUNK_SECONDS, speech_lm, transcribe_file
-from beamsearch.speech.audio import SEARCH_SECONDS, AudioError
+from beamsearch.speech.audio import SEARCH_SECONDS
 
 HOTWORD_SEPARATOR = ","
 """``--hotwords`` splits its phrases at commas (a phrase may hold spaces)."""
@@ -192,8 +191,6 @@ def write(path: str, nbest: list[dict], args: argparse.Namespace, several: bool)
 
 def transcribe_command(args: argparse.Namespace) -> int:
     """``beamsearch transcribe``: each file's transcript; exit 1 when some file could not be read."""
-    from beamsearch import corpus
-
     if args.model is not None and args.model.startswith("hf:"):
         from beamsearch.cli.transcribe_hf import hf_transcribe
 
@@ -207,27 +204,13 @@ def transcribe_command(args: argparse.Namespace) -> int:
         from beamsearch.speech.transducer_trace import TransducerTrace
 
         options["trace"] = CTCTrace() if args.head == "ctc" else TransducerTrace()
-    several = len(args.files) > 1
-    progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
-        else None
-    failed = 0
-    for path in args.files:
-        try:
-            nbest = transcribe_file(model, path, options, args.max_chunk_seconds)
-        except AudioError as e:
-            failed += 1
-            print(f"beamsearch: error: {e}", file=sys.stderr)
-            if args.json:
-                print(json.dumps({"file": path, "error": str(e)}, ensure_ascii=False))
-            continue
-        write(path, nbest, args, several)
-        sys.stdout.flush()
+
+    def one(path: str) -> int:
+        nbest = transcribe_file(model, path, options, args.max_chunk_seconds)
+        write(path, nbest, args, len(args.files) > 1)
         if args.trace is not None:
             write_trace(args.trace, options["trace"], path)
-        if progress is not None:
-            progress.update({"nbest": [{"tokens": range(nbest[0]["labels"])}]})
-    if progress is not None:
-        progress.close()
-    if failed and several:
-        print(f"beamsearch: {failed} of {len(args.files)} files failed", file=sys.stderr)
-    return 1 if failed else 0
+        return nbest[0]["labels"]
+
+    return each_file(args, one)
+

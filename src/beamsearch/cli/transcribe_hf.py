@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import sys
 from typing import Any
 
-from beamsearch.cli.common import CliError
+from beamsearch.cli.common import CliError, each_file
 from beamsearch.corpus.speech_lines import MAX_CHUNK_SECONDS
-from beamsearch.speech.audio import AudioError, read_audio
+from beamsearch.speech.audio import read_audio
 
 __all__ = ["REFUSED", "hf_transcribe"]
 
@@ -82,30 +81,12 @@ def write(path: str, out: dict[str, Any], args: argparse.Namespace, several: boo
 def hf_transcribe(args: argparse.Namespace) -> int:
     """``beamsearch transcribe --model hf:DIR``: each file's transcript; exit 1 when some file
     could not be read."""
-    from beamsearch import corpus
-
     options = _checked(args)
     model = load(args.model)
-    several = len(args.files) > 1
-    progress = corpus.Progress(len(args.files), sys.stderr) if args.progress or (several and sys.stderr.isatty()) \
-        else None
-    failed = 0
-    for path in args.files:
-        try:
-            audio = read_audio(path, model.sample_rate)
-        except AudioError as e:
-            failed += 1
-            print(f"beamsearch: error: {e}", file=sys.stderr)
-            if args.json:
-                print(json.dumps({"file": path, "error": str(e)}, ensure_ascii=False))
-            continue
-        [out] = model.transcribe([audio], **options)
-        write(path, out, args, several)
-        sys.stdout.flush()
-        if progress is not None:
-            progress.update({"nbest": [{"tokens": range(out["nbest"][0]["labels"])}]})
-    if progress is not None:
-        progress.close()
-    if failed and several:
-        print(f"beamsearch: {failed} of {len(args.files)} files failed", file=sys.stderr)
-    return 1 if failed else 0
+
+    def one(path: str) -> int:
+        [out] = model.transcribe([read_audio(path, model.sample_rate)], **options)
+        write(path, out, args, len(args.files) > 1)
+        return out["nbest"][0]["labels"]
+
+    return each_file(args, one)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,73 @@ __all__ = ["CTCNode", "CTCTrace"]
 
 KINDS = ("start", "stay", "label")
 """How a node was reached: the empty prefix before the first frame, a stay, a label extension."""
+
+
+class _Recorded(Protocol):
+    """What :class:`NodeTrace` reads of a node."""
+
+    @property
+    def parent(self) -> int: ...
+
+    @property
+    def utterance(self) -> int: ...
+
+    @property
+    def rank(self) -> int: ...
+
+
+NodeT = TypeVar("NodeT", bound=_Recorded)
+
+
+class NodeTrace(Generic[NodeT]):
+    """What the CTC and the transducer traces share: the nodes, filled by one search, and how to
+    read them (a node's path, an utterance's best, labels as text).
+
+    Attributes:
+        nodes: every node, in the order they were made.
+        n_utterances: N, the batch the search decoded.
+        tokens: the label strings (from the search's vocabulary, its word delimiter as a space), or None.
+        blank: the blank label's id.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeT] = []
+        self.n_utterances = 0
+        self.tokens: list[str] | None = None
+        self.blank = -1
+        self._begun = self._finished = False
+
+    def _begin(self, n: int, blank: int, vocabulary: Any) -> None:
+        """The start of the one search that fills it (a second one: ValueError)."""
+        if self._begun:
+            raise ValueError(f"trace is already filled by a search; pass a new {type(self).__name__}() to each search")
+        self._begun = True
+        self.n_utterances, self.blank = n, int(blank)
+        self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
+                                                       for t in vocabulary.tokens]
+
+    @property
+    def finished(self) -> bool:
+        """Whether the search that fills it has returned its results (the ranks are set)."""
+        return self._finished
+
+    def path(self, node: int) -> list[NodeT]:
+        """The nodes from the start node to ``node``, one per frame or step, following the (best) parent."""
+        out = []
+        while node >= 0:
+            out.append(self.nodes[node])
+            node = self.nodes[node].parent
+        return out[::-1]
+
+    def best(self, utterance: int) -> int:
+        """The node of the utterance's best returned hypothesis, -1 when none was returned."""
+        return next((i for i, n in enumerate(self.nodes) if n.utterance == utterance and n.rank == 0), -1)
+
+    def text(self, labels: Sequence[int]) -> str:
+        """Labels as text: their label strings joined (label ids joined by spaces without tokens)."""
+        if self.tokens is None:
+            return " ".join(str(t) for t in labels)
+        return "".join(self.tokens[t] for t in labels)
 
 
 @dataclass
@@ -74,7 +141,7 @@ class CTCNode:
     rank: int = -1
 
 
-class CTCTrace:
+class CTCTrace(NodeTrace[CTCNode]):
     """The prefixes of a CTC prefix beam search after each frame; pass ``trace=CTCTrace()`` to
     :func:`~beamsearch.speech.ctc_beam_search` or :class:`~beamsearch.speech.CTCStream` and it
     is filled (one search per trace). Draw it with :mod:`beamsearch.speech.trace_draw`.
@@ -94,27 +161,18 @@ class CTCTrace:
     def __init__(self, width: int = 2) -> None:
         if isinstance(width, bool) or not isinstance(width, int) or width < 0:
             raise ValueError(f"width must be an integer >= 0 (pruned extensions recorded per frame); got {width!r}")
+        super().__init__()
         self.width = width
-        self.nodes: list[CTCNode] = []
-        self.n_utterances = 0
-        self.tokens: list[str] | None = None
-        self.blank = -1
         self.frames: list[int] = []
         self._current: dict[int, list[int]] = {}  # utterance -> node per slot of its beam (-1: empty)
-        self._begun = self._finished = False
 
     def begin(self, n: int, blank: int, vocabulary: Any = None, scored: bool = False) -> None:
         """Called by the search before its first frame: ``n`` utterances, the ``blank`` id, the
         vocabulary (or None) and whether further terms (LM, hotwords, lexicon) rank its candidates
         (then no pruned extension is recorded). A trace fills once: a second search on it is a
         ValueError."""
-        if self._begun:
-            raise ValueError("trace is already filled by a search; pass a new CTCTrace() to each search")
-        self._begun = True
+        self._begin(n, blank, vocabulary)
         self._extensions = 0 if scored else self.width
-        self.n_utterances, self.blank = n, int(blank)
-        self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
-                                                       for t in vocabulary.tokens]
         self.frames = [0] * n
 
     def frame(self, rows: np.ndarray, before: Beams, after: Beams, lp: np.ndarray, allowed: np.ndarray | None,
@@ -201,32 +259,9 @@ class CTCTrace:
 
     # ---- reading it ---------------------------------------------------------------------------
 
-    @property
-    def finished(self) -> bool:
-        """Whether the search that fills it has returned its results (the ranks are set)."""
-        return self._finished
-
     def at(self, utterance: int, frame: int, status: str = "kept") -> list[CTCNode]:
         """The nodes of ``utterance`` after ``frame`` frames with this status, by row."""
         return [n for n in self.nodes if n.utterance == utterance and n.frame == frame and n.status == status]
-
-    def path(self, node: int) -> list[CTCNode]:
-        """The nodes from the start node to ``node``, one per frame, following ``parent``."""
-        out = []
-        while node >= 0:
-            out.append(self.nodes[node])
-            node = self.nodes[node].parent
-        return out[::-1]
-
-    def best(self, utterance: int) -> int:
-        """The node of the utterance's best returned hypothesis, -1 when none was returned."""
-        return next((n.id for n in self.nodes if n.utterance == utterance and n.rank == 0), -1)
-
-    def text(self, labels: Sequence[int]) -> str:
-        """A prefix as text: its label strings joined (label ids joined by spaces without tokens)."""
-        if self.tokens is None:
-            return " ".join(str(t) for t in labels)
-        return "".join(self.tokens[t] for t in labels)
 
     def _start(self, u: int, slots: list[int]) -> list[int]:
         """The start node of utterance ``u`` (the empty prefix before the first frame)."""

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from beamsearch.speech.trace import NodeTrace
+
 __all__ = ["TransducerNode", "TransducerTrace"]
 
 KINDS = ("start", "blank", "label", "wait", "end")
@@ -101,7 +103,7 @@ class _Group:
     advances: list[int] = field(default_factory=list)
 
 
-class TransducerTrace:
+class TransducerTrace(NodeTrace[TransducerNode]):
     """The hypotheses of a transducer beam search after each step; pass ``trace=TransducerTrace()``
     to :func:`~beamsearch.speech.transducer_beam_search` and it is filled (one search per trace).
     Draw it with :func:`beamsearch.speech.trace_draw.transducer_html`.
@@ -116,10 +118,7 @@ class TransducerTrace:
     """
 
     def __init__(self) -> None:
-        self.nodes: list[TransducerNode] = []
-        self.n_utterances = 0
-        self.tokens: list[str] | None = None
-        self.blank = -1
+        super().__init__()
         self.steps: list[int] = []
         self.lengths: list[int] = []
         self._slots: list[dict[int, int]] = []  # per utterance: beam slot -> node after the last step
@@ -127,17 +126,11 @@ class TransducerTrace:
         self._labels: dict[int, tuple[int, ...]] = {}  # prefix id -> labels
         self._prefix: dict[int, int] = {}  # node -> its prefix id
         self._taken = 0  # the steps recorded
-        self._begun = self._finished = False
 
     def begin(self, n: int, blank: int, lengths: np.ndarray, vocabulary: Any = None) -> None:
         """Called by the search before its first step. A trace fills once: a second search on it is
         a ValueError."""
-        if self._begun:
-            raise ValueError("trace is already filled by a search; pass a new TransducerTrace() to each search")
-        self._begun = True
-        self.n_utterances, self.blank = n, int(blank)
-        self.tokens = None if vocabulary is None else [" " if t == vocabulary.word_delimiter else t
-                                                       for t in vocabulary.tokens]
+        self._begin(n, blank, vocabulary)
         self.steps, self.lengths = [0] * n, [int(x) for x in lengths]
         self._slots, self._pool = [{} for _ in range(n)], [{} for _ in range(n)]
         self._labels = {0: ()}
@@ -223,33 +216,10 @@ class TransducerTrace:
 
     # ---- reading it ---------------------------------------------------------------------------
 
-    @property
-    def finished(self) -> bool:
-        """Whether the search that fills it has returned its results (the ranks are set)."""
-        return self._finished
-
     def at(self, utterance: int, step: int, status: str | None = None) -> list[TransducerNode]:
         """The nodes of ``utterance`` after ``step`` steps (with this status; None: all), by row."""
         return sorted((n for n in self.nodes if n.utterance == utterance and n.step == step
                        and (status is None or n.status == status)), key=lambda n: n.row)
-
-    def path(self, node: int) -> list[TransducerNode]:
-        """The nodes from the start node to ``node``, one per step, following the best parent."""
-        out = []
-        while node >= 0:
-            out.append(self.nodes[node])
-            node = self.nodes[node].parent
-        return out[::-1]
-
-    def best(self, utterance: int) -> int:
-        """The ``end`` node of the utterance's best returned hypothesis, -1 when none was returned."""
-        return next((n.id for n in self.nodes if n.utterance == utterance and n.rank == 0), -1)
-
-    def text(self, labels: Sequence[int]) -> str:
-        """A label sequence as text: its label strings joined (label ids joined by spaces without tokens)."""
-        if self.tokens is None:
-            return " ".join(str(t) for t in labels)
-        return "".join(self.tokens[t] for t in labels)
 
     def _add(self, u: int, prefix: int, cands: Any, group: _Group, terms: np.ndarray, score: float,
              status: str) -> int:
