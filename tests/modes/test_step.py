@@ -1122,3 +1122,40 @@ def test_a_scorer_that_edits_its_arguments_changes_nothing():
         want = search_with(rounds=3, expansion=expansion)
         assert [as_tuples(x) for x in got] == [as_tuples(x) for x in want]
         assert all(h.tokens == [t for seg in h.segments for t in seg] for hyps in got for h in hyps)
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+@pytest.mark.parametrize("delimiter", [[3, 4], [1, 4], [2, 3, 4]])
+def test_a_delimiter_longer_than_the_open_step_is_matched_from_its_start(limit, delimiter):
+    """Segments of 1 or 2 tokens, delimiters of 2 and 3 tokens: the open step is often shorter
+    than the delimiter when a segment is cut, so its whole tail (not a token less) is what the next
+    segment matches on (a [2, 3] segment that opens a step, then 4, ends the step), and nothing
+    before the open step's start counts as a token: right after a delimiter (or at the start) a 4
+    alone never ends a step, also with the delimiter [1, 4] and the prompt [1]. Oracle:
+    ``expected_segments`` from the tokens alone."""
+    def likes_the_delimiter(seed):
+        base = random_table(V, seed)
+
+        def table(prefix):
+            row = base(prefix)
+            row[delimiter[0]] += 1.5
+            row[4] += 1.0  # 4 alone too
+            for a, b in zip(delimiter, delimiter[1:], strict=False):
+                row[b] += 2.5 if prefix[-1] == a else 0.0
+            row[EOS] = -math.inf
+            return row
+        return table
+
+    lone_fours = across = 0
+    for seed in range(6):
+        model = SequenceModel(likes_the_delimiter(seed))
+        got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=scorer, n=4, m=2, rounds=6,
+                          sample_seed=seed, eos_token_id=EOS, max_steps=limit, stop_sequences=[delimiter])
+        for h in got[0]:
+            assert h.segments == expected_segments(h.tokens, limit, delimiter), (seed, h.tokens, h.segments)
+            ends = [0] + list(itertools.accumulate(len(s) for s in h.segments))
+            across += sum(1 for i in ends[1:-1] if h.tokens[i - 1:i + 1] == delimiter[-2:])
+            # a 4 that opens a step: at the start, or right after a completed delimiter
+            lone_fours += sum(1 for i in ends[:-1] if h.tokens[i] == 4 and
+                              (i == 0 or h.tokens[max(i - len(delimiter), 0):i] == delimiter))
+    assert across and lone_fours
