@@ -1,8 +1,9 @@
 """The token automaton's edges: the compiled automaton against ``re.fullmatch`` on every token
 sequence of a small vocabulary (multi-character, empty and eos tokens), the two closures of the
 trimming on a hand-made table that loops back into a state (the compiled ones never do), the
-token walk on a hand-made character table, the mask made once per library and dtype, and every
-message in full.
+token walk on a hand-made character table, the mask made once per library and dtype (and one per
+device: the meta device stands in for a GPU; arrays without ``device`` as numpy < 2 makes them),
+the row states' length, and every message in full.
 
 Oracles: ``re.fullmatch`` over all token sequences up to a length (acceptance, and the allowed
 next tokens of a finite language: those that some accepted sequence continues with); the hand
@@ -37,10 +38,11 @@ def text(seq):
     return "".join(VOCAB[t] for t in seq)
 
 
-@pytest.mark.parametrize("pattern", ["(ab)*c", "a(ba)*b?", "(a|bc)*", "b{1,3}a?", "c|ab|ba"])
+@pytest.mark.parametrize("pattern", ["(ab)*c", "a(ba)*b?", "(a|bc)*", "b{1,3}a?", "c|ab|ba", "a{0}"])
 def test_accepts_equals_fullmatch(pattern):
     """Every sequence of up to 4 tokens: accepted iff its text fully matches (the empty token has
-    no transition: a sequence holding it is refused)."""
+    no transition: a sequence holding it is refused). ``a{0}`` is a character automaton
+    of one state: only the empty sequence is accepted."""
     dfa = TokenDFA.from_regex(pattern, VOCAB, EOS)
     for seq in sequences(4):
         want = re.fullmatch(pattern, text(seq)) is not None and 4 not in seq
@@ -48,7 +50,7 @@ def test_accepts_equals_fullmatch(pattern):
     assert (np.asarray(dfa.transitions)[:, [EOS, 4]] == -1).all()
 
 
-@pytest.mark.parametrize("pattern", ["c|ab|ba", "b{1,3}a?", "(ab|b){0,2}c"])
+@pytest.mark.parametrize("pattern", ["c|ab|ba", "b{1,3}a?", "(ab|b){0,2}c", "a{0}"])
 def test_masks_of_a_finite_language_equal_its_continuations(pattern):
     """A finite language (texts of at most 5 characters, so 5 tokens suffice): after each prefix
     of tokens, the allowed tokens are those some accepted sequence continues with, eos where the
@@ -116,6 +118,53 @@ def test_the_mask_is_made_once_per_library_and_dtype(monkeypatch):
         assert finite.tolist() == [[True, False, True], [False, False, False]][:k]
         monkeypatch.undo()
     assert made == ["float32", "float64", "torch.float32", "torch.float64"]
+
+
+def test_a_mask_made_on_one_device_is_not_used_on_another():
+    """One processor on torch logits of one dtype on two devices: first the meta device (it stands
+    in for a GPU on a machine without one: its tensors have no values), then the CPU. The CPU
+    logits get the CPU mask: row 0 in state 1 (accepting) keeps eos and t2, row 1 (no move) keeps
+    nothing, as the table says."""
+    torch = pytest.importorskip("torch")
+    dfa = TokenDFA([[-1, 1, -1], [-1, -1, 1]], 0, [1], EOS)
+    history = np.array([[1], [2]])  # row 0: 0 -t1-> 1; row 1: no move on t2 from 0
+    for device in ("meta", "cpu"):
+        logits = torch.zeros(2, 3, device=device)
+        out = dfa(logits, StepContext(2, history, np.zeros(2, np.int64), backend_of(logits)))
+        assert out.device.type == device
+    assert torch.isfinite(out).tolist() == [[True, False, True], [False, False, False]]
+
+
+class DeviceLess(np.ndarray):
+    """A numpy array without a ``device`` attribute, as numpy before 2.0 makes them (the project
+    supports numpy >= 1.24; numpy 2 arrays all have one)."""
+
+    @property
+    def device(self):
+        raise AttributeError("device")
+
+
+def test_logits_without_a_device_attribute_are_masked():
+    """Numpy logits without ``device`` (numpy < 2.0): masked as the table says, row 0 (state 1,
+    accepting) keeps eos and t2, row 1 (no move) nothing."""
+    dfa = TokenDFA([[-1, 1, -1], [-1, -1, 1]], 0, [1], EOS)
+    logits = np.zeros((2, 3)).view(DeviceLess)
+    assert not hasattr(logits, "device")
+    out = dfa(logits, StepContext(2, np.array([[1], [2]]), np.zeros(2, np.int64), backend_of(logits)))
+    assert np.isfinite(np.asarray(out)).tolist() == [[True, False, True], [False, False, False]]
+
+
+def test_row_states_count_their_rows():
+    """``len`` of the carried states is the number of rows: 3 started, 4 after taking rows
+    [0, 0, 2, 1] (a row forked), still 4 once advanced, 0 when no row is taken."""
+    from beamsearch.core.state import select_state
+
+    rows = TokenDFA([[-1, 1, -1], [-1, -1, 1]], 0, [1], EOS).start_rows(3)
+    assert len(rows) == 3
+    rows = select_state(rows, np.array([0, 0, 2, 1]))
+    assert len(rows) == 4
+    assert len(rows.advance(np.array([1, 2, 1, 1]))) == 4
+    assert len(select_state(rows, np.zeros(0, np.int64))) == 0
 
 
 def test_the_messages():
