@@ -104,6 +104,20 @@ def banned_sets(rows: Any) -> list[set[int]]:
     return got
 
 
+def test_start_rows_are_rows_with_empty_prompts():
+    """``start_rows(k)`` (the :class:`~beamsearch.processors.RowCarrier` entry a caller without
+    prompts uses; the search itself calls ``start_prompts``): k rows that ban nothing yet, then
+    ban what the plain loop bans over the tokens they were advanced by. n = 2, rows advanced by
+    (1, 2, 1), (3, 3, 3) and (1, 2, 3): row 0 ends in 1, after which 2 came (banned {2}); row 1 in
+    3, after which 3 came (banned {3}); row 2's last token 3 never came before (banned none)."""
+    rows = P.NoRepeatNGram(2).start_rows(3)
+    assert len(rows) == 3 and banned_sets(rows) == [set(), set(), set()]
+    seqs = [[1, 2, 1], [3, 3, 3], [1, 2, 3]]
+    for j in range(3):
+        rows = rows.advance(np.array([s[j] for s in seqs]))
+    assert banned_sets(rows) == [plain_banned(s, 2) for s in seqs] == [{2}, {3}, set()]
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_ngram_rows_under_random_reorders_equal_the_plain_loop(seed):
     """The row states alone, driven as a search drives them: 1 to 3 inputs with random prompts
