@@ -3,7 +3,7 @@ sequence of a small vocabulary (multi-character, empty and eos tokens), the two 
 trimming on a hand-made table that loops back into a state (the compiled ones never do), the
 token walk on a hand-made character table, the mask made once per library and dtype (and one per
 device: the meta device stands in for a GPU; arrays without ``device`` as numpy < 2 makes them),
-the row states' length, and every message in full.
+the row states' length, a torch table read on the host, and every message in full.
 
 Oracles: ``re.fullmatch`` over all token sequences up to a length (acceptance, and the allowed
 next tokens of a finite language: those that some accepted sequence continues with); the hand
@@ -165,6 +165,20 @@ def test_row_states_count_their_rows():
     assert len(rows) == 4
     assert len(rows.advance(np.array([1, 2, 1, 1]))) == 4
     assert len(select_state(rows, np.zeros(0, np.int64))) == 0
+
+
+def test_a_torch_table_is_read_on_the_host():
+    """A torch tensor as ``transitions``: an integer one gives the automaton of the same lists
+    (0 -t1-> 1 -t2-> 1, state 1 accepting: t1 t2* accepted); a float one, even one that requires
+    grad (a learned table), is refused by the dtype check, not by torch."""
+    torch = pytest.importorskip("torch")
+    table = [[-1, 1, -1], [-1, -1, 1]]
+    dfa = TokenDFA(torch.tensor(table), 0, [1], EOS)
+    assert [dfa.accepts(s) for s in ([], [1], [1, 2, 2], [2], [1, 1])] == [False, True, True, False, False]
+    learned = torch.tensor(table, dtype=torch.float32, requires_grad=True)
+    with pytest.raises(TypeError, match=r"^transitions must hold integers \(state ids, -1 for none\); "
+                                        r"got dtype float32$"):
+        TokenDFA(learned, 0, [1], EOS)
 
 
 def test_the_messages():
