@@ -948,3 +948,17 @@ def test_defaults_keep_section_6(case):
     as_lists, _ = search(table, prompts, **(kw | dict(eos_token_id=[0], max_steps=[case["max_steps"]] * n)),
                          stop_sequences=[], prefix=[[] for _ in prompts], length_penalty="gnmt")
     assert_same(plain, as_lists)
+
+
+def test_a_batch_without_prompts_keeps_its_pad_token_id_and_gives_empty_arrays():
+    """No prompts: no model call, no results, and ``arrays()`` of the empty batch works with the
+    pad_token_id passed (shapes ``[0, 0]`` and ``[0, 0, 0]`` by hand: N = 0 inputs, no slot, no token);
+    without a pad_token_id it is refused as for any batch."""
+    results = beam_search_batch(never_called, np.zeros(0), [], eos_token_id=0, max_steps=3, beam_size=2,
+                                pad_token_id=7)
+    assert list(results) == [] and results.pad_token_id == 7
+    arrays = results.arrays()
+    assert arrays.tokens.shape == (0, 0, 0) and arrays.lengths.shape == (0, 0) and arrays.finished.shape == (0, 0)
+    bare = beam_search_batch(never_called, np.zeros(0), [], eos_token_id=0, max_steps=3, beam_size=2)
+    with pytest.raises(ValueError, match="pad_token_id is None"):
+        bare.arrays()
