@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+import beamsearch.backends as backends
 from beamsearch.backends import backend_of, index_like, register_backend
 from beamsearch.backends.bits import exceptions
 from beamsearch.backends.numpy_backend import NumpyBackend
@@ -200,15 +201,24 @@ def test_every_operation_equals_plain_numpy(name):
     assert to_np(be.index(np.array([2, 0]), fresh())).tolist() == [2, 0]
 
 
-def test_a_new_backend_is_found_by_its_library_name():
+def test_a_new_backend_is_found_by_its_library_name(monkeypatch):
+    """A library registered for the first time (never loaded before) is found by its name, its
+    factory called once on first use; registering it again replaces the backend. The registry is
+    restored afterwards, so "fakearrays" is new to every run of this test."""
+    monkeypatch.setattr(backends, "_FACTORIES", dict(backends._FACTORIES))
+    monkeypatch.setattr(backends, "_LOADED", dict(backends._LOADED))
+
     class Fake:  # an array type from a package named "fakearrays"
         shape = (1, 2)
 
     Fake.__module__ = "fakearrays.core"
-    marker = NumpyBackend()
-    register_backend("fakearrays", lambda: marker)
-    assert backend_of(Fake()) is marker
+    marker, made = NumpyBackend(), []
+    register_backend("fakearrays", lambda: made.append(1) or marker)
+    assert backend_of(Fake()) is marker and backend_of(Fake()) is marker and made == [1]
     assert isinstance(backend_of(np.zeros(2)), NumpyBackend) and backend_of(np.zeros(2)) is not marker
+    other = NumpyBackend()
+    register_backend("fakearrays", lambda: other)
+    assert backend_of(Fake()) is other
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -948,3 +948,36 @@ def test_defaults_keep_section_6(case):
     as_lists, _ = search(table, prompts, **(kw | dict(eos_token_id=[0], max_steps=[case["max_steps"]] * n)),
                          stop_sequences=[], prefix=[[] for _ in prompts], length_penalty="gnmt")
     assert_same(plain, as_lists)
+
+
+def test_a_batch_without_prompts_keeps_its_pad_token_id_and_gives_empty_arrays():
+    """No prompts: no model call, no results, and ``arrays()`` of the empty batch works with the
+    pad_token_id passed (shapes ``[0, 0]`` and ``[0, 0, 0]`` by hand: N = 0 inputs, no slot, no token);
+    without a pad_token_id it is refused as for any batch."""
+    results = beam_search_batch(never_called, np.zeros(0), [], eos_token_id=0, max_steps=3, beam_size=2,
+                                pad_token_id=7)
+    assert list(results) == [] and results.pad_token_id == 7
+    arrays = results.arrays()
+    assert arrays.tokens.shape == (0, 0, 0) and arrays.lengths.shape == (0, 0) and arrays.finished.shape == (0, 0)
+    bare = beam_search_batch(never_called, np.zeros(0), [], eos_token_id=0, max_steps=3, beam_size=2)
+    with pytest.raises(ValueError, match="pad_token_id is None"):
+        bare.arrays()
+
+
+def test_run_plan_records_three_pruned_candidates_per_row_by_default():
+    """``run_plan`` without ``trace_width`` records each row's best 3 pruned candidates, the
+    default of every mode (docs/trace.md): with V = 8 and beam 1 every row has at least 5 finite
+    candidates that were neither kept nor finished, so exactly 3 of them per row and step."""
+    from beamsearch.core.plan import run_plan
+    from beamsearch.core.trace import PRUNED
+    from beamsearch.modes.beam import BEAM, beam_plan
+    from beamsearch.viz import Trace
+
+    prompts = [[1], [2, 3]]
+    model = SequenceModel(random_table(8, 3, eos=0))
+    plan = beam_plan(prompts, BEAM.configure(dict(eos_token_id=0, max_steps=3, beam_size=1)))
+    trace = Trace()
+    run_plan(model.step, model.init_state(prompts), plan, trace=trace)
+    pruned = trace.status == PRUNED
+    rows = np.unique(trace.parent[trace.step >= 1])
+    assert rows.size >= 2 and [int((pruned & (trace.parent == r)).sum()) for r in rows] == [3] * rows.size

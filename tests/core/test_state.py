@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict, defaultdict
 from typing import NamedTuple
 
@@ -9,7 +10,14 @@ import numpy as np
 import pytest
 
 from beamsearch import select_state
-from beamsearch.core.state import concat_state, copy_if_shared, has_registered_leaf, pad_axis, take_state
+from beamsearch.core.state import (
+    _dispatched_by,
+    concat_state,
+    copy_if_shared,
+    has_registered_leaf,
+    pad_axis,
+    take_state,
+)
 
 try:
     import torch
@@ -306,3 +314,28 @@ def test_pad_axis_by_hand():
     for axis in (0, 2, -2):
         with pytest.raises(ValueError, match=rf"^axis must be in \[1, 2\) \(axis 0 holds the rows\); got {axis}$"):
             pad_axis([a, b], axis, 0.0)
+
+
+def test_a_function_dispatched_by_a_singledispatch_is_taught_new_types_through_it():
+    """The private decorator behind ``concat_state.register`` (it runs once, at import, so no call
+    of the public functions reaches it again): the decorated function gets the dispatcher's own
+    ``register``, ``dispatch`` and ``registry``, so a type registered through the function is
+    the dispatcher's case for it, and the function's call (which asks the dispatcher) uses it."""
+    @functools.singledispatch
+    def dispatcher(states):
+        return "default"
+
+    @_dispatched_by(dispatcher)
+    def joined(states):
+        return dispatcher.dispatch(type(states[0]))(states)
+
+    class Rows:
+        pass
+
+    @joined.register(Rows)
+    def _(states):
+        return f"{len(states)} Rows"
+
+    assert joined([Rows(), Rows()]) == "2 Rows" and joined([1]) == "default"
+    assert joined.dispatch(Rows) is dispatcher.dispatch(Rows) and joined.dispatch(int) is dispatcher.dispatch(int)
+    assert joined.registry is dispatcher.registry and Rows in joined.registry
