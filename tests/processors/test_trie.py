@@ -664,14 +664,18 @@ def test_ends_stored_as_bool_and_a_width_of_1_load(tmp_path):
     assert sorted(back.trie.items()) == [(0,), (0, 0, 0)] and back.eos_token_id == [1]
 
 
-def test_a_loaded_trie_has_the_documented_dtypes(tmp_path):
-    """first, token and key int64 and ends bool (the Trie's attributes), whatever the file's
-    dtypes (int32 tokens, uint8 ends): ``ending`` gives a bool mask, usable to pick rows."""
-    build([[3, 1], [3, 2], [5]]).save(tmp_path / "c.safetensors", np.array([0]))
+def test_built_and_loaded_tries_have_the_documented_dtypes(tmp_path):
+    """first, token and key int64 and ends bool (the Trie's attributes), built, and loaded whatever
+    the file's dtypes (int32 tokens, uint8 ends): ``ending`` gives a bool mask, usable to pick rows
+    (of the walks '3', '5', '3 1', only '5' and '3 1' end an entry: nodes 2 and 3)."""
+    built = build([[3, 1], [3, 2], [5]])
+    built.save(tmp_path / "c.safetensors", np.array([0]))
     back, _ = Trie.load(tmp_path / "c.safetensors")
-    assert [a.dtype for a in (back.first, back.token, back.ends, back.key)] == [np.int64, np.int64, np.bool_, np.int64]
-    node = back.walk(np.array([[3, 1], [3, 0], [5, 0]])[:, :1])  # nodes '3', '3', '5'
-    assert node[back.ending(node)].tolist() == [2]
+    for trie in (built, back):
+        assert [a.dtype for a in (trie.first, trie.token, trie.ends, trie.key)] == [np.int64, np.int64, np.bool_,
+                                                                                   np.int64]
+        node = np.concatenate([trie.walk(np.array([[3], [5]])), trie.walk(np.array([[3, 1]]))])
+        assert trie.ending(node).dtype == np.bool_ and node[trie.ending(node)].tolist() == [2, 3]
 
 
 def test_save_stores_ids_up_to_2_to_the_31_minus_2_as_int32(tmp_path):
