@@ -151,6 +151,8 @@ def test_one_entry_and_ids_past_2_to_the_53_are_kept_exactly():
     assert Catalogue(Trie.build(np.array([[4]]), np.array([1])), EOS).trie.items() == [(4,)]
     for outputs in ([[big, 3]], np.array([[big, 3]]), torch.tensor([[big, 3]])):
         assert Catalogue(outputs, EOS).trie.items() == [(big, 3)]
+    mixed = [[big, 3], np.array([big + 2], np.uint64)]  # mixed id types: checked entry by entry, still exact
+    assert sorted(Catalogue(mixed, EOS).trie.items()) == [(big, 3), (big + 2,)]
 
 
 def test_entries_of_mixed_integer_types_are_taken_one_by_one():
@@ -213,7 +215,8 @@ def test_the_messages_in_full():
     with pytest.raises(ValueError, match=r"^outputs holds an eos id \(3\) in some entry; the catalogue lists outputs "
                                          r"without eos \(eos is allowed where an entry ends\)$"):
         Catalogue(Catalogue([[1, 3]], EOS).trie, 3)
-    for outputs in ([[1, 2, 5], [3, 7]], np.array([[1, 2, 5], [3, 7, -1]])):
+    # lists, an array, and entries of mixed id types (checked entry by entry)
+    for outputs in ([[1, 2, 5], [3, 7]], np.array([[1, 2, 5], [3, 7, -1]]), [[1, 2, 5], np.array([3, 7], np.uint64)]):
         with pytest.raises(ValueError, match=r"^outputs\[1\] holds the eos id 7: \[3, 7\]; the catalogue lists outputs "
                                              r"without eos \(eos is allowed where an entry ends\)$"):
             Catalogue(outputs, 7)
@@ -270,6 +273,7 @@ def test_plain_lists_take_the_one_pass_path(monkeypatch):
     entries = [[1, 2], [3], [2, 1, 4]]
     assert sorted(Catalogue(entries, EOS).trie.items()) == sorted(map(tuple, entries))
     assert Catalogue((np.array([5, 6]), [7]), EOS).trie.items() == [(7,), (5, 6)]  # numpy int rows are plain too
+    assert Catalogue([[0, 1], [0]], 9).trie.items() == [(0,), (0, 1)]  # id 0 is a plain id (with another eos)
     assert calls == []
     assert sorted(Catalogue([[1, 2], np.array([3], np.uint64)], EOS).trie.items()) == [(1, 2), (3,)]
     assert calls == ["outputs[0]", "outputs[1]"]

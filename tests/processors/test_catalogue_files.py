@@ -110,10 +110,11 @@ def test_a_text_catalogue_that_is_not_utf8_names_the_file(tmp_path):
 
 
 def test_inputs_that_are_not_a_catalogue_name_the_value():
-    with pytest.raises(ValueError, match=r"^outputs as an array \[M, L\] must have L >= 1 "
-                                         r"\(every entry is non-empty\); "
-                                         r"got shape \(3, 0\)$"):
-        Catalogue(np.zeros((3, 0), int), 0)
+    for shape in ((3, 0), (1, 0)):  # one entry of no token is refused as three are
+        with pytest.raises(ValueError, match=r"^outputs as an array \[M, L\] must have L >= 1 "
+                                             r"\(every entry is non-empty\); "
+                                             rf"got shape \({shape[0]}, 0\)$"):
+            Catalogue(np.zeros(shape, int), 0)
     with pytest.raises(ValueError, match="^outputs must hold at least one token-id sequence; got an empty catalogue$"):
         Catalogue(np.zeros((0, 0), int), 0)
     for entries in ([[3, True]], [[True]], [[3, np.True_]], [[4], [3, False]]):
@@ -163,3 +164,25 @@ def test_decode_records_warn_once_when_the_catalogue_does_not_fit(tmp_path):
         warnings.simplefilter("always")
         list(decode_records(corpus.toy_model(), [Line(0, "hello")], catalogue=str(path), max_steps=7, beam_size=2))
     assert seen == []
+
+
+def test_a_saved_catalogue_read_as_a_file_takes_the_given_eos_ids(tmp_path):
+    """``from_file`` on a saved catalogue: eos_token_id replaces the saved eos ids (as ``load``
+    does), None keeps them; at the end of entry [5] the allowed tokens are exactly the eos ids."""
+    path = saved(tmp_path)  # saved with eos [0]
+    for eos, allowed in ((None, {0}), (7, {7}), ([7, 8], {7, 8})):
+        cat = Catalogue.from_file(path, eos_token_id=eos)
+        rows, cols = cat.allowed_pairs(cat.trie.walk(np.array([[5]])))
+        assert set(cols.tolist()) == allowed and rows.tolist() == [0] * len(allowed)
+
+
+def test_a_text_catalogue_that_cannot_be_read_names_the_file(tmp_path):
+    """The reader of text catalogues, on a path it cannot read (a folder): the file and the
+    reason are named. Called directly: through ``from_file`` the same path fails earlier, when its
+    first bytes are read to recognize a saved catalogue, so this branch is reached only when the
+    file becomes unreadable between the two reads."""
+    from beamsearch.processors.catalogue import _text_entries
+
+    with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(tmp_path)))} cannot be read: "
+                                         "Is a directory$"):
+        _text_entries(tmp_path)

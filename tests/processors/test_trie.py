@@ -467,10 +467,11 @@ def test_searches_with_the_trie_on_the_device_equal_those_on_the_host(monkeypatc
                                  n_best=min(beam, 10), logits_processors=[Catalogue(entries, EOS)])
 
     host = [search(beam) for beam in (4, 64, 1024)]
-    forced = []
-    monkeypatch.setattr(catalogue, "on_accelerator", lambda x: forced.append(1) or isinstance(x, torch.Tensor))
+    forced, real = [], Catalogue.allowed_pairs_on
+    monkeypatch.setattr(catalogue, "on_accelerator", lambda x: isinstance(x, torch.Tensor))
+    monkeypatch.setattr(Catalogue, "allowed_pairs_on", lambda *a: forced.append(1) or real(*a))
     device = [search(beam) for beam in (4, 64, 1024)]
-    assert len(forced) >= 9  # every step of the three searches
+    assert len(forced) >= 9  # every step of the three searches took the device path
     for a, b in zip(host, device, strict=True):
         assert [[(h.tokens, h.logprob) for h in r] for r in a] == [[(h.tokens, h.logprob) for h in r] for r in b]
 
@@ -557,3 +558,146 @@ def test_load_messages(tmp_path):
     with pytest.raises(ValueError,
                        match=rf"^catalogue file {re.escape(repr(str(text)))} cannot be read as safetensors: "):
         Trie.load(text)
+
+
+# A saved catalogue's arrays, checked on load: each case below is the good trie of the entries
+# [3, 1], [3, 2], [5] (nodes 0 root, 1 '3', 2 '5', 3 '3 1', 4 '3 2'; first [0, 2, 4, 4, 4, 4], token
+# [3, 5, 1, 2], ends [0, 0, 1, 1, 1]) or of the eight one-token entries [1] .. [8] (9 nodes: first
+# [0, 8, 8, 8, 8, 8, 8, 8, 8, 8], token [1 .. 8], ends [0, 1 x 8]), with one field changed by hand;
+# the messages are those checked_trie's docstring states, in full (the file, the field, the values).
+
+GOOD = {"first": np.array([0, 2, 4, 4, 4, 4]), "token": np.array([3, 5, 1, 2], np.int32),
+        "ends": np.array([0, 0, 1, 1, 1], np.uint8), "eos": np.array([0])}
+NINE = {"first": np.array([0] + [8] * 9), "token": np.arange(1, 9, dtype=np.int32),
+        "ends": np.array([0] + [1] * 8, np.uint8), "eos": np.array([0])}
+
+
+def write(path, width="6", good=GOOD, **fields):
+    """``good``'s arrays with ``fields`` replaced (None: left out), saved with metadata ``width``."""
+    from safetensors.numpy import save_file
+
+    save_file({k: v for k, v in {**good, **fields}.items() if v is not None}, str(path),
+              metadata={"format": FORMAT, "width": width})
+    return path
+
+
+def test_the_hand_written_tries_load_as_built():
+    """The two good tries above are what ``Trie.build`` makes of their entries (so each damaged
+    case below differs from a real file in its one changed field)."""
+    for good, entries, width in ((GOOD, [[3, 1], [3, 2], [5]], 6), (NINE, [[i] for i in range(1, 9)], 9)):
+        built = build(entries)
+        assert [built.first.tolist(), built.token.tolist(), built.ends.tolist(), built.width] == [
+            good["first"].tolist(), good["token"].tolist(), good["ends"].astype(bool).tolist(), width]
+
+
+WIDE = 2**62  # a width whose keys overflow int64 from 2 nodes on: 5 x 2**62 >= 2**63
+DAMAGED_IN_FULL = [
+    # an item ending where no entry can: at the root
+    ({"ends": np.array([1, 0, 1, 1, 1], np.uint8)}, "6", GOOD,
+     "field 'ends' marks the root as an entry (entries are non-empty)"),
+    # a value other than 0 and 1 among 9 nodes: the message shows the first 8 values
+    ({"ends": np.array([0, 1, 1, 1, 2, 1, 1, 1, 1], np.uint8)}, "9", NINE,
+     "field 'ends' must hold 0 or 1 for each node, the root first; got [0, 1, 1, 1, 2, 1, 1, 1]"),
+    # no node at all (not even the root)
+    ({"first": np.array([0]), "token": np.zeros(0, np.int32), "ends": np.zeros(0, np.uint8)}, "6", GOOD,
+     "field 'ends' must hold 0 or 1 for each node, the root first; got []"),
+    # one offset short: 5 offsets for 5 nodes
+    ({"first": np.array([0, 2, 4, 4, 4])}, "6", GOOD,
+     "field 'first' must hold one offset per node and one more (6), token one id per edge (4); got 5 offsets and 4 "
+     "tokens for 5 nodes"),
+    # the last offset past the edge count, among 10 offsets: the first 8 shown, then the last
+    ({"first": np.array([0] + [8] * 8 + [9])}, "9", NINE,
+     "field 'first' must rise from 0 to the edge count 8 and never decrease; got [0, 8, 8, 8, 8, 8, 8, 8] ... 9"),
+    # node 2 given edges 1..3: its edge 1 leads to itself
+    ({"first": np.array([0, 1, 1, 4, 4, 4])}, "6", GOOD,
+     "field 'first' makes edge 1 of node 2 lead to node 2, not after it: every node's edges lead to later nodes "
+     "(else a cycle, or nodes the root never reaches)"),
+    # nodes 3 and 4 given one edge each, to themselves (loops the root never reaches): edges
+    # root -> 1, 1 -> 2, 3 -> 3, 4 -> 4; every other check passes (keys 3, 11, 19, 26 ascending)
+    ({"first": np.array([0, 1, 2, 2, 3, 4]), "ends": np.array([0, 0, 1, 0, 0], np.uint8)}, "6", GOOD,
+     "field 'first' makes edge 2 of node 3 lead to node 3, not after it: every node's edges lead to later nodes "
+     "(else a cycle, or nodes the root never reaches)"),
+    # the largest id equal to the width (ids are < width)
+    ({}, "5", GOOD, "field 'token' must hold ids in [0, width) = [0, 5); got ids from 1 to 5"),
+    # the root alone (no edge, no entry) with width 1: a leaf without an entry
+    ({"first": np.array([0, 0]), "token": np.zeros(0, np.int32), "ends": np.array([0], np.uint8)}, "1", GOOD,
+     "field 'ends' leaves node 0 with no child and no entry ending there"),
+    # a float ends, a bool eos: only ends may be bool, every field is integers
+    ({"ends": np.array([0, 0, 1, 1, 1], np.float64)}, "6", GOOD,
+     "field 'ends' must be a 1-D array of integers; got shape (5,) dtype float64"),
+    ({"eos": np.array([True])}, "6", GOOD, "field 'eos' must be a 1-D array of integers; got shape (1,) dtype bool"),
+    ({"token": np.array([True, True, False, True])}, "6", GOOD,
+     "field 'token' must be a 1-D array of integers; got shape (4,) dtype bool"),
+]
+
+
+@pytest.mark.parametrize("fields, width, good, why", DAMAGED_IN_FULL)
+def test_a_damaged_file_is_refused_with_the_whole_message(tmp_path, fields, width, good, why):
+    path = write(tmp_path / "c.safetensors", width, good, **fields)
+    with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))}: {re.escape(why)}$"):
+        Trie.load(path)
+
+
+def test_a_file_without_a_field_or_with_overflowing_keys_is_named_in_full(tmp_path):
+    """A missing field: the message lists the four a saved catalogue has. A width of 2**62 over 5
+    nodes: the keys node x width + token reach 5 x 2**62 >= 2**63; the message names the file."""
+    path = write(tmp_path / "c.safetensors", eos=None)
+    with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))} has no field 'eos' "
+                                         r"\(a saved catalogue has first, token, ends and eos\)$"):
+        Trie.load(path)
+    path = write(tmp_path / "c.safetensors", str(WIDE))
+    with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))}: a trie of 5 nodes over token "
+                                         rf"ids up to {WIDE - 1} does not fit its int64 keys \(nodes x \(largest "
+                                         r"id \+ 1\) must be < 2\*\*63\); token ids are a vocabulary's, < V$"):
+        Trie.load(path)
+
+
+def test_ends_stored_as_bool_and_a_width_of_1_load(tmp_path):
+    """ends may be stored as bool (1 byte per node, like save's uint8): the same trie loads. A
+    catalogue whose only id is 0 (eos 1) has width 1: it saves and loads back, entries and eos."""
+    back, eos = Trie.load(write(tmp_path / "c.safetensors", ends=np.array([0, 0, 1, 1, 1], bool)))
+    assert sorted(back.items()) == [(3, 1), (3, 2), (5,)] and eos.tolist() == [0]
+    cat = Catalogue([[0], [0, 0, 0]], 1)
+    assert cat.trie.width == 1
+    cat.save(tmp_path / "zero.safetensors")
+    back = Catalogue.load(tmp_path / "zero.safetensors")
+    assert sorted(back.trie.items()) == [(0,), (0, 0, 0)] and back.eos_token_id == [1]
+
+
+def test_built_and_loaded_tries_have_the_documented_dtypes(tmp_path):
+    """first, token and key int64 and ends bool (the Trie's attributes), built, and loaded whatever
+    the file's dtypes (int32 tokens, uint8 ends): ``ending`` gives a bool mask, usable to pick rows
+    (of the walks '3', '5', '3 1', only '5' and '3 1' end an entry: nodes 2 and 3)."""
+    built = build([[3, 1], [3, 2], [5]])
+    built.save(tmp_path / "c.safetensors", np.array([0]))
+    back, _ = Trie.load(tmp_path / "c.safetensors")
+    for trie in (built, back):
+        assert [a.dtype for a in (trie.first, trie.token, trie.ends, trie.key)] == [np.int64, np.int64, np.bool_,
+                                                                                   np.int64]
+        node = np.concatenate([trie.walk(np.array([[3], [5]])), trie.walk(np.array([[3, 1]]))])
+        assert trie.ending(node).dtype == np.bool_ and node[trie.ending(node)].tolist() == [2, 3]
+
+
+def test_save_stores_ids_up_to_2_to_the_31_minus_2_as_int32(tmp_path):
+    """The largest id 2**31 - 2 (width 2**31 - 1) fits int32: stored as int32, loaded back exact."""
+    from safetensors import safe_open
+
+    big = 2**31 - 2
+    build([[big, 1], [3]]).save(tmp_path / "t.safetensors", np.array([0]))
+    with safe_open(str(tmp_path / "t.safetensors"), framework="numpy") as f:
+        assert f.get_tensor("token").dtype == np.int32
+    back, _ = Trie.load(tmp_path / "t.safetensors")
+    assert sorted(back.items()) == [(3,), (big, 1)]
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_a_tries_device_copies_are_on_that_device():
+    """``on(device)`` holds first, token and ends on that device (here torch's "meta" device, a
+    device other than the CPU that needs no accelerator), same shapes and dtypes, one copy per
+    device."""
+    trie = build([[3, 1], [3, 2], [5]])
+    on = trie.on("meta")
+    for name in ("first", "token", "ends"):
+        got, want = getattr(on, name), getattr(trie, name)
+        assert (got.device.type, tuple(got.shape), str(got.dtype)) == ("meta", want.shape, f"torch.{want.dtype}")
+    assert trie.on(torch.device("meta")) is on and trie.on("cpu").first.device.type == "cpu"
