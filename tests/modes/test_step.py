@@ -963,6 +963,60 @@ def test_errors_name_the_parameter_and_value(kw, error, message):
         search_with(**kw)
 
 
+def _unread_lines():
+    """Lines that fail the test when read: a refusal must come before any line is read."""
+    raise AssertionError("a line was read before the options were checked")
+    yield  # pragma: no cover
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(sample_seed=-1), ValueError, r"^sample_seed must be >= 0; got -1$"),
+    (dict(sample_seed=1.5), TypeError, r"^sample_seed must be an integer; got 1\.5 of type float$"),
+    (dict(dvts=2), TypeError, r"^dvts must be a bool; got 2$"),
+    (dict(token_budget=0), ValueError, r"^token_budget must be >= 1; got 0$"),
+    (dict(scored_budget=0), ValueError, r"^scored_budget must be >= 1; got 0$"),
+    (dict(token_budget=1.5), TypeError, r"^token_budget must be an integer; got 1\.5 of type float$"),
+])
+def test_decode_records_refuses_a_bad_step_option_before_reading_a_line(kw, error, message):
+    """decode_records checks its options at the first next(), before any line is read (its
+    documented contract): a bad seed, dvts flag or budget is the error naming it and its value,
+    the message step_search gives for it."""
+    from beamsearch import corpus
+    from beamsearch.corpus import decode_records
+
+    with pytest.raises(error, match=message):
+        next(decode_records(corpus.toy_model(), _unread_lines(), mode="step", scorer=scorer, n=2, max_steps=3, **kw))
+
+
+def test_the_step_modes_configure_refuses_rng_and_sample_seed_as_step_search_does():
+    """Mode.configure, the check made once before any prompt, refuses an rng given with a
+    sample_seed with step_search's own error for the same keywords (the oracle: step_search's
+    message, with the same Generator object)."""
+    from beamsearch.modes import registry
+
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError) as searched:
+        search_with(sample_seed=5, rng=rng)
+    with pytest.raises(ValueError) as configured:
+        registry.mode("step").configure(dict(scorer=scorer, n=2, eos_token_id=EOS, max_steps=3, sample_seed=5,
+                                             rng=rng))
+    assert str(configured.value) == str(searched.value)
+    assert re.fullmatch(r"give rng or sample_seed, not both; got rng=Generator\(PCG64\) at \w+ and sample_seed=5",
+                        str(configured.value))
+
+
+@pytest.mark.parametrize("seeds", [[1, 2, 3], (4,), [-1]])
+def test_the_step_modes_configure_leaves_a_list_of_seeds_to_the_prompts_check(seeds):
+    """A list of seeds is one per prompt: its length and values are checked with the prompts
+    (step_search refuses a list of the wrong length, or a negative seed, naming it), so configure,
+    which sees no prompt, takes any list as given."""
+    from beamsearch.modes import registry
+
+    config = registry.mode("step").configure(dict(scorer=scorer, n=2, eos_token_id=EOS, max_steps=3,
+                                                  sample_seed=seeds))
+    assert config.options.sample_seed == seeds
+
+
 def test_beam_segments_are_ranked_by_logprob_without_a_length_penalty():
     """One round, a beam of width 1 (n = m = 1) within a 2-token segment. Prompt [2]: eos first at
     log-probability -1.0 (p = e**-1); token 1 at p = 0.6, then eos at p = e**-1.05 / 0.6, so the
