@@ -240,6 +240,11 @@ def rows_fed(model, prompts):
     return out
 
 
+def calls_held(model, prompts):
+    """Per prompt, the model calls that held at least one of its rows."""
+    return [sum(any(prefix[: len(p)] == tuple(p) for prefix in call) for call in model.calls) for p in prompts]
+
+
 @pytest.mark.parametrize("expansion", ["sample", "beam"])
 @pytest.mark.parametrize("budget", [dict(token_budget=7), dict(token_budget=40), dict(scored_budget=9), dict(rounds=2),
                                     dict(token_budget=25, scored_budget=20)])
@@ -250,10 +255,10 @@ def test_budgets_are_never_exceeded_and_count_what_the_model_did(expansion, budg
                 stop_sequences=[[DELIM]], expansion=expansion)
     args.update(budget)
     got = step_search(model.step, model.init_state(prompts), prompts, **args)
-    fed = rows_fed(model, prompts)
+    fed, held = rows_fed(model, prompts), calls_held(model, prompts)
     for i in range(2):
         info = got.info[i]
-        assert info["generated_tokens"] == fed[i]
+        assert info["generated_tokens"] == fed[i] and info["model_calls"] == held[i]
         assert info["generated_tokens"] <= budget.get("token_budget", 10**9)
         assert info["scored"] <= budget.get("scored_budget", 10**9)
         assert info["rounds"] <= args["rounds"] and info["scorer_calls"] == info["rounds"]
@@ -824,6 +829,20 @@ def test_beam_budgets_by_hand():
     assert got.info[0]["rounds"] == 1 and got.info[0]["scored"] == 4
 
 
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+def test_one_row_a_round_may_spend_the_whole_token_budget(expansion):
+    """n = m = 1 (one sampled segment, or a beam of width 1: one row per token), max_steps 4,
+    token budget 5, segments never end early. By hand: round 1's limit is min(4, 5 // 1) = 4 (4
+    rows, 1 left), round 2's min(4, 1 // 1) = 1 (0 left), round 3's 0: it does not run. One
+    solution of segments [4, 1], 5 rows."""
+    model = SequenceModel(no_end_table)
+    got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=scorer, n=1, m=1, rounds=5,
+                      expansion=expansion, sample_seed=3, eos_token_id=EOS, max_steps=4, stop_sequences=[[DELIM7]],
+                      token_budget=5)
+    assert (got.info[0]["rounds"], got.info[0]["generated_tokens"]) == (2, 5) and fed_rows(model) == 5
+    assert [[len(s) for s in h.segments] for h in got[0]] == [[4, 1]]
+
+
 def test_budget_stopped_solutions_keep_their_aggregation_and_results_their_pad():
     got, _ = run_budget("sample", token_budget=26, aggregation="min", pad_token_id=9)
     for h in got[0]:
@@ -1101,6 +1120,7 @@ def _with_candidate(value, j=1):
     (_with_candidate(0.5 + 0j), TypeError, r"got \(0\.5\+0j\) of type complex for candidate 1$"),
     (_with_candidate(None), TypeError, r"got None of type NoneType for candidate 1$"),
     (_with_candidate([0.5]), TypeError, r"got \[0\.5\] of type list for candidate 1$"),
+    (_with_candidate(np.array([0.5])), TypeError, r"got array\(\[0\.5\]\) of type ndarray for candidate 1$"),
     (_with_candidate(10**400), ValueError, r"^scorer returned an integer too large for a float64 "
                                            r"\(10000000000000000000\.\.\., 401 digits\) for candidate 1$"),
     (lambda p, s: None, TypeError, r"^scorer must return one real per candidate \(8\); got None of type NoneType$"),
@@ -1118,6 +1138,20 @@ def test_a_scorer_answer_that_is_not_reals_is_named_with_its_candidate(answer, e
     '0.5' as 0.5) or called NaN; 10**400 was numpy's OverflowError."""
     with pytest.raises(error, match=message):
         search_with(scorer=answer)
+
+
+def test_a_scorer_may_answer_a_list_of_0d_arrays_or_tensors():
+    """Each candidate's score as a 0-d array, a numpy scalar or a 0-d tensor: taken as the value it
+    holds, the same search as the scorer answering those values as Python floats (the test
+    scorer's values rounded to float32, so that every wrapper holds them exactly)."""
+    def values(prompts, partials):
+        return [float(np.float32(v)) for v in scorer(prompts, partials)]
+
+    want = [as_tuples(x) for x in search_with(scorer=values, rounds=2)]
+    wraps = [np.array, np.float32] + ([lambda v: torch.tensor(v, dtype=torch.float32)] if torch is not None else [])
+    for wrap in wraps:
+        got = search_with(scorer=lambda p, s, wrap=wrap: [wrap(v) for v in values(p, s)], rounds=2)
+        assert [as_tuples(x) for x in got] == want
 
 
 @pytest.mark.skipif(torch is None, reason="no torch")
