@@ -486,6 +486,25 @@ def test_a_token_automaton_holds_across_rounds(backend):
     assert max(len(h.tokens) for h in got[0]) >= 4
 
 
+def test_an_automaton_holds_for_a_prompt_that_goes_on_after_another_ran_out_of_budget():
+    """The TokenDFA for (1 2)+ then eos; prompts [3] (2-token segments) and [4] (1-token), n=4,
+    m=2, token budget 10, by hand: round 1 costs [3] 4 x 2 = 8 rows (2 left: its round 2 would need
+    4) and [4] 4 rows (6 left); round 2 runs [4] alone (4 rows). [4]'s partial solutions keep their
+    automaton state from round 1 (after '1': 2 next), so each is 1 2 in two steps; restarted, the
+    automaton would have allowed 1 only."""
+    from beamsearch.processors import TokenDFA
+
+    table = np.full((3, V), -1)
+    table[0, 1], table[1, 2], table[2, 1] = 1, 2, 1  # state 2: after "1 2", accepting
+    dfa = TokenDFA(table, 0, [2], EOS)
+    model = SequenceModel(random_table(V, 1))
+    got = step_search(model.step, model.init_state([[3], [4]]), [[3], [4]], scorer=scorer, n=4, m=2, rounds=4,
+                      sample_seed=2, eos_token_id=EOS, max_steps=[2, 1], logits_processors=[dfa], token_budget=10)
+    assert [(x["rounds"], x["generated_tokens"]) for x in got.info] == [(1, 8), (2, 8)]
+    assert [(h.tokens, h.segments) for h in got[0]] == [([1, 2], [[1, 2]])] * 2
+    assert [(h.tokens, h.segments) for h in got[1]] == [([1, 2], [[1], [2]])] * 2
+
+
 def test_allowed_tokens_see_the_prompt_index_and_the_whole_solution():
     """AllowedTokens' fn got the engine input of an expansion (up to n * prompts - 1) and, where
     it read its input, the wrong prompt. Here it gets the prompt's index and the prompt then the
