@@ -192,6 +192,31 @@ def test_hand_example_overlap_and_order():
         search(table, [[0]], [[[1, 2], [2, 0]]], eos_token_id=3, max_steps=4, beam_size=2, ordered=True)
 
 
+def test_a_stream_input_checked_alone_is_refused_by_the_order_of_its_constraints():
+    """decode_stream checks each input alone before it joins: with ordered=True, an input whose own
+    constraints [1, 2], [2, 0] fit max_steps=4 only unordered (1 2 0 eos; ordered they need 1 2 2 0
+    eos, 5 tokens, as in the hand example above) gets constrained_beam_search's error for it, word
+    for word, while an input whose constraint fits decodes as constrained_beam_search decodes it."""
+    from beamsearch.refill import decode_stream
+
+    def table(seq):
+        return [0.0, 0.0, 0.0, 2.0]
+
+    with pytest.raises(ValueError) as raised:
+        search(table, [[0]], [[[1, 2], [2, 0]]], eos_token_id=3, max_steps=4, beam_size=2, ordered=True)
+    alone, _ = search(table, [[0]], [[[2, 1]]], eos_token_id=3, max_steps=4, beam_size=2, ordered=True)
+    model = SequenceModel(table)
+    items = [{"prompt": [0], "constraints": [[1, 2], [2, 0]]}, {"prompt": [0], "constraints": [[2, 1]]}]
+    got = {r.index: r for r in decode_stream(model.step, lambda its: model.init_state([it["prompt"] for it in its]),
+                                             items, max_rows=4, mode="constrained", beam_size=2, ordered=True,
+                                             eos_token_id=3, max_steps=4)}
+    assert type(got[0].error) is ValueError and str(got[0].error) == str(raised.value)
+    assert "5 tokens" in str(raised.value)
+    assert got[1].error is None
+    assert [h.tokens for h in got[1].hypotheses] == [h.tokens for h in alone[0]]
+    assert [h.logprob for h in got[1].hypotheses] == pytest.approx([h.logprob for h in alone[0]], abs=1e-12)
+
+
 def test_a_broken_phrase_falls_back_to_its_longest_restart():
     """Phrase [1, 1, 2] in 1 1 1 2: after the third 1 the match is still 1 1 (not reset).
 

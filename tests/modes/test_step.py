@@ -240,6 +240,11 @@ def rows_fed(model, prompts):
     return out
 
 
+def calls_held(model, prompts):
+    """Per prompt, the model calls that held at least one of its rows."""
+    return [sum(any(prefix[: len(p)] == tuple(p) for prefix in call) for call in model.calls) for p in prompts]
+
+
 @pytest.mark.parametrize("expansion", ["sample", "beam"])
 @pytest.mark.parametrize("budget", [dict(token_budget=7), dict(token_budget=40), dict(scored_budget=9), dict(rounds=2),
                                     dict(token_budget=25, scored_budget=20)])
@@ -250,10 +255,10 @@ def test_budgets_are_never_exceeded_and_count_what_the_model_did(expansion, budg
                 stop_sequences=[[DELIM]], expansion=expansion)
     args.update(budget)
     got = step_search(model.step, model.init_state(prompts), prompts, **args)
-    fed = rows_fed(model, prompts)
+    fed, held = rows_fed(model, prompts), calls_held(model, prompts)
     for i in range(2):
         info = got.info[i]
-        assert info["generated_tokens"] == fed[i]
+        assert info["generated_tokens"] == fed[i] and info["model_calls"] == held[i]
         assert info["generated_tokens"] <= budget.get("token_budget", 10**9)
         assert info["scored"] <= budget.get("scored_budget", 10**9)
         assert info["rounds"] <= args["rounds"] and info["scorer_calls"] == info["rounds"]
@@ -479,6 +484,25 @@ def test_a_token_automaton_holds_across_rounds(backend):
         assert body == [1, 2] * (len(body) // 2) + [1] * (len(body) % 2), h.tokens
         assert not h.finished or (len(body) % 2 == 0 and body)
     assert max(len(h.tokens) for h in got[0]) >= 4
+
+
+def test_an_automaton_holds_for_a_prompt_that_goes_on_after_another_ran_out_of_budget():
+    """The TokenDFA for (1 2)+ then eos; prompts [3] (2-token segments) and [4] (1-token), n=4,
+    m=2, token budget 10, by hand: round 1 costs [3] 4 x 2 = 8 rows (2 left: its round 2 would need
+    4) and [4] 4 rows (6 left); round 2 runs [4] alone (4 rows). [4]'s partial solutions keep their
+    automaton state from round 1 (after '1': 2 next), so each is 1 2 in two steps; restarted, the
+    automaton would have allowed 1 only."""
+    from beamsearch.processors import TokenDFA
+
+    table = np.full((3, V), -1)
+    table[0, 1], table[1, 2], table[2, 1] = 1, 2, 1  # state 2: after "1 2", accepting
+    dfa = TokenDFA(table, 0, [2], EOS)
+    model = SequenceModel(random_table(V, 1))
+    got = step_search(model.step, model.init_state([[3], [4]]), [[3], [4]], scorer=scorer, n=4, m=2, rounds=4,
+                      sample_seed=2, eos_token_id=EOS, max_steps=[2, 1], logits_processors=[dfa], token_budget=10)
+    assert [(x["rounds"], x["generated_tokens"]) for x in got.info] == [(1, 8), (2, 8)]
+    assert [(h.tokens, h.segments) for h in got[0]] == [([1, 2], [[1, 2]])] * 2
+    assert [(h.tokens, h.segments) for h in got[1]] == [([1, 2], [[1], [2]])] * 2
 
 
 def test_allowed_tokens_see_the_prompt_index_and_the_whole_solution():
@@ -824,6 +848,20 @@ def test_beam_budgets_by_hand():
     assert got.info[0]["rounds"] == 1 and got.info[0]["scored"] == 4
 
 
+@pytest.mark.parametrize("expansion", ["sample", "beam"])
+def test_one_row_a_round_may_spend_the_whole_token_budget(expansion):
+    """n = m = 1 (one sampled segment, or a beam of width 1: one row per token), max_steps 4,
+    token budget 5, segments never end early. By hand: round 1's limit is min(4, 5 // 1) = 4 (4
+    rows, 1 left), round 2's min(4, 1 // 1) = 1 (0 left), round 3's 0: it does not run. One
+    solution of segments [4, 1], 5 rows."""
+    model = SequenceModel(no_end_table)
+    got = step_search(model.step, model.init_state([[1]]), [[1]], scorer=scorer, n=1, m=1, rounds=5,
+                      expansion=expansion, sample_seed=3, eos_token_id=EOS, max_steps=4, stop_sequences=[[DELIM7]],
+                      token_budget=5)
+    assert (got.info[0]["rounds"], got.info[0]["generated_tokens"]) == (2, 5) and fed_rows(model) == 5
+    assert [[len(s) for s in h.segments] for h in got[0]] == [[4, 1]]
+
+
 def test_budget_stopped_solutions_keep_their_aggregation_and_results_their_pad():
     got, _ = run_budget("sample", token_budget=26, aggregation="min", pad_token_id=9)
     for h in got[0]:
@@ -963,6 +1001,60 @@ def test_errors_name_the_parameter_and_value(kw, error, message):
         search_with(**kw)
 
 
+def _unread_lines():
+    """Lines that fail the test when read: a refusal must come before any line is read."""
+    raise AssertionError("a line was read before the options were checked")
+    yield  # pragma: no cover
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(sample_seed=-1), ValueError, r"^sample_seed must be >= 0; got -1$"),
+    (dict(sample_seed=1.5), TypeError, r"^sample_seed must be an integer; got 1\.5 of type float$"),
+    (dict(dvts=2), TypeError, r"^dvts must be a bool; got 2$"),
+    (dict(token_budget=0), ValueError, r"^token_budget must be >= 1; got 0$"),
+    (dict(scored_budget=0), ValueError, r"^scored_budget must be >= 1; got 0$"),
+    (dict(token_budget=1.5), TypeError, r"^token_budget must be an integer; got 1\.5 of type float$"),
+])
+def test_decode_records_refuses_a_bad_step_option_before_reading_a_line(kw, error, message):
+    """decode_records checks its options at the first next(), before any line is read (its
+    documented contract): a bad seed, dvts flag or budget is the error naming it and its value,
+    the message step_search gives for it."""
+    from beamsearch import corpus
+    from beamsearch.corpus import decode_records
+
+    with pytest.raises(error, match=message):
+        next(decode_records(corpus.toy_model(), _unread_lines(), mode="step", scorer=scorer, n=2, max_steps=3, **kw))
+
+
+def test_the_step_modes_configure_refuses_rng_and_sample_seed_as_step_search_does():
+    """Mode.configure, the check made once before any prompt, refuses an rng given with a
+    sample_seed with step_search's own error for the same keywords (the oracle: step_search's
+    message, with the same Generator object)."""
+    from beamsearch.modes import registry
+
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError) as searched:
+        search_with(sample_seed=5, rng=rng)
+    with pytest.raises(ValueError) as configured:
+        registry.mode("step").configure(dict(scorer=scorer, n=2, eos_token_id=EOS, max_steps=3, sample_seed=5,
+                                             rng=rng))
+    assert str(configured.value) == str(searched.value)
+    assert re.fullmatch(r"give rng or sample_seed, not both; got rng=Generator\(PCG64\) at \w+ and sample_seed=5",
+                        str(configured.value))
+
+
+@pytest.mark.parametrize("seeds", [[1, 2, 3], (4,), [-1]])
+def test_the_step_modes_configure_leaves_a_list_of_seeds_to_the_prompts_check(seeds):
+    """A list of seeds is one per prompt: its length and values are checked with the prompts
+    (step_search refuses a list of the wrong length, or a negative seed, naming it), so configure,
+    which sees no prompt, takes any list as given."""
+    from beamsearch.modes import registry
+
+    config = registry.mode("step").configure(dict(scorer=scorer, n=2, eos_token_id=EOS, max_steps=3,
+                                                  sample_seed=seeds))
+    assert config.options.sample_seed == seeds
+
+
 def test_beam_segments_are_ranked_by_logprob_without_a_length_penalty():
     """One round, a beam of width 1 (n = m = 1) within a 2-token segment. Prompt [2]: eos first at
     log-probability -1.0 (p = e**-1); token 1 at p = 0.6, then eos at p = e**-1.05 / 0.6, so the
@@ -1047,6 +1139,7 @@ def _with_candidate(value, j=1):
     (_with_candidate(0.5 + 0j), TypeError, r"got \(0\.5\+0j\) of type complex for candidate 1$"),
     (_with_candidate(None), TypeError, r"got None of type NoneType for candidate 1$"),
     (_with_candidate([0.5]), TypeError, r"got \[0\.5\] of type list for candidate 1$"),
+    (_with_candidate(np.array([0.5])), TypeError, r"got array\(\[0\.5\]\) of type ndarray for candidate 1$"),
     (_with_candidate(10**400), ValueError, r"^scorer returned an integer too large for a float64 "
                                            r"\(10000000000000000000\.\.\., 401 digits\) for candidate 1$"),
     (lambda p, s: None, TypeError, r"^scorer must return one real per candidate \(8\); got None of type NoneType$"),
@@ -1064,6 +1157,20 @@ def test_a_scorer_answer_that_is_not_reals_is_named_with_its_candidate(answer, e
     '0.5' as 0.5) or called NaN; 10**400 was numpy's OverflowError."""
     with pytest.raises(error, match=message):
         search_with(scorer=answer)
+
+
+def test_a_scorer_may_answer_a_list_of_0d_arrays_or_tensors():
+    """Each candidate's score as a 0-d array, a numpy scalar or a 0-d tensor: taken as the value it
+    holds, the same search as the scorer answering those values as Python floats (the test
+    scorer's values rounded to float32, so that every wrapper holds them exactly)."""
+    def values(prompts, partials):
+        return [float(np.float32(v)) for v in scorer(prompts, partials)]
+
+    want = [as_tuples(x) for x in search_with(scorer=values, rounds=2)]
+    wraps = [np.array, np.float32] + ([lambda v: torch.tensor(v, dtype=torch.float32)] if torch is not None else [])
+    for wrap in wraps:
+        got = search_with(scorer=lambda p, s, wrap=wrap: [wrap(v) for v in values(p, s)], rounds=2)
+        assert [as_tuples(x) for x in got] == want
 
 
 @pytest.mark.skipif(torch is None, reason="no torch")

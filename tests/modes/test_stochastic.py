@@ -321,6 +321,23 @@ def plain(results):
     return [[(h.tokens, h.logprob, h.score, h.finished) for h in hyps] for hyps in results]
 
 
+def test_inclusion_probabilities_refuse_inputs_without_their_own_kappa():
+    """The probabilities are per input, each with its own kappa: results extended with another
+    search's input (whose kappa they do not hold), or made without kappa, are refused rather than
+    answered for fewer inputs than they hold. The oracle for the intact results: q = 1 - exp(-exp(
+    logprob - kappa)), written here."""
+    got = seeded_search(k=2, seed=1)
+    for hyps, kappa, q in zip(got, got.kappa, got.inclusion_probabilities(), strict=True):
+        assert q == pytest.approx([-math.expm1(-math.exp(h.logprob - kappa)) for h in hyps], rel=1e-12)
+    extended = StochasticResults(got, kappa=got.kappa)
+    extended.extend(seeded_search(prompts=PROMPTS[:1], k=2, seed=2))
+    for results in (extended, StochasticResults(got)):
+        with pytest.raises(ValueError):
+            results.inclusion_probabilities()
+        with pytest.raises(ValueError):
+            results.importance_weights()
+
+
 def test_a_numpy_generator_gives_the_seed_it_draws_below_two_to_the_63():
     """Documented: a numpy Generator gives s = rng.integers(2**63); the search is then the one with
     seed=s (the same generator state, drawn here directly)."""

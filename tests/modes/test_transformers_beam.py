@@ -219,3 +219,33 @@ def test_token_logprobs_pad_and_trace_are_handed_on():
     assert len(tree) > 0
     pruned = tree.status == PRUNED
     assert np.bincount(tree.parent[pruned], minlength=len(tree)).max() == 3  # trace_width's default
+
+
+def test_a_callback_sees_every_step_and_may_stop_an_input():
+    """The callback gets one record per model call, steps 1, 2, ...; an input it stops at step 2
+    ends there (no hypothesis longer than 2 tokens) while the others decode as without a callback."""
+    table = random_table(V, 7, eos=0, eos_shift=0.5)
+    plain = run_defaults(table, PROMPTS, [0], 3, 6, n_best=3)
+    steps = []
+
+    def stop_input_1_at_step_2(record):
+        steps.append(record.step)
+        return [1] if record.step == 2 else None
+
+    model = SequenceModel(table)
+    got = transformers_beam_search(model.step, model.init_state(PROMPTS), PROMPTS, eos_token_id=[0], beam_size=3,
+                                   max_steps=6, n_best=3, callback=stop_input_1_at_step_2)
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
+    assert got[1] and all(len(h.tokens) <= 2 for h in got[1])
+    assert any(len(h.tokens) > 2 for h in plain[1])
+    for i in (0, 2):
+        assert [(h.tokens, h.finished, h.score) for h in got[i]] == [(h.tokens, h.finished, h.score) for h in plain[i]]
+
+
+def test_trace_width_sets_the_pruned_candidates_read_per_row():
+    """trace_width=1: each traced row shows one pruned candidate at most (3 by default)."""
+    table = random_table(V, 7, eos=0, eos_shift=1.0)
+    tree = SearchTree()
+    run_defaults(table, PROMPTS, [0], 3, 5, trace=tree, trace_width=1)
+    pruned = tree.status == PRUNED
+    assert np.bincount(tree.parent[pruned], minlength=len(tree)).max() == 1
