@@ -1149,6 +1149,10 @@ def _with_candidate(value, j=1):
     (lambda p, s: np.ones(len(s), complex), TypeError, r"got an array of dtype complex128$"),
     (lambda p, s: np.ones((len(s), 1)), ValueError, r"^scorer must return one real per candidate: shape \(8,\); "
                                                     r"got shape \(8, 1\)$"),
+    (lambda p, s: iter([0.5] * len(s)), TypeError, r"^scorer must return one real per candidate \(8\); got "
+                                                   r"<list_iterator object at 0x[0-9a-fA-F]+> of type list_iterator$"),
+    (lambda p, s: "abcdefgh", TypeError, r"^scorer must return one real per candidate \(8\); got 'abcdefgh' of type "
+                                         r"str$"),
     (lambda p, s: [0.5] * (len(s) + 1), ValueError, r"^scorer must return one real per candidate: shape \(8,\); "
                                                     r"got shape \(9,\)$"),
 ])
@@ -1160,13 +1164,16 @@ def test_a_scorer_answer_that_is_not_reals_is_named_with_its_candidate(answer, e
 
 
 def test_a_scorer_may_answer_a_list_of_0d_arrays_or_tensors():
-    """Each candidate's score as a 0-d array, a numpy scalar or a 0-d tensor: taken as the value it
+    """Each candidate's score as a 0-d array, a numpy scalar or a 0-d tensor (or a numpy array of
+    dtype object holding numpy scalars): taken as the value it
     holds, the same search as the scorer answering those values as Python floats (the test
     scorer's values rounded to float32, so that every wrapper holds them exactly)."""
     def values(prompts, partials):
         return [float(np.float32(v)) for v in scorer(prompts, partials)]
 
     want = [as_tuples(x) for x in search_with(scorer=values, rounds=2)]
+    objects = search_with(scorer=lambda p, s: np.array([np.float32(v) for v in values(p, s)], object), rounds=2)
+    assert [as_tuples(x) for x in objects] == want  # an object array is a sequence of its elements
     wraps = [np.array, np.float32] + ([lambda v: torch.tensor(v, dtype=torch.float32)] if torch is not None else [])
     for wrap in wraps:
         got = search_with(scorer=lambda p, s, wrap=wrap: [wrap(v) for v in values(p, s)], rounds=2)
@@ -1232,14 +1239,15 @@ def test_a_scorer_that_edits_its_arguments_changes_nothing():
 
 
 @pytest.mark.parametrize("limit", [1, 2])
-@pytest.mark.parametrize("delimiter", [[3, 4], [1, 4], [2, 3, 4]])
+@pytest.mark.parametrize("delimiter", [[3, 4], [1, 4], [2, 3, 4], [4, 4]])
 def test_a_delimiter_longer_than_the_open_step_is_matched_from_its_start(limit, delimiter):
     """Segments of 1 or 2 tokens, delimiters of 2 and 3 tokens: the open step is often shorter
     than the delimiter when a segment is cut, so its whole tail (not a token less) is what the next
     segment matches on (a [2, 3] segment that opens a step, then 4, ends the step), and nothing
     before the open step's start counts as a token: right after a delimiter (or at the start) a 4
-    alone never ends a step, also with the delimiter [1, 4] and the prompt [1]. Oracle:
-    ``expected_segments`` from the tokens alone."""
+    alone never ends a step, also with the delimiter [1, 4] and the prompt [1]; with [4, 4], a 4
+    right after a completed 4 4 opens a new step and does not end it. Oracle: ``expected_segments``
+    from the tokens alone."""
     def likes_the_delimiter(seed):
         base = random_table(V, seed)
 
