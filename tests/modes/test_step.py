@@ -1071,6 +1071,25 @@ def test_beam_segments_are_ranked_by_logprob_without_a_length_penalty():
     assert [h.tokens for h in got[0]] == [[EOS]] and got[0][0].logprob == pytest.approx(-1.0, abs=1e-12)
 
 
+def test_a_beam_segment_stops_once_no_open_row_can_beat_the_finished_by_logprob():
+    """One round, a beam of width 1 within 3-token segments. Prompt [2]: eos at p = e**-1 (the
+    segment [0], logprob -1.0); token 1 at p = 0.6, then token 1 again at p = e**-1.1 / 0.6, so the
+    best open row [1, 1] has logprob -1.1 after the second call: nothing open can beat the finished
+    [0] any more, and the segment search stops after 2 model calls of one row each (a length
+    penalty on the finished and the bound, alpha 0.6: -1.1 / (8 / 6) ** 0.6 = -0.93 > -1.0, would
+    search a third token)."""
+    first = np.full(V, (1 - math.exp(-1.0) - 0.6) / 3)
+    first[EOS], first[1] = math.exp(-1.0), 0.6
+    second = np.full(V, (1 - math.exp(-1.1) / 0.6) / 4)
+    second[1] = math.exp(-1.1) / 0.6
+    probs = {(2,): first, (2, 1): second}
+    model = SequenceModel(lambda seq: np.log(probs.get(tuple(seq), np.full(V, 1 / V))))
+    got = step_search(model.step, model.init_state([[2]]), [[2]], scorer=scorer, n=1, expansion="beam",
+                      eos_token_id=EOS, max_steps=3)
+    assert [h.tokens for h in got[0]] == [[EOS]] and got[0][0].logprob == pytest.approx(-1.0, abs=1e-12)
+    assert (got.info[0]["model_calls"], got.info[0]["generated_tokens"]) == (2, 2)
+
+
 def test_dvts_subtrees_keep_their_number_after_one_of_them_ends():
     """eos likely (seed 0, table 2): every candidate of one DVTS subtree (not the last) finishes
     in an early round, so the kept partial solutions' places are no longer their subtree numbers;
