@@ -274,6 +274,19 @@ def test_the_defaults_one_result_early_stop_and_a_trace_of_three():
     assert per_parent.max() == 3
 
 
+@pytest.mark.parametrize("width", [1, 2])
+def test_the_trace_records_trace_width_pruned_candidates_per_row(width):
+    """V = 7, eos = 3: every row has 6 finite candidates that are not eos and its group keeps 2
+    children in all, so every row has 4 or more pruned ones; the trace records exactly ``width``
+    of them for some row and never more (both below the default 3)."""
+    table = random_table(7, 5, eos=EOS, eos_shift=0.3)
+    tree = SearchTree()
+    run(table, [[0]], num_groups=2, diversity_penalty=1.0, beam_size=4, max_steps=2, trace=tree, trace_width=width)
+    pruned = tree.status == PRUNED
+    per_parent = np.bincount(tree.parent[pruned], minlength=len(tree))
+    assert per_parent.max() == width
+
+
 def fixed(p):
     """A model whose every next-token distribution is ``p`` (V = len(p)), as logits."""
     logp = np.log(np.asarray(p, dtype=np.float64))

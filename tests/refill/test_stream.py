@@ -791,6 +791,17 @@ def test_decode_stream_argument_errors_word_for_word():
         decode_stream(model.step, _make_state(model), [], max_rows=4, eos_token_id=EOS)
 
 
+def test_a_per_input_max_steps_list_is_refused_for_a_stream_before_any_model_call():
+    """A stream has no fixed inputs to align a list with: any list of max_steps is refused as having
+    one entry per prompt of none (0), the message of the batch modes' length check."""
+    model = SequenceModel(EDGE_TABLE)
+    for steps in ([4], [4, 4]):
+        with pytest.raises(ValueError, match=rf"^max_steps must have one entry per prompt \(0\); got {len(steps)} "
+                                             r"entries$"):
+            list(_stream([[1], [2]], model=model, beam_size=2, max_steps=steps))
+    assert model.calls == []
+
+
 def test_an_unknown_input_key_is_an_error_record_naming_the_keys_taken():
     results = list(_stream([{"prompt": [1], "colour": 2}], beam_size=2))
     assert str(results[0].error) == "input has the key 'colour'; an input dict takes max_steps, prefix, prompt, source"
