@@ -38,11 +38,12 @@ def text(seq):
     return "".join(VOCAB[t] for t in seq)
 
 
-@pytest.mark.parametrize("pattern", ["(ab)*c", "a(ba)*b?", "(a|bc)*", "b{1,3}a?", "c|ab|ba", "a{0}"])
+@pytest.mark.parametrize("pattern", ["(ab)*c", "a(ba)*b?", "(a|bc)*", "b{1,3}a?", "c|ab|ba", "a{0}", "", "()"])
 def test_accepts_equals_fullmatch(pattern):
     """Every sequence of up to 4 tokens: accepted iff its text fully matches (the empty token has
     no transition: a sequence holding it is refused). ``a{0}`` is a character automaton
-    of one state: only the empty sequence is accepted."""
+    of one state: only the empty sequence is accepted; so are ``""`` and ``"()"``, whose
+    automaton has no symbol at all (not even one for the characters it does not name)."""
     dfa = TokenDFA.from_regex(pattern, VOCAB, EOS)
     for seq in sequences(4):
         want = re.fullmatch(pattern, text(seq)) is not None and 4 not in seq
@@ -50,7 +51,7 @@ def test_accepts_equals_fullmatch(pattern):
     assert (np.asarray(dfa.transitions)[:, [EOS, 4]] == -1).all()
 
 
-@pytest.mark.parametrize("pattern", ["c|ab|ba", "b{1,3}a?", "(ab|b){0,2}c", "a{0}"])
+@pytest.mark.parametrize("pattern", ["c|ab|ba", "b{1,3}a?", "(ab|b){0,2}c", "a{0}", ""])
 def test_masks_of_a_finite_language_equal_its_continuations(pattern):
     """A finite language (texts of at most 5 characters, so 5 tokens suffice): after each prefix
     of tokens, the allowed tokens are those some accepted sequence continues with, eos where the

@@ -227,7 +227,7 @@ def _char_table(fsm: Any) -> tuple[np.ndarray, int, np.ndarray]:
     states renumbered 0..Sc-1, A the alphabet's symbols."""
     states = sorted(fsm.states)
     number = {s: i for i, s in enumerate(states)}
-    n_symbols = max(fsm.alphabet.values()) + 1
+    n_symbols = max(fsm.alphabet.values(), default=-1) + 1  # an empty pattern ("", "()"): no symbol
     chars = np.full((len(states), n_symbols), -1, dtype=np.int64)
     for s, moves in fsm.map.items():  # construction only
         for symbol, nxt in moves.items():
@@ -248,12 +248,16 @@ def _token_table(chars: np.ndarray, alphabet: Any, vocab: Sequence[str]) -> np.n
     for v, text in enumerate(vocab):  # construction only: each character's symbol, once
         for j, ch in enumerate(text):
             if ch not in symbol_of:
-                # interegular's alphabets always hold anything_else: the symbol of every character
-                # the pattern does not name
-                symbol_of[ch] = int(alphabet[ch])
+                # a character the pattern does not name has the symbol anything_else, which
+                # interegular's alphabet holds unless the pattern matches only "" (then None:
+                # the dead column below)
+                found = alphabet[ch]
+                symbol_of[ch] = chars.shape[1] if found is None else int(found)
             symbols[v, j] = symbol_of[ch]
-    # a dead state n_states (all transitions to itself) stands for -1 during the walk
+    # a dead state n_states (all transitions to itself) stands for -1 during the walk, and a dead
+    # column chars.shape[1] for a character outside the alphabet
     padded = np.vstack([np.where(chars >= 0, chars, n_states), np.full((1, chars.shape[1]), n_states)])
+    padded = np.hstack([padded, np.full((n_states + 1, 1), n_states)])
     state = np.repeat(np.arange(n_states)[:, None], len(vocab), axis=1)  # --> [Sc, V]
     for j in range(width):
         moving = symbols[:, j] >= 0  # --> [V], the tokens with a j-th character
