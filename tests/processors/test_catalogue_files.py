@@ -34,11 +34,12 @@ def test_the_hand_written_trie_is_the_one_save_writes(tmp_path):
         assert f.metadata() == {"format": FORMAT, "width": "6"}
 
 
-def saved(tmp_path, width="6", **fields):
-    """The good trie's file with ``fields`` replaced (None: left out) and metadata width ``width``."""
+def saved(tmp_path, width="6", good=GOOD, **fields):
+    """``good``'s file (the good trie's by default) with ``fields`` replaced (None: left out) and
+    metadata width ``width``."""
     from safetensors.numpy import save_file
 
-    arrays = {k: v for k, v in {**GOOD, **fields}.items() if v is not None}
+    arrays = {k: v for k, v in {**good, **fields}.items() if v is not None}
     path = tmp_path / "c.safetensors"
     save_file(arrays, str(path),
               metadata={"format": FORMAT, "width": width} if width is not None else {"format": FORMAT})

@@ -34,6 +34,7 @@ from beamsearch.core.select import StepScores, Terminals, best_of_support, best_
 from beamsearch.processors import Catalogue, catalogue
 from beamsearch.processors.trie import FORMAT, Trie
 from models import PrefixModel, brute_force, random_table
+from tests.processors.test_catalogue_files import GOOD, saved  # the hand-written good trie and its file
 
 try:
     import torch
@@ -560,25 +561,14 @@ def test_load_messages(tmp_path):
         Trie.load(text)
 
 
-# A saved catalogue's arrays, checked on load: each case below is the good trie of the entries
+# A saved catalogue's arrays, checked on load: each case below is the good trie (GOOD) of the entries
 # [3, 1], [3, 2], [5] (nodes 0 root, 1 '3', 2 '5', 3 '3 1', 4 '3 2'; first [0, 2, 4, 4, 4, 4], token
 # [3, 5, 1, 2], ends [0, 0, 1, 1, 1]) or of the eight one-token entries [1] .. [8] (9 nodes: first
 # [0, 8, 8, 8, 8, 8, 8, 8, 8, 8], token [1 .. 8], ends [0, 1 x 8]), with one field changed by hand;
 # the messages are those checked_trie's docstring states, in full (the file, the field, the values).
 
-GOOD = {"first": np.array([0, 2, 4, 4, 4, 4]), "token": np.array([3, 5, 1, 2], np.int32),
-        "ends": np.array([0, 0, 1, 1, 1], np.uint8), "eos": np.array([0])}
 NINE = {"first": np.array([0] + [8] * 9), "token": np.arange(1, 9, dtype=np.int32),
         "ends": np.array([0] + [1] * 8, np.uint8), "eos": np.array([0])}
-
-
-def write(path, width="6", good=GOOD, **fields):
-    """``good``'s arrays with ``fields`` replaced (None: left out), saved with metadata ``width``."""
-    from safetensors.numpy import save_file
-
-    save_file({k: v for k, v in {**good, **fields}.items() if v is not None}, str(path),
-              metadata={"format": FORMAT, "width": width})
-    return path
 
 
 def test_the_hand_written_tries_load_as_built():
@@ -633,7 +623,7 @@ DAMAGED_IN_FULL = [
 
 @pytest.mark.parametrize("fields, width, good, why", DAMAGED_IN_FULL)
 def test_a_damaged_file_is_refused_with_the_whole_message(tmp_path, fields, width, good, why):
-    path = write(tmp_path / "c.safetensors", width, good, **fields)
+    path = saved(tmp_path, width, good, **fields)
     with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))}: {re.escape(why)}$"):
         Trie.load(path)
 
@@ -641,11 +631,11 @@ def test_a_damaged_file_is_refused_with_the_whole_message(tmp_path, fields, widt
 def test_a_file_without_a_field_or_with_overflowing_keys_is_named_in_full(tmp_path):
     """A missing field: the message lists the four a saved catalogue has. A width of 2**62 over 5
     nodes: the keys node x width + token reach 5 x 2**62 >= 2**63; the message names the file."""
-    path = write(tmp_path / "c.safetensors", eos=None)
+    path = saved(tmp_path, eos=None)
     with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))} has no field 'eos' "
                                          r"\(a saved catalogue has first, token, ends and eos\)$"):
         Trie.load(path)
-    path = write(tmp_path / "c.safetensors", str(WIDE))
+    path = saved(tmp_path, str(WIDE))
     with pytest.raises(ValueError, match=f"^catalogue file {re.escape(repr(str(path)))}: a trie of 5 nodes over token "
                                          rf"ids up to {WIDE - 1} does not fit its int64 keys \(nodes x \(largest "
                                          r"id \+ 1\) must be < 2\*\*63\); token ids are a vocabulary's, < V$"):
@@ -655,7 +645,7 @@ def test_a_file_without_a_field_or_with_overflowing_keys_is_named_in_full(tmp_pa
 def test_ends_stored_as_bool_and_a_width_of_1_load(tmp_path):
     """ends may be stored as bool (1 byte per node, like save's uint8): the same trie loads. A
     catalogue whose only id is 0 (eos 1) has width 1: it saves and loads back, entries and eos."""
-    back, eos = Trie.load(write(tmp_path / "c.safetensors", ends=np.array([0, 0, 1, 1, 1], bool)))
+    back, eos = Trie.load(saved(tmp_path, ends=np.array([0, 0, 1, 1, 1], bool)))
     assert sorted(back.items()) == [(3, 1), (3, 2), (5,)] and eos.tolist() == [0]
     cat = Catalogue([[0], [0, 0, 0]], 1)
     assert cat.trie.width == 1
