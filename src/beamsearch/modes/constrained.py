@@ -148,9 +148,10 @@ def _trackers(constraints: Any, ordered: bool, eos: np.ndarray, prefix: Any, max
         trackers = Trackers.build(cons, ordered)
     except TooManyStates as e:
         i = e.args[0]
-        advice = "use fewer or shorter ones" if ordered else "use fewer or ordered=True"
+        kind, advice = ("ordered", "use fewer or shorter ones") if ordered else \
+            ("unordered", "use fewer or ordered=True")
         raise ValueError(f"constraints[{i}] need more than {MAX_STATES} tracker states "
-                         f"({len(cons[i])} {'ordered' if ordered else 'unordered'} constraints); {advice}") from None
+                         f"({len(cons[i])} {kind} constraints); {advice}") from None
     if cons:
         _check_fit(trackers, prefix, max_steps)
     return trackers, named

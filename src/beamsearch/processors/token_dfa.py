@@ -256,8 +256,8 @@ def _token_table(chars: np.ndarray, alphabet: Any, vocab: Sequence[str]) -> np.n
             symbols[v, j] = symbol_of[ch]
     # a dead state n_states (all transitions to itself) stands for -1 during the walk, and a dead
     # column chars.shape[1] for a character outside the alphabet
-    padded = np.vstack([np.where(chars >= 0, chars, n_states), np.full((1, chars.shape[1]), n_states)])
-    padded = np.hstack([padded, np.full((n_states + 1, 1), n_states)])
+    padded = np.full((n_states + 1, chars.shape[1] + 1), n_states, dtype=np.int64)
+    padded[:n_states, :-1] = np.where(chars >= 0, chars, n_states)
     state = np.repeat(np.arange(n_states)[:, None], len(vocab), axis=1)  # --> [Sc, V]
     for j in range(width):
         moving = symbols[:, j] >= 0  # --> [V], the tokens with a j-th character
